@@ -1,0 +1,28 @@
+"""The ``m2g`` command: the root typer app; each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from m2g import __version__
+from m2g_cli import policy_cmd
+
+app = typer.Typer(
+    name="m2g",
+    help="Model-to-Grid: power-, thermal-, health- and grid-aware policy for Kueue and KAI.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+)
+app.add_typer(policy_cmd.app, name="policy")
+
+
+@app.command()
+def version() -> None:
+    """Print the m2g version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,161 @@
+"""``m2g policy lint | test | eval`` — the command-line contract of docs/policy-format.md.
+
+Exit codes: lint 0 clean / 1 problems; test 0 all passed / 1 failures or broken policies;
+eval 0 on any decision / 2 on bad policies or bad input. Every problem is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from m2g.model.inputs import PolicyInput
+from m2g.policy import Evaluator, PolicySetError, Stage, build, read_dir
+from m2g.policy.errors import EngineUnavailable
+from m2g.policy.runtime import ENGINES, Runtime, make_runtime
+from m2g.policy.testing import evaluate_stage, input_error_text, run_tests
+
+app = typer.Typer(help="Lint, test and evaluate m2g policy files.", no_args_is_help=True)
+
+EngineOpt = Annotated[
+    str | None,
+    typer.Option("--engine", help=f"CEL runtime: {' | '.join(ENGINES)} (default: first that imports)"),
+]
+
+
+def _err(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _runtime(engine: str | None, code: int) -> Runtime:
+    try:
+        return make_runtime(engine)
+    except EngineUnavailable as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(code) from None
+
+
+@app.command()
+def lint(
+    directory: Annotated[Path, typer.Argument(help="Folder (or file) of policies and tests")],
+    engine: EngineOpt = None,
+) -> None:
+    """Parse, type-check and compile every policy; one line per problem: FILE:LINE: policy/rule: msg."""
+    runtime = _runtime(engine, 1)
+    sources = read_dir(directory)
+    try:
+        pset = build(sources, runtime)
+    except PolicySetError as exc:
+        for problem in exc.problems:
+            typer.echo(problem.render())
+        _err(f"{len(exc.problems)} problem(s) in {directory}")
+        raise typer.Exit(1) from None
+    _err(f"ok: {len(pset.policies)} policies and {len(sources.tests)} test files in "
+         f"{sources.files} files ({runtime.name})")
+
+
+@app.command()
+def test(
+    directory: Annotated[Path, typer.Argument(help="Folder with policies and *_test.yaml files")],
+    engine: EngineOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List passing cases")] = False,
+) -> None:
+    """Run every PolicyTest under DIRECTORY against the policies under it."""
+    runtime = _runtime(engine, 1)
+    sources = read_dir(directory)
+    try:
+        pset = build(sources, runtime)
+    except PolicySetError as exc:
+        for problem in exc.problems:
+            typer.echo(problem.render())
+        _err(f"policies under {directory} do not load; no test ran")
+        raise typer.Exit(1) from None
+    results = run_tests(pset, sources.tests)
+    for res in results:
+        if not res.passed:
+            typer.echo(res.render())
+        elif verbose:
+            typer.echo(f"ok   {res.file}:{res.line}: {res.test}/{res.case}")
+    failed = sum(not r.passed for r in results)
+    typer.echo(f"{len(results) - failed} passed, {failed} failed ({runtime.name})")
+    if failed or not results:
+        if not results:
+            _err(f"no PolicyTest cases found under {directory}")
+        raise typer.Exit(1)
+
+
+def _read_inputs(source: str) -> list[tuple[int, Any]]:
+    """One JSON object, or JSON Lines; returns (line, value) pairs. Raises ValueError."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read input {source}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"input {source} is not UTF-8 text") from None
+    if not text.strip():
+        raise ValueError(f"input {source} is empty")
+    try:
+        return [(1, json.loads(text))]
+    except json.JSONDecodeError:
+        pass
+    out = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{_name(source)}:{n}: not JSON: {exc.msg} (column {exc.colno})") \
+                from None
+    return out
+
+
+def _name(source: str) -> str:
+    return "<stdin>" if source == "-" else source
+
+
+def _validate(source: str, items: list[tuple[int, Any]]) -> list[PolicyInput]:
+    inputs, problems = [], []
+    for line, value in items:
+        if not isinstance(value, dict):
+            problems.append(f"{_name(source)}:{line}: an input must be a JSON object")
+            continue
+        try:
+            inputs.append(PolicyInput.model_validate(value))
+        except ValidationError as exc:
+            problems.append(f"{_name(source)}:{line}: bad input: {input_error_text(exc)}")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return inputs
+
+
+@app.command(name="eval")
+def eval_(
+    policies: Annotated[Path, typer.Option("--policies", "-p", help="Folder of policies")],
+    input_: Annotated[str, typer.Option("--input", "-i", help="JSON file, JSON Lines file, or -")],
+    engine: EngineOpt = None,
+    stage: Annotated[Stage, typer.Option("--stage", help="Stage to evaluate")] = Stage.ADMISSION,
+) -> None:
+    """Evaluate inputs: one JSON decision per input (one line each for JSON Lines)."""
+    runtime = _runtime(engine, 2)
+    try:
+        pset = build(read_dir(policies), runtime)
+    except PolicySetError as exc:
+        for problem in exc.problems:
+            _err(problem.render())
+        _err(f"error: the policies under {policies} do not load ({len(exc.problems)} problem(s))")
+        raise typer.Exit(2) from None
+    try:
+        inputs = _validate(input_, _read_inputs(input_))
+    except ValueError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(2) from None
+    evaluator = Evaluator(pset)
+    for inp in inputs:
+        result = evaluate_stage(evaluator, stage, inp)
+        typer.echo(json.dumps(result.to_json(), separators=(",", ":")))

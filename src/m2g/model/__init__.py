@@ -1,0 +1,41 @@
+"""The factory and signal model: immutable snapshots that controllers fill and policies read."""
+
+from m2g.model.inputs import (
+    Checkpoint,
+    DomainKind,
+    DomainMaintenance,
+    DomainPower,
+    DomainThermal,
+    DomainView,
+    FlavorView,
+    GridEventView,
+    GridView,
+    PodSetView,
+    PolicyInput,
+    QueueView,
+    SitePower,
+    SiteThermal,
+    SiteView,
+    WorkloadKind,
+    WorkloadView,
+)
+
+__all__ = [
+    "Checkpoint",
+    "DomainKind",
+    "DomainMaintenance",
+    "DomainPower",
+    "DomainThermal",
+    "DomainView",
+    "FlavorView",
+    "GridEventView",
+    "GridView",
+    "PodSetView",
+    "PolicyInput",
+    "QueueView",
+    "SitePower",
+    "SiteThermal",
+    "SiteView",
+    "WorkloadKind",
+    "WorkloadView",
+]

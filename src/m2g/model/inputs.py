@@ -1,0 +1,272 @@
+"""The CEL inputs: what a policy can read.
+
+This module *is* the "Inputs" table of docs/policy-format.md. The policy engine derives its CEL
+type declarations from these models (m2g.policy.schema), and controllers build them from the
+factory snapshot (m2g.model.factory), so the model, the checker and the docs cannot drift apart.
+
+Field names are camelCase on the CEL side (aliases) and snake_case in Python. Every field has a
+zero value, so an input that omits a fact reads as zero / empty / false, as the contract says.
+Derived facts (``headroomKw``, ``headroomC``, ``gpus``) are filled from their parts when the input
+leaves them out.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class CelModel(BaseModel):
+    """Base for CEL-visible objects: frozen, camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_enum_values=False,
+    )
+
+
+class WorkloadKind(StrEnum):
+    """What a workload does (label ``m2g.io/workload-kind``); empty when not labelled."""
+
+    UNSPECIFIED = ""
+    TRAINING = "training"
+    FINE_TUNING = "fine-tuning"
+    INFERENCE = "inference"
+    BATCH = "batch"
+    BENCHMARK = "benchmark"
+    DATA_PROCESSING = "data-processing"
+    AGENTIC = "agentic"
+
+
+class DomainKind(StrEnum):
+    """The level of a failure / power / placement domain in the factory tree."""
+
+    UNSPECIFIED = ""
+    SITE = "site"
+    POWER_DOMAIN = "powerDomain"
+    BLOCK = "block"
+    RACK = "rack"
+    CLIQUE = "clique"
+    NODE = "node"
+
+
+class PodSetView(CelModel):
+    """One pod set of a workload: ``count`` pods of ``gpusPerPod`` GPUs each."""
+
+    name: str = ""
+    count: int = Field(default=0, ge=0)
+    gpus_per_pod: int = Field(default=0, ge=0)
+
+
+class Checkpoint(CelModel):
+    """Checkpoint facts: how often the workload checkpoints and how old the last one is."""
+
+    interval_seconds: int = Field(default=0, ge=0)
+    last_age_seconds: int = Field(default=0, ge=0)
+
+
+class WorkloadView(CelModel):
+    """A Kueue Workload as policies see it."""
+
+    name: str = ""
+    namespace: str = ""
+    queue: str = ""
+    cluster_queue: str = ""
+    priority: int = 0
+    priority_class: str = ""
+    kind: WorkloadKind = WorkloadKind.UNSPECIFIED
+    flex_tier: int = Field(default=0, ge=0, le=3)
+    gpus: int = Field(default=0, ge=0)
+    pod_sets: tuple[PodSetView, ...] = ()
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    expected_runtime_seconds: int = Field(default=0, ge=0)
+    wait_seconds: int = Field(default=0, ge=0)
+    requeue_count: int = Field(default=0, ge=0)
+    estimated_kw: float = Field(default=0.0, ge=0.0)
+    checkpoint: Checkpoint = Checkpoint()
+
+    @model_validator(mode="after")
+    def _derive_gpus(self) -> WorkloadView:
+        if "gpus" not in self.model_fields_set and self.pod_sets:
+            total = sum(ps.count * ps.gpus_per_pod for ps in self.pod_sets)
+            object.__setattr__(self, "gpus", total)
+        return self
+
+
+class SitePower(CelModel):
+    """Site power in kW: the budget in force, the measured draw and what is left."""
+
+    budget_kw: float = 0.0
+    draw_kw: float = 0.0
+    headroom_kw: float = 0.0
+
+    @model_validator(mode="after")
+    def _derive(self) -> SitePower:
+        if "headroom_kw" not in self.model_fields_set and self.budget_kw:
+            object.__setattr__(self, "headroom_kw", self.budget_kw - self.draw_kw)
+        return self
+
+
+class SiteThermal(CelModel):
+    """Site thermal state in °C: the hottest inlet, the limit, and the margin."""
+
+    max_inlet_c: float = 0.0
+    limit_c: float = 0.0
+    headroom_c: float = 0.0
+
+    @model_validator(mode="after")
+    def _derive(self) -> SiteThermal:
+        if "headroom_c" not in self.model_fields_set and self.limit_c:
+            object.__setattr__(self, "headroom_c", self.limit_c - self.max_inlet_c)
+        return self
+
+
+class SiteView(CelModel):
+    """The whole site."""
+
+    power: SitePower = SitePower()
+    thermal: SiteThermal = SiteThermal()
+
+
+class GridEventView(CelModel):
+    """The grid event in force or next (OpenADR 3 shaped), as seen now."""
+
+    active: bool = False
+    id: str = ""
+    level: int = Field(default=0, ge=0, le=3)
+    target_kw: float = 0.0
+    reduction_pct: float = 0.0
+    starts_in_seconds: int = 0
+    ends_in_seconds: int = 0
+
+
+class GridView(CelModel):
+    """Grid signals: the event, the price and the carbon intensity."""
+
+    event: GridEventView = GridEventView()
+    price_kwh: float = 0.0
+    carbon_g_per_kwh: float = 0.0
+
+
+class DomainPower(CelModel):
+    """A domain's power in kW."""
+
+    draw_kw: float = 0.0
+    cap_kw: float = 0.0
+    headroom_kw: float = 0.0
+
+    @model_validator(mode="after")
+    def _derive(self) -> DomainPower:
+        if "headroom_kw" not in self.model_fields_set and self.cap_kw:
+            object.__setattr__(self, "headroom_kw", self.cap_kw - self.draw_kw)
+        return self
+
+
+class DomainThermal(CelModel):
+    """A domain's thermal state in °C; ``alarm`` is the facility's own alarm bit."""
+
+    inlet_c: float = 0.0
+    limit_c: float = 0.0
+    headroom_c: float = 0.0
+    alarm: bool = False
+
+    @model_validator(mode="after")
+    def _derive(self) -> DomainThermal:
+        if "headroom_c" not in self.model_fields_set and self.limit_c:
+            object.__setattr__(self, "headroom_c", self.limit_c - self.inlet_c)
+        return self
+
+
+class DomainMaintenance(CelModel):
+    """Maintenance of a domain: in a window now, or seconds until the next one (0: none)."""
+
+    active: bool = False
+    starts_in_seconds: int = 0
+
+
+class DomainView(CelModel):
+    """One domain of the factory tree (site, power domain, block, rack, clique or node).
+
+    ``name`` and ``parent`` extend the v1alpha1 table: the domain's own name (the map key) and the
+    name of the domain that contains it.
+    """
+
+    name: str = ""
+    parent: str = ""
+    kind: DomainKind = DomainKind.UNSPECIFIED
+    total_gpus: int = Field(default=0, ge=0)
+    healthy_gpus: int = Field(default=0, ge=0)
+    free_gpus: int = Field(default=0, ge=0)
+    power: DomainPower = DomainPower()
+    thermal: DomainThermal = DomainThermal()
+    maintenance: DomainMaintenance = DomainMaintenance()
+
+
+class QueueView(CelModel):
+    """The workload's ClusterQueue (or, in the Fairness stage, the queue being weighed)."""
+
+    name: str = ""
+    nominal_gpus: int = Field(default=0, ge=0)
+    used_gpus: int = Field(default=0, ge=0)
+    pending_workloads: int = Field(default=0, ge=0)
+
+
+class FlavorView(CelModel):
+    """Capacity stage: the ResourceFlavor whose quota is being computed (an extension)."""
+
+    name: str = ""
+    domain: str = ""
+    nominal_gpus: int = Field(default=0, ge=0)
+    total_gpus: int = Field(default=0, ge=0)
+    healthy_gpus: int = Field(default=0, ge=0)
+    free_gpus: int = Field(default=0, ge=0)
+
+
+class PolicyInput(CelModel):
+    """Everything one evaluation reads. ``flavor`` and ``domain`` are set in the Capacity stage."""
+
+    workload: WorkloadView = WorkloadView()
+    site: SiteView = SiteView()
+    grid: GridView = GridView()
+    domains: dict[str, DomainView] = Field(default_factory=dict)
+    queue: QueueView = QueueView()
+    flavor: FlavorView = FlavorView()
+    domain: DomainView = DomainView()
+    now: datetime = EPOCH
+
+    @model_validator(mode="after")
+    def _names(self) -> PolicyInput:
+        named = {
+            k: (v if v.name else v.model_copy(update={"name": k})) for k, v in self.domains.items()
+        }
+        object.__setattr__(self, "domains", named)
+        if self.now.tzinfo is None:
+            object.__setattr__(self, "now", self.now.replace(tzinfo=UTC))
+        return self
+
+    def cel_data(self) -> dict[str, Any]:
+        """The plain-data projection handed to the CEL runtime (camelCase, enums as strings)."""
+        data = self.model_dump(mode="python", by_alias=True)
+        data["now"] = self.now
+        return _plain(data)
+
+
+def _plain(value: Any) -> Any:
+    """Turn enums into their string values and tuples into lists, recursively."""
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

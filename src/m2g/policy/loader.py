@@ -1,0 +1,142 @@
+"""Find policy and test documents under a folder (or in given texts) and build a PolicySet.
+
+Documents whose apiVersion is not in the ``m2g.io`` group (a kustomization.yaml, say) are
+skipped, so a GitOps folder can hold both. Within the group, the kind decides: ``Policy`` or
+``PolicyTest``; anything else is a problem.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from m2g.policy.compiler import PolicySet, compile_documents, parse_policy
+from m2g.policy.errors import PolicySetError, Problem
+from m2g.policy.runtime import Runtime, make_runtime
+from m2g.policy.schema import TypeChecker, make_checker
+from m2g.policy.spec import API_GROUP_PREFIX, PolicyDoc, PolicyTestDoc
+from m2g.policy.yamlsrc import SourceDoc, parse_documents, read_documents
+
+_SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules"}
+
+
+@dataclass
+class Sources:
+    """The m2g documents found, sorted into policies and tests, plus problems so far."""
+
+    policies: list[tuple[SourceDoc, PolicyDoc]] = field(default_factory=list)
+    tests: list[tuple[SourceDoc, PolicyTestDoc]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    files: int = 0
+
+
+def yaml_files(root: Path) -> list[Path]:
+    """Every .yaml/.yml file under ``root`` (or ``root`` itself), in a stable order."""
+    if root.is_file():
+        return [root]
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        found += [Path(dirpath) / f for f in sorted(filenames) if f.endswith((".yaml", ".yml"))]
+    return found
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def classify(docs: Iterable[SourceDoc], into: Sources) -> None:
+    """Sort parsed documents into policies and tests, validating their structure."""
+    for doc in docs:
+        data = doc.data
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            into.problems.append(Problem(doc.file, doc.start_line, "", "",
+                                         "a document must be a mapping (a Kubernetes object)"))
+            continue
+        api = str(data.get("apiVersion", ""))
+        if not api.startswith(API_GROUP_PREFIX):
+            continue
+        kind = data.get("kind")
+        if kind == "Policy":
+            pol, probs = parse_policy(doc)
+            into.problems.extend(probs)
+            if pol is not None:
+                into.policies.append((doc, pol))
+        elif kind == "PolicyTest":
+            _add_test(doc, into)
+        else:
+            into.problems.append(Problem(doc.file, doc.line_of(("kind",)), "", "",
+                                         f"unknown kind {kind!r} in {api}: "
+                                         "expected Policy or PolicyTest"))
+
+
+def _add_test(doc: SourceDoc, into: Sources) -> None:
+    try:
+        into.tests.append((doc, PolicyTestDoc.model_validate(doc.data)))
+    except ValidationError as exc:
+        name = str(((doc.data or {}).get("metadata") or {}).get("name", ""))
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            where = ".".join(str(p) for p in loc)
+            into.problems.append(Problem(doc.file, doc.line_of(loc), name, "",
+                                         f"{where}: {err['msg']}"))
+
+
+def read_dir(root: Path) -> Sources:
+    """Read every document under ``root``."""
+    out = Sources()
+    if not root.exists():
+        out.problems.append(Problem(str(root), 0, "", "", "no such file or directory"))
+        return out
+    for path in yaml_files(root):
+        out.files += 1
+        docs, probs = read_documents(path, _display(path))
+        out.problems.extend(probs)
+        classify(docs, out)
+    return out
+
+
+def read_texts(texts: Mapping[str, str]) -> Sources:
+    """Read documents from named texts (e.g. the ``Policy`` objects of a cluster)."""
+    out = Sources()
+    for name, text in texts.items():
+        out.files += 1
+        docs, probs = parse_documents(text, name)
+        out.problems.extend(probs)
+        classify(docs, out)
+    return out
+
+
+_CHECKER: list[TypeChecker | None] = []
+
+
+def shared_checker() -> TypeChecker | None:
+    """One type checker per process (its descriptor pool is costly to build)."""
+    if not _CHECKER:
+        _CHECKER.append(make_checker())
+    return _CHECKER[0]
+
+
+def build(sources: Sources, runtime: Runtime | None = None) -> PolicySet:
+    """The PolicySet of ``sources``, or PolicySetError listing every problem (atomic)."""
+    runtime = runtime or make_runtime()
+    problems = list(sources.problems)
+    pset, probs = compile_documents(sources.policies, runtime, shared_checker())
+    problems += probs
+    if problems or pset is None:
+        raise PolicySetError(problems)
+    return pset
+
+
+def load_dir(root: Path, engine: str | None = None) -> PolicySet:
+    """Load, check and compile every policy under ``root``; raise PolicySetError on any problem."""
+    return build(read_dir(root), make_runtime(engine))

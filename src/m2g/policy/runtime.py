@@ -1,0 +1,200 @@
+"""CEL runtimes behind one small interface.
+
+* ``cel-expr-python`` — the CEL project's C++ runtime (default; also does static type checks).
+* ``cel-python`` — the pure-Python interpreter ``celpy`` (fallback; evaluation only).
+
+Both evaluate the same source against the same plain data (m2g.model.PolicyInput.cel_data), so
+the policy test suite can run on both and their answers can be compared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from datetime import datetime
+from typing import Any, Protocol
+
+from m2g.policy.errors import EngineUnavailable
+
+CEL_EXPR_PYTHON = "cel-expr-python"
+CEL_PYTHON = "cel-python"
+ENGINES = (CEL_EXPR_PYTHON, CEL_PYTHON)
+_MODULES = {CEL_EXPR_PYTHON: "cel_expr_python", CEL_PYTHON: "celpy"}
+
+#: The top-level CEL variables every expression may read.
+INPUT_VARIABLES = ("workload", "site", "grid", "domains", "queue", "flavor", "domain", "now")
+
+
+class CelCompileError(Exception):
+    """An expression that does not parse (or, in a typed environment, does not type-check)."""
+
+
+class CelEvalError(Exception):
+    """An expression that failed at run time (no such key, division by zero, wrong type...)."""
+
+
+class Program(Protocol):
+    """A compiled expression."""
+
+    def run(self, activation: Any) -> Any:
+        """Evaluate; return a plain Python value or raise CelEvalError."""
+
+
+class Runtime(Protocol):
+    """A CEL runtime: compiles sources once and evaluates them against an activation."""
+
+    name: str
+
+    def compile(self, source: str) -> Program:
+        """Compile; raise CelCompileError with a readable message."""
+
+    def activation(self, data: dict[str, Any]) -> Any:
+        """Convert input data once per decision; reuse it for every expression."""
+
+
+def available_engines() -> list[str]:
+    """The engines whose module can be imported here, in order of preference."""
+    return [e for e in ENGINES if importlib.util.find_spec(_MODULES[e]) is not None]
+
+
+def make_runtime(engine: str | None = None) -> Runtime:
+    """The named runtime, or the first one that imports."""
+    if engine is None:
+        found = available_engines()
+        if not found:
+            raise EngineUnavailable("no CEL runtime: install cel-expr-python or cel-python")
+        engine = found[0]
+    if engine == CEL_EXPR_PYTHON:
+        return CelExprRuntime()
+    if engine == CEL_PYTHON:
+        return CelPyRuntime()
+    raise EngineUnavailable(f"unknown CEL engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def first_line(message: str) -> str:
+    """CEL error texts carry a caret drawing over several lines; keep the first one, trimmed."""
+    text = message.strip().splitlines()[0] if message.strip() else "error"
+    for prefix in ("INVALID_ARGUMENT: ", "ERROR: "):
+        text = text.removeprefix(prefix)
+    return text.replace(" [INVALID_ARGUMENT]", "")
+
+
+class _CelExprProgram:
+    __slots__ = ("_error_type", "_expr")
+
+    def __init__(self, expr: Any, error_type: Any) -> None:
+        self._expr = expr
+        self._error_type = error_type
+
+    def run(self, activation: Any) -> Any:
+        try:
+            result = self._expr.eval(activation)
+        except Exception as exc:  # the C++ runtime raises RuntimeError and friends
+            raise CelEvalError(first_line(str(exc))) from None
+        if result.type() == self._error_type:
+            raise CelEvalError(first_line(str(result.value())))
+        return result.value()
+
+
+class CelExprRuntime:
+    """cel-expr-python, evaluating in an untyped (dyn) environment over plain dicts.
+
+    Static checking happens separately, in m2g.policy.schema.TypeChecker, against typed
+    declarations; evaluating over dicts avoids building protobuf messages per decision.
+    """
+
+    name = CEL_EXPR_PYTHON
+
+    def __init__(self) -> None:
+        try:
+            from cel_expr_python import cel
+        except ImportError as exc:  # pragma: no cover - depends on the machine
+            raise EngineUnavailable(f"{CEL_EXPR_PYTHON} is not importable: {exc}") from None
+        self._cel = cel
+        variables = {name: cel.Type.DYN for name in INPUT_VARIABLES}
+        variables["now"] = cel.Type.TIMESTAMP
+        self._env = cel.NewEnv(variables=variables)
+
+    def compile(self, source: str) -> Program:
+        try:
+            return _CelExprProgram(self._env.compile(source), self._cel.Type.ERROR)
+        except Exception as exc:
+            raise CelCompileError(first_line(str(exc))) from None
+
+    def activation(self, data: dict[str, Any]) -> Any:
+        return self._env.Activation(data=data)
+
+
+class _CelPyProgram:
+    __slots__ = ("_prog",)
+
+    def __init__(self, prog: Any) -> None:
+        self._prog = prog
+
+    def run(self, activation: Any) -> Any:
+        import celpy
+
+        try:
+            result = self._prog.evaluate(activation)
+        except celpy.CELEvalError as exc:
+            raise CelEvalError(_celpy_message(exc)) from None
+        except Exception as exc:
+            raise CelEvalError(str(exc) or type(exc).__name__) from None
+        if isinstance(result, celpy.CELEvalError):
+            raise CelEvalError(_celpy_message(result))
+        return _from_celpy(result)
+
+
+def _celpy_message(exc: BaseException) -> str:
+    args = getattr(exc, "args", ())
+    return str(args[0]) if args else str(exc)
+
+
+class CelPyRuntime:
+    """The pure-Python ``celpy`` interpreter (cel-python)."""
+
+    name = CEL_PYTHON
+
+    def __init__(self) -> None:
+        try:
+            import celpy
+        except ImportError as exc:  # pragma: no cover - depends on the machine
+            raise EngineUnavailable(f"{CEL_PYTHON} is not importable: {exc}") from None
+        self._celpy = celpy
+        self._env = celpy.Environment()
+
+    def compile(self, source: str) -> Program:
+        try:
+            ast = self._env.compile(source)
+            return _CelPyProgram(self._env.program(ast))
+        except Exception as exc:
+            raise CelCompileError(first_line(str(exc))) from None
+
+    def activation(self, data: dict[str, Any]) -> Any:
+        from celpy import celtypes
+
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if isinstance(value, datetime):
+                out[key] = celtypes.TimestampType(value)
+            else:
+                out[key] = self._celpy.json_to_cel(value)
+        return out
+
+
+def _from_celpy(value: Any) -> Any:
+    """celpy's types subclass Python's; normalise to plain values for comparison and JSON."""
+    from celpy import celtypes
+
+    if isinstance(value, celtypes.BoolType):
+        return bool(value)
+    if isinstance(value, celtypes.IntType | celtypes.UintType):
+        return int(value)
+    if isinstance(value, celtypes.DoubleType):
+        return float(value)
+    if isinstance(value, celtypes.StringType):
+        return str(value)
+    if isinstance(value, celtypes.ListType):
+        return [_from_celpy(v) for v in value]
+    if isinstance(value, celtypes.MapType):
+        return {_from_celpy(k): _from_celpy(v) for k, v in value.items()}
+    return value
