@@ -1,0 +1,88 @@
+"""Kueue outside a cluster: its configuration, its v1beta2 CRDs and its webhooks registered
+with the API server as 127.0.0.1 URLs (so an un-suspended Job is suspended as in a cluster)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localcp.gomod import ensure_module
+from localcp.kube import Kube, Obj
+from localcp.paths import read_versions
+
+NAMESPACE = "kueue-system"
+WEBHOOK_PREFIX = "m2g-kueue-"
+METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in cmd/kueue/main.go
+
+
+def kueue_dir() -> Path:
+    return ensure_module("sigs.k8s.io/kueue", read_versions()["KUEUE_VERSION"], "kueue")
+
+
+def crds() -> list[Obj]:
+    """The 11 CRDs of config/components/crd/bases (v1beta2 storage; no conversion webhook)."""
+    out: list[Obj] = []
+    for path in sorted((kueue_dir() / "config/components/crd/bases").glob("*.yaml")):
+        out.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return out
+
+
+def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for running out of cluster."""
+    cfg: dict[str, Any] = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "leaderElection": {"leaderElect": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['kueue_metrics']}",
+                    "enableClusterQueueResources": True},
+        "webhook": {"host": "127.0.0.1", "port": ports["kueue_webhook"],
+                    "certDir": str(cert_dir)},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 300, "burst": 500},
+        "integrations": {"frameworks": ["batch/job"]},
+    }
+    path = run_root / "kueue.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(path)
+
+
+def install_certs(pki: Path, cert_dir: Path) -> None:
+    """The webhook pair as tls.crt/tls.key in certDir and in Kueue's fixed metrics path."""
+    for target in (cert_dir, METRICS_CERTS):
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(pki / "webhook.crt", target / "tls.crt")
+        shutil.copyfile(pki / "webhook.key", target / "tls.key")
+        (target / "tls.key").chmod(0o600)
+
+
+def webhook_configurations(ca_pem: bytes, port: int) -> list[Obj]:
+    """Kueue's webhook manifests with every clientConfig rewritten to
+    ``https://127.0.0.1:<port><path>`` and our CA bundle, renamed with a prefix."""
+    source = kueue_dir() / "config/components/webhook/manifests.yaml"
+    bundle = base64.b64encode(ca_pem).decode()
+    out: list[Obj] = []
+    for doc in yaml.safe_load_all(source.read_text()):
+        if not doc:
+            continue
+        obj = copy.deepcopy(doc)
+        obj["metadata"] = {"name": WEBHOOK_PREFIX + doc["metadata"]["name"],
+                           "labels": {"app.kubernetes.io/managed-by": "m2g-localcp"}}
+        for hook in obj.get("webhooks", []):
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+        out.append(obj)
+    return out
+
+
+def delete_webhooks(kube: Kube) -> None:
+    """Remove our webhook configurations (before Kueue stops: most are failurePolicy Fail)."""
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        for name in ("mutating-webhook-configuration", "validating-webhook-configuration"):
+            kube.delete(f"/apis/admissionregistration.k8s.io/v1/{kind}/{WEBHOOK_PREFIX}{name}")
