@@ -1,0 +1,42 @@
+"""Well-known label, annotation and resource names that m2g reads and writes.
+
+One place for them, so the factory simulator, the controllers, the policies and the templates
+agree. Upstream names are cited in docs (GFD, Kueue, KAI); ``m2g.io/*`` names are our own.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+
+# Node labels (GPU Feature Discovery and the factory's own topology)
+GPU_CLIQUE: Final = "nvidia.com/gpu.clique"  # "<ClusterUUID>.<CliqueID>", set by GFD on NVL72
+GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+HOSTNAME: Final = "kubernetes.io/hostname"
+BLOCK: Final = "m2g.io/block"
+RACK: Final = "m2g.io/rack"
+POWER_DOMAIN: Final = "m2g.io/power-domain"
+
+# Workload labels and annotations read by m2g
+WORKLOAD_KIND: Final = "m2g.io/workload-kind"
+FLEX_TIER: Final = "m2g.io/flex-tier"
+EXPECTED_RUNTIME: Final = "m2g.io/expected-runtime-seconds"
+ESTIMATED_KW: Final = "m2g.io/estimated-kw"
+CHECKPOINT_INTERVAL: Final = "m2g.io/checkpoint-interval-seconds"
+LAST_CHECKPOINT: Final = "m2g.io/last-checkpoint-time"  # RFC 3339, written by the job
+
+# Kueue
+QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
+TAS_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
+TAS_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
+
+# KAI Scheduler
+KAI_QUEUE: Final = "kai.scheduler/queue"
+KAI_TOPOLOGY: Final = "kai.scheduler/topology"
+KAI_REQUIRED_PLACEMENT: Final = "kai.scheduler/topology-required-placement"
+KAI_PREFERRED_PLACEMENT: Final = "kai.scheduler/topology-preferred-placement"
+
+# The factory simulator (KWOK): how long a pod "runs" before it succeeds
+SIM_DURATION: Final = "m2g.io/sim-duration"
