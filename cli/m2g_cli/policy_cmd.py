@@ -24,7 +24,8 @@ app = typer.Typer(help="Lint, test and evaluate m2g policy files.", no_args_is_h
 
 EngineOpt = Annotated[
     str | None,
-    typer.Option("--engine", help=f"CEL runtime: {' | '.join(ENGINES)} (default: first that imports)"),
+    typer.Option("--engine",
+                 help=f"CEL runtime: {' | '.join(ENGINES)} (default: the first that imports)"),
 ]
 
 
@@ -45,7 +46,7 @@ def lint(
     directory: Annotated[Path, typer.Argument(help="Folder (or file) of policies and tests")],
     engine: EngineOpt = None,
 ) -> None:
-    """Parse, type-check and compile every policy; one line per problem: FILE:LINE: policy/rule: msg."""
+    """Parse, type-check and compile every policy; one line per problem (FILE:LINE: policy/rule)."""
     runtime = _runtime(engine, 1)
     sources = read_dir(directory)
     try:

@@ -256,9 +256,9 @@ class PolicyInput(CelModel):
 
     def cel_data(self) -> dict[str, Any]:
         """The plain-data projection handed to the CEL runtime (camelCase, enums as strings)."""
-        data = self.model_dump(mode="python", by_alias=True)
+        data: dict[str, Any] = _plain(self.model_dump(mode="python", by_alias=True))
         data["now"] = self.now
-        return _plain(data)
+        return data
 
 
 def _plain(value: Any) -> Any:

@@ -131,15 +131,15 @@ class _CelPyProgram:
         self._prog = prog
 
     def run(self, activation: Any) -> Any:
-        import celpy
+        from celpy.evaluation import CELEvalError as CelPyError
 
         try:
             result = self._prog.evaluate(activation)
-        except celpy.CELEvalError as exc:
+        except CelPyError as exc:
             raise CelEvalError(_celpy_message(exc)) from None
         except Exception as exc:
             raise CelEvalError(str(exc) or type(exc).__name__) from None
-        if isinstance(result, celpy.CELEvalError):
+        if isinstance(result, CelPyError):
             raise CelEvalError(_celpy_message(result))
         return _from_celpy(result)
 
@@ -171,13 +171,14 @@ class CelPyRuntime:
 
     def activation(self, data: dict[str, Any]) -> Any:
         from celpy import celtypes
+        from celpy.adapter import json_to_cel
 
         out: dict[str, Any] = {}
         for key, value in data.items():
             if isinstance(value, datetime):
                 out[key] = celtypes.TimestampType(value)
             else:
-                out[key] = self._celpy.json_to_cel(value)
+                out[key] = json_to_cel(value)
         return out
 
 

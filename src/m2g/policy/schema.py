@@ -12,7 +12,7 @@ import types
 import typing
 from dataclasses import dataclass
 from datetime import datetime
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,7 +23,7 @@ from m2g.policy.runtime import CelCompileError, first_line
 PACKAGE = "m2g.v1alpha1"
 
 
-class ExpectedType(str, Enum):
+class ExpectedType(StrEnum):
     """What an expression must return, by its place in a policy."""
 
     BOOL = "bool"
