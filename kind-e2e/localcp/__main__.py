@@ -12,12 +12,12 @@ from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: python kind-e2e/localcp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    __package__ = "localcp"  # noqa: A001
+    __package__ = "localcp"
 
-import yaml  # noqa: E402
+import yaml
 
-from localcp import UserError  # noqa: E402
-from localcp.paths import FACTORIES, run_paths  # noqa: E402
+from localcp import UserError
+from localcp.paths import FACTORIES, run_paths
 
 
 def _factory_arg(value: str) -> Path | None:

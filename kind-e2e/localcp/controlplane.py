@@ -71,8 +71,8 @@ def ensure_binaries(log: Log) -> None:
 
 
 # -- components -----------------------------------------------------------------------------
-def _http_ok(url: str, verify: Any = False, cert: Any = None, body: str | None = None) -> bool:
-    resp = httpx.get(url, verify=verify, cert=cert, timeout=2)
+def _http_ok(url: str, verify: Any = False, body: str | None = None) -> bool:
+    resp = httpx.get(url, verify=verify, timeout=2, trust_env=False)
     return resp.status_code == 200 and (body is None or body in resp.text)
 
 
@@ -241,10 +241,9 @@ def _install_crds(kube: Kube, log: Log) -> None:
     kube.apply({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": kueue.NAMESPACE}})
     kube.apply_many(crds, workers=4)
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        kube.wait_for(f"CRD {name} to be Established",
-                      lambda n=name: kube.crd_established(n), timeout=60)
+    names = [str(crd["metadata"]["name"]) for crd in crds]
+    kube.wait_for(f"CRDs {', '.join(names)} to be Established",
+                  lambda: all(kube.crd_established(n) for n in names), timeout=60)
     log(f"[up] {len(crds)} CRDs established ({time.monotonic() - t0:.1f}s)")
 
 

@@ -29,7 +29,8 @@ class Kube:
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
         ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-        self.http = httpx.Client(base_url=server, verify=ctx, timeout=timeout, limits=limits)
+        self.http = httpx.Client(base_url=server, verify=ctx, timeout=timeout, limits=limits,
+                                 trust_env=False)
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
     def close(self) -> None:

@@ -42,7 +42,7 @@ def issue(
         attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
     subject = x509.Name(attrs)
     issuer_name, signer = (ca[0].subject, ca[1]) if ca else (subject, key)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)

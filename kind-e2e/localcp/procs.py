@@ -3,6 +3,7 @@ stop it by pid. Failures name the component and show the tail of its log."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -90,7 +91,7 @@ def wait_ready(run: RunPaths, comp: Component) -> float:
         try:
             if comp.ready():
                 return time.monotonic() - t0
-        except Exception:  # noqa: BLE001 - any probe error just means "not ready yet"
+        except Exception:
             pass
         if time.monotonic() - t0 > comp.timeout:
             raise UserError(f"{comp.name} did not become ready in {comp.timeout:.0f}s; "
@@ -122,17 +123,13 @@ def _signal(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)  # the component leads its own session/group
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def port_free(port: int) -> bool:

@@ -1,0 +1,110 @@
+"""Fixtures for the end-to-end suite (``pytest -m e2e``).
+
+The suite runs against a real control plane with Kueue and a simulated NVL72 factory:
+
+* by default the local one of kind-e2e/localcp: a running one is reused (found through the run
+  directory, ``$M2G_RUN``), otherwise one is started for the session (built first if the cache
+  is cold) and stopped at the end; ``M2G_E2E_KEEP=1`` leaves it running;
+* with ``M2G_E2E_KUBECONFIG=/path`` any cluster prepared the same way (e.g. the kind path,
+  kind-e2e/kind/), which is never started or stopped by the suite.
+
+Every test works in its own namespace and deletes it, and the cluster-scoped Kueue objects it
+creates, afterwards, so the suite can run again against the same cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_helpers import REPO, Cluster, wait_until
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+sys.path.insert(0, str(REPO / "kind-e2e"))
+
+from localcp import UserError, controlplane, factory
+from localcp.paths import FACTORIES, run_paths
+
+E2E_FACTORY = FACTORIES / "small.yaml"
+
+
+def _local_cluster_ready() -> bool:
+    run = run_paths()
+    state = controlplane.load_state(run)
+    return bool(state) and all(controlplane.running(run).values())
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Iterator[Path]:
+    """Path of a kubeconfig for a cluster with Kueue, KWOK and the small factory."""
+    external = os.environ.get("M2G_E2E_KUBECONFIG")
+    if external:
+        yield Path(external)
+        return
+    started = False
+    try:
+        if not _local_cluster_ready():
+            controlplane.up(E2E_FACTORY)
+            started = True
+        else:
+            _ensure_factory()
+    except UserError as exc:
+        pytest.fail(f"local control plane: {exc}", pytrace=False)
+    yield run_paths().kubeconfig
+    if started and os.environ.get("M2G_E2E_KEEP") != "1":
+        controlplane.down()
+
+
+def _ensure_factory() -> None:
+    """Apply the small factory to a reused cluster unless its nodes are already there."""
+    run = run_paths()
+    state = controlplane.load_state(run) or {}
+    spec = factory.load_spec(E2E_FACTORY)
+    if spec.name not in state.get("factories", []):
+        controlplane.apply_factory(E2E_FACTORY)
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig: Path) -> client.ApiClient:
+    """An official-client ApiClient for the cluster."""
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+@pytest.fixture
+def cluster(api: client.ApiClient) -> Iterator[Cluster]:
+    """Helpers; cluster-scoped objects the test created are deleted afterwards."""
+    c = Cluster(api)
+    yield c
+    for undo in reversed(c.cleanup):
+        undo()
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (with everything in it) afterwards."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=name, labels={"m2g.io/e2e": "true"})))
+    yield name
+    try:
+        cluster.core.delete_namespace(name, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    # Wait for the namespace to go so that its workloads release the ClusterQueue (whose
+    # deletion the fixture `cluster` does next); a stuck namespace is reported, not hidden.
+    def gone() -> bool:
+        try:
+            cluster.core.read_namespace(name)
+        except ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    wait_until(f"namespace {name} to be deleted", gone, timeout=90)
+
+
