@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: venv test test-unit test-e2e lint policy-test demo bench up down status clean
+.PHONY: cluster-build cluster-factory cluster-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +32,10 @@ policy-test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest -m "not e2e" -q
 
-## test-e2e: against the local control plane (built and started on demand)
+## test-e2e: against the local control plane (built and started on demand), or against
+## $$M2G_E2E_KUBECONFIG (e.g. kind) when set. The build runs first so its progress is shown.
 test-e2e: $(STAMP)
+	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
 	$(PY) -m pytest -m e2e -q
 
 ## test: the full suite, as CI runs it
@@ -48,3 +51,31 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+## --- local control plane (kind-e2e/, docs/control-plane.md) ---------------------------
+LOCALCP := $(PY) kind-e2e/localcp
+FACTORY ?= small
+
+## up: start etcd, kube-apiserver, controller-manager, scheduler, KWOK, Kueue + FACTORY (small)
+up: $(STAMP)
+	$(LOCALCP) up --factory $(FACTORY)
+
+## down: delete Kueue's webhooks, stop every component; no process is left behind
+down: $(STAMP)
+	$(LOCALCP) down
+
+## status: components (pid, RSS, log), API server version, Ready nodes
+status: $(STAMP)
+	$(LOCALCP) status
+
+## cluster-build: build the pinned binaries into $${M2G_CACHE:-~/.cache/m2g}/bin (once)
+cluster-build:
+	bash kind-e2e/tools/build.sh
+
+## cluster-factory: add a factory to the running control plane, e.g. make cluster-factory FACTORY=large
+cluster-factory: $(STAMP)
+	$(LOCALCP) factory apply $(FACTORY)
+
+## cluster-env: print the export KUBECONFIG=... line
+cluster-env: $(STAMP)
+	@$(LOCALCP) env
