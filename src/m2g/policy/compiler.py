@@ -119,7 +119,10 @@ class _Ctx:
 
     def expr(self, source: str, path: PathKey, rule: str, expected: ExpectedType) -> Program | None:
         """Type-check (if we can) and compile one expression; record a problem on failure."""
-        what = ".".join(str(p) for p in path[2:]) if len(path) > 2 else str(path[-1])
+        if len(path) > 3 and path[1] == "rules":
+            what = ".".join(str(p) for p in path[3:])
+        else:
+            what = f"{path[1]}[{path[2]}]" if len(path) > 2 else str(path[-1])
         try:
             if self.checker is not None:
                 self.checker.check(self.env, source, expected)

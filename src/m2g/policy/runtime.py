@@ -165,7 +165,7 @@ class CelPyRuntime:
     def compile(self, source: str) -> Program:
         try:
             ast = self._env.compile(source)
-            return _CelPyProgram(self._env.program(ast))
+            return _CelPyProgram(self._env.program(ast, functions={"string": _celpy_string}))
         except Exception as exc:
             raise CelCompileError(first_line(str(exc))) from None
 
@@ -180,6 +180,15 @@ class CelPyRuntime:
             else:
                 out[key] = json_to_cel(value)
         return out
+
+
+def _celpy_string(value: Any) -> Any:
+    """CEL's string(): celpy renders booleans as Python does ("True"); CEL says "true"."""
+    from celpy import celtypes
+
+    if isinstance(value, celtypes.BoolType):
+        return celtypes.StringType("true" if value else "false")
+    return celtypes.StringType(value)
 
 
 def _from_celpy(value: Any) -> Any:

@@ -205,7 +205,7 @@ class TypeChecker:
 
     def _accepts(self, expected: ExpectedType, rtype: Any) -> bool:
         t = self._cel.Type
-        if rtype == t.DYN:
+        if rtype == t.DYN or (expected is ExpectedType.DOUBLE and rtype == t.INT):
             return True
         want = {ExpectedType.BOOL: t.BOOL, ExpectedType.INT: t.INT,
                 ExpectedType.DOUBLE: t.DOUBLE, ExpectedType.STRING: t.STRING}[expected]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,20 @@ import yaml
 from m2g.policy.errors import Problem
 
 PathKey = tuple[str | int, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false, so a rule named `no` stays a string."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +62,7 @@ def _walk(node: yaml.Node, path: PathKey, out: dict[PathKey, int]) -> None:
 def parse_documents(text: str, file: str) -> tuple[list[SourceDoc], list[Problem]]:
     """Parse every document of a YAML stream; a syntax error is one Problem for the file."""
     docs: list[SourceDoc] = []
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
