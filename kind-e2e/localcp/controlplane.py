@@ -327,7 +327,7 @@ def status(log: Log = print) -> bool:
         nodes = (kube.get("/api/v1/nodes") or {}).get("items", [])
         ready = sum(1 for n in nodes if any(
             c["type"] == "Ready" and c["status"] == "True"
-            for c in n.get("status", {}).get("conditions", [])))
+            for c in n.get("status", {}).get("conditions") or []))
         log(f"API server {state['server']} ({version}); nodes Ready {ready}/{len(nodes)}; "
             f"factories {', '.join(state.get('factories', [])) or '-'}")
     except httpx.HTTPError as exc:

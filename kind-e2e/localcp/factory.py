@@ -174,7 +174,7 @@ def _ready_nodes(kube: Kube, factory: str) -> int:
     data = kube.get(f"/api/v1/nodes?labelSelector={FACTORY_LABEL}%3D{factory}") or {}
     count = 0
     for item in data.get("items", []):
-        conds = item.get("status", {}).get("conditions", [])
+        conds = item.get("status", {}).get("conditions") or []
         if any(c["type"] == "Ready" and c["status"] == "True" for c in conds):
             count += 1
     return count
@@ -186,7 +186,7 @@ def apply(kube: Kube, spec: FactorySpec, wait: float = 600.0, log: Any = print) 
     for obj in scheduling_objects(spec):
         kube.apply(obj)
     node_objs = nodes(spec)
-    kube.apply_many(node_objs)
+    kube.apply_many(node_objs, verb=kube.create_with_status)
     log(f"[factory] {spec.name}: {len(node_objs)} nodes created in "
         f"{time.monotonic() - t0:.1f}s; waiting for Ready")
     last = -1

@@ -80,13 +80,35 @@ class Kube:
         result: Obj = resp.json()
         return result
 
-    def apply_many(self, objs: Iterable[Obj], workers: int = 8) -> int:
-        """Apply many objects concurrently; returns how many were applied."""
+    def create_with_status(self, obj: Obj) -> None:
+        """POST ``obj`` including its status (allowed on create for Nodes); if it exists,
+        server-side apply its spec/metadata and then its status subresource.
+
+        Server-side apply alone would not do: it drops ``status`` on the main resource.
+        """
+        meta = obj["metadata"]
+        url = self.path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        resp = self.http.post(url, content=json.dumps(obj),
+                              params={"fieldManager": FIELD_MANAGER},
+                              headers={"Content-Type": "application/json"})
+        if resp.status_code == 409:
+            self.apply({k: v for k, v in obj.items() if k != "status"})
+            status = {k: obj[k] for k in ("apiVersion", "kind")}
+            status["metadata"] = {"name": meta["name"]}
+            status["status"] = obj["status"]
+            self.apply(status, subresource="status")
+        elif resp.status_code >= 400:
+            raise UserError(f"create {obj['kind']}/{meta['name']} failed: "
+                            f"HTTP {resp.status_code} {_message(resp)}")
+
+    def apply_many(self, objs: Iterable[Obj], workers: int = 8,
+                   verb: Callable[[Obj], Any] | None = None) -> int:
+        """Apply (or ``verb``) many objects concurrently; returns how many."""
         items = list(objs)
         for obj in items[:1]:  # warm the discovery cache before going parallel
             self.resource(obj["apiVersion"], obj["kind"])
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(self.apply, items))
+            list(pool.map(verb or self.apply, items))
         return len(items)
 
     def get(self, url: str) -> Obj | None:
@@ -120,7 +142,7 @@ class Kube:
 
     def crd_established(self, name: str) -> bool:
         crd = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-        conds = (crd or {}).get("status", {}).get("conditions", [])
+        conds = (crd or {}).get("status", {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
 
