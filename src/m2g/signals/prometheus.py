@@ -1,0 +1,173 @@
+"""Async Prometheus HTTP API client: instant queries, parsed samples, classified errors.
+
+The ``httpx.AsyncClient`` and the clock are injected (tests pass a ``MockTransport`` or point at a
+real server). Errors form a small hierarchy so callers can decide without string matching:
+
+* ``RetryableError`` — connection refused / DNS / reset, timeouts, HTTP 5xx (incl. Prometheus's
+  503 query timeout): try again next cycle, meanwhile the signal ages and turns stale;
+* ``PermanentError`` — HTTP 4xx (400 ``bad_data`` = bad PromQL, 422 execution error), a response
+  that is not the Prometheus API, or a result type a signal cannot use: retrying will not help,
+  fix the configuration.
+
+Every message is one line that names the server and, for query errors, the PromQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from m2g.signals.config import SignalConfig, SignalName
+from m2g.signals.sample import Sample
+
+Clock = Callable[[], float]
+
+
+class PrometheusError(Exception):
+    """Base of every error of this client; ``str(exc)`` is one line."""
+
+
+class RetryableError(PrometheusError):
+    """Transient: unreachable, timed out or a server-side (5xx) failure."""
+
+
+class PermanentError(PrometheusError):
+    """Will not go away by retrying: bad PromQL, a 4xx, or not a Prometheus API at all."""
+
+
+class BadQueryError(PermanentError):
+    """Prometheus rejected the PromQL (HTTP 400 ``bad_data`` or 422 ``execution``)."""
+
+
+@dataclass(frozen=True)
+class SignalFetch:
+    """The outcome of reading one signal: its samples, or the error that prevented it."""
+
+    name: SignalName
+    samples: tuple[Sample, ...] = ()
+    error: PrometheusError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _number(text: Any) -> float:
+    try:
+        return float(text)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings too
+    except (TypeError, ValueError):
+        raise PermanentError(f"not a number in the Prometheus response: {text!r}") from None
+
+
+@dataclass
+class PrometheusClient:
+    """Instant queries against ``base_url`` (e.g. ``http://127.0.0.1:9090``)."""
+
+    base_url: str
+    http: httpx.AsyncClient
+    timeout_seconds: float = 5.0
+    clock: Clock = field(default=time.time)
+
+    async def query(self, promql: str, at: float | None = None) -> list[Sample]:
+        """Evaluate ``promql`` as an instant query at ``at`` (Unix s; default: server's now)."""
+        params: dict[str, str] = {"query": promql}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        url = self.base_url.rstrip("/") + "/api/v1/query"
+        where = f"Prometheus at {self.base_url}"
+        try:
+            resp = await self.http.get(url, params=params, timeout=self.timeout_seconds)
+        except httpx.TimeoutException:
+            raise RetryableError(
+                f"{where} timed out after {self.timeout_seconds:g}s (query {promql!r})") from None
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise RetryableError(f"{where} is unreachable: {reason}") from None
+        body = self._json(resp, where)
+        if resp.status_code >= 500:
+            raise RetryableError(
+                f"{where} failed with HTTP {resp.status_code}: {self._why(body, resp)}")
+        if resp.status_code >= 400 or body.get("status") != "success":
+            why = self._why(body, resp)
+            if body.get("errorType") in ("bad_data", "execution"):
+                raise BadQueryError(f"bad PromQL {promql!r}: {why}")
+            if body.get("errorType") in ("timeout", "canceled", "unavailable", "internal"):
+                raise RetryableError(f"{where} could not answer {promql!r}: {why}")
+            raise PermanentError(f"{where} refused {promql!r} (HTTP {resp.status_code}): {why}")
+        return self._parse(body.get("data"), promql)
+
+    async def query_with_age(self, promql: str, at: float | None = None) -> list[Sample]:
+        """``query`` plus ``timestamp(promql)`` at the same instant, so that each sample carries
+        the time it was scraped (for plain selectors) rather than the evaluation time."""
+        when = self.clock() if at is None else at
+        values, stamps = await asyncio.gather(
+            self.query(promql, when), self.query(f"timestamp({promql})", when))
+        scraped = {s.identity(): s.value for s in stamps}
+        return [Sample(s.labels, s.value, scraped.get(s.identity(), s.timestamp))
+                for s in values]
+
+    @staticmethod
+    def _json(resp: httpx.Response, where: str) -> dict[str, Any]:
+        try:
+            body = resp.json()
+        except ValueError:
+            if resp.status_code >= 500:
+                return {}
+            raise PermanentError(
+                f"{where} did not answer with the Prometheus API (HTTP {resp.status_code}, "
+                f"{resp.headers.get('content-type', 'no content type')})") from None
+        if not isinstance(body, dict):
+            raise PermanentError(f"{where} did not answer with the Prometheus API")
+        return body
+
+    @staticmethod
+    def _why(body: dict[str, Any], resp: httpx.Response) -> str:
+        text = str(body.get("error") or resp.reason_phrase or "no reason given")
+        return " ".join(text.split())
+
+    @staticmethod
+    def _parse(data: Any, promql: str) -> list[Sample]:
+        if not isinstance(data, dict):
+            raise PermanentError(f"no data in the Prometheus response to {promql!r}")
+        kind, result = data.get("resultType"), data.get("result")
+        if kind == "scalar" and isinstance(result, list) and len(result) == 2:
+            return [Sample({}, _number(result[1]), _number(result[0]))]
+        if kind != "vector" or not isinstance(result, list):
+            raise PermanentError(
+                f"{promql!r} returned a {kind or 'missing'} result; a signal needs an instant "
+                "vector (drop any [range] selector)")
+        out: list[Sample] = []
+        for item in result:
+            try:
+                metric, (ts, val) = item["metric"], item["value"]
+            except (KeyError, TypeError, ValueError):
+                raise PermanentError(f"malformed vector element in the answer to {promql!r}") \
+                    from None
+            out.append(Sample(dict(metric), _number(val), _number(ts)))
+        return out
+
+
+async def fetch_signals(client: PrometheusClient, config: SignalConfig,
+                        at: float | None = None) -> dict[SignalName, SignalFetch]:
+    """Read every configured signal at one instant; a failing signal does not hide the others."""
+    when = client.clock() if at is None else at
+    names = list(config.signals)
+
+    async def one(name: SignalName) -> SignalFetch:
+        spec = config.signals[name]
+        try:
+            samples = await client.query_with_age(spec.query, when)
+        except PrometheusError as exc:
+            return SignalFetch(name, error=exc)
+        if spec.scale != 1.0:
+            samples = [Sample(s.labels, s.value * spec.scale, s.timestamp) for s in samples]
+        return SignalFetch(name, tuple(s for s in samples if not math.isnan(s.value)))
+
+    results = await asyncio.gather(*(one(n) for n in names))
+    return dict(zip(names, results, strict=True))

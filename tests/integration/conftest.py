@@ -1,0 +1,51 @@
+"""Fixtures for tests against real local services that need no cluster (e.g. Prometheus).
+
+These tests carry no marker: they run with the unit tests (``make test-unit``) because they start
+in about a second. When Debian's ``prometheus`` is not installed they skip with that reason on a
+developer machine, and *fail* under CI (``CI`` set), where a skip would hide a missing install.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "kind-e2e"))
+
+from prometheus import PrometheusUnavailable  # noqa: E402
+from prometheus.h200 import Phase, Row, backfill, data_dir, read_phases, read_rows  # noqa: E402
+from prometheus.server import PrometheusServer, binary  # noqa: E402
+
+
+def _need(what: str, reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what}: {reason}", pytrace=False)
+    pytest.skip(f"{what}: {reason}")
+
+
+@pytest.fixture(scope="session")
+def h200_data() -> tuple[list[Row], list[Phase]]:
+    folder = data_dir()
+    if not (folder / "telemetry.csv").exists():
+        _need("H200 telemetry", f"{folder} not found (set M2G_SHARED_DATA)")
+    return read_rows(folder / "telemetry.csv"), read_phases(folder / "load-phases.json")
+
+
+@pytest.fixture(scope="session")
+def h200_prometheus(tmp_path_factory: pytest.TempPathFactory,
+                    h200_data: tuple[list[Row], list[Phase]]) -> Iterator[PrometheusServer]:
+    """A real Prometheus whose TSDB holds the H200 recording under DCGM names."""
+    try:
+        binary("prometheus")
+        binary("promtool")
+    except PrometheusUnavailable as exc:
+        _need("Prometheus", str(exc))
+    work = tmp_path_factory.mktemp("prom-h200")
+    backfill(h200_data[0], work, work / "tsdb")
+    with PrometheusServer(work) as server:
+        yield server

@@ -1,0 +1,107 @@
+"""Samples → readings: ages, aggregation, and the fail-safe staleness rule."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from m2g.signals import Sample, SignalConfig, SignalName, build_readings
+from m2g.signals.config import SignalConfigError, load_signal_config
+from m2g.signals.readings import (
+    Expected,
+    Freshness,
+    SignalReading,
+    admission_headroom,
+    gpu_failed,
+    may_shed,
+    thermal_headroom,
+)
+
+NOW = 10_000.0
+
+
+def gpu(node: str, idx: int, value: float, age: float) -> Sample:
+    return Sample({"Hostname": node, "gpu": str(idx), "UUID": f"GPU-{node}-{idx}"}, value,
+                  NOW - age)
+
+
+def test_node_power_is_the_sum_of_fresh_gpus() -> None:
+    samples = {SignalName.GPU_POWER_W: [gpu("n1", i, 1000.0 + i, age=5 + i) for i in range(4)]}
+    r = build_readings(samples, NOW, expected=Expected(nodes=("n1",), gpus_per_node=4))
+    p = r.nodes["n1"].power_w
+    assert p.freshness is Freshness.FRESH
+    assert p.value == pytest.approx(4006.0)
+    assert p.age_seconds == pytest.approx(8.0)  # the oldest GPU's age
+
+
+def test_one_stale_gpu_makes_the_node_stale_and_a_missing_one_missing() -> None:
+    samples = {SignalName.GPU_POWER_W: [gpu("n1", 0, 900, 5), gpu("n1", 1, 900, 500),
+                                        gpu("n2", 0, 900, 5)]}
+    r = build_readings(samples, NOW, expected=Expected(nodes=("n1", "n2", "n3"),
+                                                       gpus_per_node=2))
+    n1, n2, n3 = (r.nodes[n].power_w for n in ("n1", "n2", "n3"))
+    assert n1.freshness is Freshness.STALE and n1.value is None
+    assert n1.age_seconds == pytest.approx(500) and n1.last_value == pytest.approx(1800)
+    assert n2.freshness is Freshness.MISSING  # GPU 1 never reported
+    assert n3.freshness is Freshness.MISSING and math.isinf(n3.age_seconds)
+    st = r.status[SignalName.GPU_POWER_W]
+    assert (st.fresh, st.stale, st.missing) == (2, 1, 3)
+    assert SignalName.GPU_POWER_W in r.stale_signals
+
+
+def test_newest_duplicate_wins_and_unlabelled_series_are_ignored() -> None:
+    samples = {SignalName.RACK_POWER_KW: [
+        Sample({"rack": "rack-000"}, 100.0, NOW - 50), Sample({"rack": "rack-000"}, 120.0, NOW - 2),
+        Sample({"other": "x"}, 1.0, NOW)]}
+    r = build_readings(samples, NOW, expected=Expected(racks=("rack-000", "rack-001")))
+    assert r.racks["rack-000"].power_kw.value == 120.0
+    assert r.racks["rack-001"].power_kw.freshness is Freshness.MISSING
+    assert r.racks["rack-000"].inlet_c.freshness is Freshness.MISSING
+
+
+def test_domain_and_xid() -> None:
+    samples = {
+        SignalName.DOMAIN_POWER_KW: [Sample({"power_domain": "pd-00"}, 480.0, NOW - 1)],
+        SignalName.GPU_XID: [gpu("n1", 0, 0, 1), gpu("n1", 3, 79, 1), gpu("n2", 0, 79, 1000)],
+    }
+    r = build_readings(samples, NOW)
+    assert r.domains["pd-00"].power_kw.value == 480.0
+    assert r.nodes["n1"].xid_gpus == ("3",) and r.nodes["n1"].xid.value == 79
+    assert gpu_failed(r.nodes["n1"].xid) is True
+    assert r.nodes["n2"].xid_gpus == () and gpu_failed(r.nodes["n2"].xid) is None  # stale
+
+
+def test_fail_safe_rule() -> None:
+    fresh = SignalReading.of(90.0, 10, 60)
+    stale = SignalReading.of(90.0, 61, 60)
+    missing = SignalReading.missing(60)
+    assert admission_headroom(fresh, 100) == 10.0
+    assert admission_headroom(stale, 1000) == 0.0 and admission_headroom(missing, 1000) == 0.0
+    assert may_shed(SignalReading.of(120, 1, 60), 100)
+    assert not may_shed(SignalReading.of(120, 61, 60), 100)  # never shed on stale data
+    assert not may_shed(missing, 0)
+    assert thermal_headroom(SignalReading.of(30, 1, 60), 45) == 15.0
+    assert thermal_headroom(stale, 45) == 0.0
+    assert SignalReading.of(1.0, -5, 60).age_seconds == 0.0
+
+
+def test_config_defaults_partial_override_and_errors(tmp_path: Path) -> None:
+    assert SignalConfig().spec(SignalName.GPU_POWER_W).query == "DCGM_FI_DEV_POWER_USAGE"
+    f = tmp_path / "signals.yaml"
+    f.write_text("url: http://prom:9090\nsignals:\n  rack_inlet_c:\n    max_age_seconds: 15\n")
+    cfg = load_signal_config(f)
+    assert cfg.spec(SignalName.RACK_INLET_C).max_age_seconds == 15
+    assert cfg.spec(SignalName.RACK_INLET_C).query == "m2g_sim_rack_inlet_celsius"
+    with pytest.raises(Exception):  # noqa: B017 - frozen
+        cfg.url = "x"  # type: ignore[misc]
+    f.write_text("signals:\n  rack_power:\n    query: x\n")
+    with pytest.raises(SignalConfigError, match="rack_power") as info:
+        load_signal_config(f)
+    assert "\n" not in str(info.value)
+    f.write_text("signals: [\n")
+    with pytest.raises(SignalConfigError, match="not valid YAML"):
+        load_signal_config(f)
+    with pytest.raises(SignalConfigError, match="No such file"):
+        load_signal_config(tmp_path / "nope.yaml")
