@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,7 +77,7 @@ def read_phases(path: Path) -> list[Phase]:
 
 
 def openmetrics(rows: list[Row], hostname: str = HOSTNAME) -> str:
-    families = [
+    families: list[tuple[str, str, Callable[[Row], float]]] = [
         ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda r: r.power_w),
         ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda r: r.temp_c),
         ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", lambda r: 0.0),
