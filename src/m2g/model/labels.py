@@ -25,18 +25,26 @@ EXPECTED_RUNTIME: Final = "m2g.io/expected-runtime-seconds"
 ESTIMATED_KW: Final = "m2g.io/estimated-kw"
 CHECKPOINT_INTERVAL: Final = "m2g.io/checkpoint-interval-seconds"
 LAST_CHECKPOINT: Final = "m2g.io/last-checkpoint-time"  # RFC 3339, written by the job
+TEMPLATE: Final = "m2g.io/template"  # label: the WorkloadTemplate a workload was rendered from
+TEMPLATE_VALUES: Final = "m2g.io/template-values"  # annotation: its resolved parameters (JSON)
 
 # Kueue
 QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
 TAS_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
 TAS_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
+TAS_UNCONSTRAINED: Final = "kueue.x-k8s.io/podset-unconstrained-topology"
+TAS_SLICE_REQUIRED: Final = "kueue.x-k8s.io/podset-slice-required-topology"
+TAS_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
+TAS_PODSET_GROUP: Final = "kueue.x-k8s.io/podset-group-name"
 
 # KAI Scheduler
 KAI_QUEUE: Final = "kai.scheduler/queue"
 KAI_TOPOLOGY: Final = "kai.scheduler/topology"
 KAI_REQUIRED_PLACEMENT: Final = "kai.scheduler/topology-required-placement"
 KAI_PREFERRED_PLACEMENT: Final = "kai.scheduler/topology-preferred-placement"
+KAI_SEGMENT_SIZE: Final = "kai.scheduler/segment-size"
+KAI_SEGMENT_REQUIRED: Final = "kai.scheduler/segment-topology-required-placement"
 
 # The factory simulator (KWOK): how long a pod "runs" before it succeeds
 SIM_DURATION: Final = "m2g.io/sim-duration"

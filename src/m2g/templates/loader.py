@@ -1,0 +1,113 @@
+"""Read WorkloadTemplate files: the only module of m2g.templates that touches the disk.
+
+The shipped recipes live in the repository's ``templates/`` folder; ``M2G_TEMPLATES`` (a
+folder) or an explicit path overrides it. Each template is checked on load: its schema, its
+parameter declarations against the catalogue, and a trial render with its own defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from m2g.templates.errors import TemplateError
+from m2g.templates.params import CATALOGUE
+from m2g.templates.render import render
+from m2g.templates.schema import WorkloadTemplate
+
+ENV_DIR = "M2G_TEMPLATES"
+
+
+def default_dir() -> Path:
+    """``$M2G_TEMPLATES``, else ``templates/`` at the repository root (or the cwd)."""
+    env = os.environ.get(ENV_DIR)
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[3] / "templates"
+    return repo if repo.is_dir() else Path.cwd() / "templates"
+
+
+def parse(text: str, source: str) -> WorkloadTemplate | None:
+    """One YAML document → a checked template; None for documents of other API groups
+    (e.g. the WorkloadPriorityClasses shipped next to the templates)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TemplateError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise TemplateError(f"{source}: expected a WorkloadTemplate mapping")
+    if not str(data.get("apiVersion", "")).startswith("m2g.io/"):
+        return None
+    try:
+        doc = WorkloadTemplate.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "document"
+        raise TemplateError(f"{source}: {where}: {err['msg']}") from None
+    check(doc, source)
+    return doc
+
+
+def check(doc: WorkloadTemplate, source: str) -> None:
+    """Declared parameters exist and fit the shape; the defaults render."""
+    for key in doc.spec.parameters:
+        knob = CATALOGUE.get(key)
+        if knob is None:
+            raise TemplateError(f"{source}: parameters.{key}: not a known parameter")
+        if knob.shapes is not None and doc.spec.shape not in knob.shapes:
+            raise TemplateError(f"{source}: parameters.{key}: does not apply to "
+                                f"{doc.spec.shape.value} templates")
+    try:
+        render(doc)
+    except TemplateError as exc:
+        raise TemplateError(f"{source}: defaults do not render: {exc}") from None
+
+
+def load_file(path: Path) -> WorkloadTemplate | None:
+    """The template in ``path``; None if the file holds only documents of other API groups."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except OSError as exc:
+        raise TemplateError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise TemplateError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    if not any(isinstance(d, dict) and str(d.get("apiVersion", "")).startswith("m2g.io/")
+               for d in docs):
+        return None
+    if len(docs) != 1:
+        raise TemplateError(f"{path}: put one WorkloadTemplate per file")
+    return parse(text, str(path))
+
+
+def load_all(folder: Path | None = None) -> dict[str, WorkloadTemplate]:
+    """Every ``*.yaml`` template in ``folder``, by name; duplicate names are an error."""
+    root = folder or default_dir()
+    if not root.is_dir():
+        raise TemplateError(f"template folder {root} does not exist (set {ENV_DIR})")
+    out: dict[str, WorkloadTemplate] = {}
+    for path in sorted(root.glob("*.y*ml")):
+        doc = load_file(path)
+        if doc is None:
+            continue
+        if doc.name in out:
+            raise TemplateError(f"{path}: template {doc.name!r} is defined twice")
+        out[doc.name] = doc
+    return out
+
+
+def find(name: str, folder: Path | None = None) -> WorkloadTemplate:
+    """A template by name, or by path to a file."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        doc = load_file(path)
+        if doc is None:
+            raise TemplateError(f"{path}: not a WorkloadTemplate")
+        return doc
+    found = load_all(folder)
+    if name not in found:
+        raise TemplateError(f"no template {name!r} (templates: {', '.join(sorted(found))})")
+    return found[name]
