@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from m2g import __version__
-from m2g_cli import policy_cmd
+from m2g_cli import policy_cmd, simulate_cmd, templates_cmd
 
 app = typer.Typer(
     name="m2g",
@@ -15,6 +15,9 @@ app = typer.Typer(
     add_completion=True,
 )
 app.add_typer(policy_cmd.app, name="policy")
+app.add_typer(templates_cmd.app, name="templates")
+app.command("submit")(templates_cmd.submit)
+app.command("simulate")(simulate_cmd.simulate)
 
 
 @app.command()

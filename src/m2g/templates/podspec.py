@@ -133,13 +133,13 @@ def container(ctx: Context, name: str, command: list[str] | None, gpus: int) -> 
     env = {"M2G_WORKLOAD": v.name, "M2G_CHECKPOINT_DIR": CHECKPOINT_DIR,
            "M2G_CHECKPOINT_INTERVAL_SECONDS": str(v.checkpoint_interval),
            **{k: expand(ctx, val) for k, val in ctx.template.spec.container.env.items()}}
-    out: Obj = {"name": name, "image": v.image,
-                "env": [{"name": k, "value": val} for k, val in env.items()],
+    out: Obj = {"name": name, "image": v.image}
+    if command is not None:
+        out["command"] = command
+    out |= {"env": [{"name": k, "value": val} for k, val in env.items()],
                 "resources": {"limits": {L.GPU_RESOURCE: gpus},
                               "requests": {L.GPU_RESOURCE: gpus}},
                 "volumeMounts": mounts(v)}
-    if command is not None:
-        out["command"] = command
     port = ctx.template.spec.container.port
     if port:
         out["ports"] = [{"name": "http", "containerPort": port}]
@@ -179,7 +179,7 @@ def torchrun(ctx: Context, rank: str | None, master: str | None) -> list[str]:
     """A torchrun command line. master None: the operator sets PET_* env (PyTorchJob,
     TrainJob); rank None: the caller exports PET_NODE_RANK (JobSet)."""
     s = ctx.sizing
-    head = ["torchrun"]
+    head = list(ctx.template.spec.container.launcher_command)
     if master is not None:
         head += [f"--nnodes={s.pods}", f"--nproc-per-node={s.gpus_per_pod}",
                  f"--master-addr={master}", f"--master-port={MASTER_PORT}"]
@@ -194,8 +194,8 @@ def launch(ctx: Context, rank: str | None, master: str) -> list[str]:
     if launcher is Launcher.TORCHRUN and ctx.sizing.pods > 1:
         return torchrun(ctx, rank, master)
     if launcher is Launcher.TORCHRUN:
-        return ["torchrun", "--standalone", f"--nproc-per-node={ctx.sizing.gpus_per_pod}",
-                *expand_args(ctx)]
+        return [*ctx.template.spec.container.launcher_command, "--standalone",
+                f"--nproc-per-node={ctx.sizing.gpus_per_pod}", *expand_args(ctx)]
     return expand_args(ctx)
 
 

@@ -132,6 +132,8 @@ class Container(Frozen):
     """The main container: launcher, args (with ``{placeholders}``), port, extra env."""
 
     launcher: Launcher = Launcher.PLAIN
+    launcher_command: tuple[str, ...] = Field(alias="launcherCommand", default=("torchrun",),
+                                              min_length=1)  # e.g. [tune, run]
     args: tuple[str, ...] = Field(min_length=1)
     port: int | None = Field(default=None, ge=1, le=65535)
     env: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,118 @@
+"""``m2g templates list | show`` and ``m2g submit`` — workload templates on the command line.
+
+Exit codes: 0 done; 2 a usage or validation error (unknown template, bad --set, a layout that
+cannot be placed); 1 a cluster error (no cluster, CRD missing, forbidden, rejected). Every
+error is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from m2g.templates import Rendered, TemplateError, loader, parse_sets, render
+from m2g_cli import templates_view as view
+from m2g_cli.templates_apply import ClusterError, connect, create
+
+app = typer.Typer(help="List and inspect workload templates (recipes).", no_args_is_help=True)
+
+
+class Output(StrEnum):
+    """Manifest formats."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
+DirOpt = Annotated[Path | None, typer.Option(
+    "--templates-dir", envvar=loader.ENV_DIR, help="Folder of templates (default: templates/)")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", help="Parameter override key=value (repeatable)")]
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def _width() -> int:
+    return shutil.get_terminal_size((view.WIDTH, 24)).columns if _tty() else view.WIDTH
+
+
+def _rendered(name: str, sets: list[str] | None, folder: Path | None, namespace: str = "default",
+              queue: str = "default") -> Rendered:
+    try:
+        template = loader.find(name, folder)
+        return render(template, parse_sets(sets or []), namespace=namespace, queue=queue)
+    except TemplateError as exc:
+        _fail(str(exc), 2)
+
+
+@app.command("list")
+def list_(templates_dir: DirOpt = None) -> None:
+    """Table of templates: name, kind, default API, default GPUs, flex tier, description."""
+    try:
+        found = loader.load_all(templates_dir)
+    except TemplateError as exc:
+        _fail(str(exc), 2)
+    typer.echo(view.list_table(found.values(), width=_width(), color=_tty()), nl=False)
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="Template name (or a path to a template file)")],
+    set_: SetOpt = None,
+    templates_dir: DirOpt = None,
+) -> None:
+    """Parameters with defaults and bounds, and what they derive (GPUs, placement, memory)."""
+    rendered = _rendered(name, set_, templates_dir)
+    typer.echo(view.show_text(rendered, width=_width(), color=_tty()), nl=False)
+
+
+def submit(
+    template: Annotated[str, typer.Argument(help="Template name (or a path to a template file)")],
+    set_: SetOpt = None,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Kueue LocalQueue")] = "default",
+    namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the manifests; create nothing")] = False,
+    server_dry_run: Annotated[bool, typer.Option(
+        "--server-dry-run", help="Let the API server validate (dryRun=All); create nothing")
+    ] = False,
+    output: Annotated[Output, typer.Option("--output", "-o")] = Output.YAML,
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")] = None,
+    context: Annotated[str | None, typer.Option("--context")] = None,
+    templates_dir: DirOpt = None,
+) -> None:
+    """Render TEMPLATE into a workload and create it in a Kueue LocalQueue."""
+    rendered = _rendered(template, set_, templates_dir, namespace, queue)
+    for note in rendered.notes:
+        typer.echo(f"note: {note}", err=True)
+    if dry_run:
+        typer.echo(view.manifests_text(rendered.objects, output.value), nl=False)
+        return
+    try:
+        api = connect(kubeconfig, context)
+        for obj in rendered.objects:
+            create(api, obj, dry_run=server_dry_run)
+    except ClusterError as exc:
+        _fail(str(exc), 1)
+    typer.echo(summary(rendered, namespace, queue, server_dry_run))
+
+
+def summary(rendered: Rendered, namespace: str, queue: str, validated_only: bool) -> str:
+    """One line about what was created (or validated)."""
+    w, s = rendered.workload, rendered.sizing
+    verb = "validated (server dry-run)" if validated_only else "created"
+    return (f"{verb} {w['kind']}/{w['metadata']['name']} in namespace {namespace}, queue "
+            f"{queue}: {s.gpus} GPUs in {s.pods * s.groups} pods, ~{s.kw:g} kW")
