@@ -1,0 +1,44 @@
+"""``m2g simulate`` — run the factory telemetry simulator against a cluster's KWOK nodes.
+
+Serves ``/metrics`` (DCGM_FI_DEV_* per GPU, ``m2g_sim_*`` per rack and power domain) for a
+Prometheus to scrape, and ``/faults`` for fault injection (docs/signals.md). The exporter lives
+in ``m2g_controllers.simulator``; the CLI runs it as ``python -m`` (the CLI and the controllers
+are independent layers). Exit codes: 0 on Ctrl-C / SIGTERM, 2 when the kubeconfig is missing,
+the cluster cannot be reached or the port cannot be bound — one line each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def simulate(
+    kubeconfig: Annotated[Path | None, typer.Option(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="kubeconfig context")] = None,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
+                                      help="HTTP port for /metrics and /faults")] = 9400,
+    interval: Annotated[float, typer.Option("--interval", min=0.1,
+                                            help="seconds between model steps")] = 5.0,
+    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
+) -> None:
+    """Simulate GPU power/temperature and rack/power-domain kW for the cluster's KWOK nodes."""
+    if kubeconfig is not None and not kubeconfig.is_file():
+        typer.echo(f"error: kubeconfig {kubeconfig} not found", err=True)
+        raise typer.Exit(2)
+    argv = [sys.executable, "-m", "m2g_controllers.simulator", "--host", host,
+            "--port", str(port), "--interval", str(interval)]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        argv += ["--context", context]
+    code = 130
+    with contextlib.suppress(KeyboardInterrupt):
+        code = subprocess.run(argv, check=False).returncode
+    raise typer.Exit(0 if code in (130, -2) else code)
