@@ -105,3 +105,24 @@ def test_config_defaults_partial_override_and_errors(tmp_path: Path) -> None:
         load_signal_config(f)
     with pytest.raises(SignalConfigError, match="No such file"):
         load_signal_config(tmp_path / "nope.yaml")
+
+
+def test_status_metrics_and_lines() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from m2g.signals.exposition import SignalStatusCollector, status_lines
+
+    r = build_readings({SignalName.GPU_POWER_W: [gpu("n1", 0, 500, 3), gpu("n2", 0, 500, 300)]},
+                       NOW, errors={SignalName.RACK_POWER_KW: "Prometheus at x is unreachable"})
+    reg = CollectorRegistry()
+    reg.register(SignalStatusCollector(lambda: r))
+    text = generate_latest(reg).decode()
+    assert 'm2g_signal_age_seconds{signal="gpu_power_w"} 300.0' in text
+    assert 'm2g_signal_series{freshness="stale",signal="gpu_power_w"} 1.0' in text
+    assert 'm2g_signal_query_failed{signal="rack_power_kw"} 1.0' in text
+    assert 'm2g_signal_stale{signal="gpu_power_w"} 1.0' in text
+    lines = status_lines(r)
+    assert len(lines) == len(SignalName)
+    assert lines[0].startswith("gpu_power_w") and "FAIL-SAFE" in lines[0]
+    rack_line = next(x for x in lines if x.startswith("rack_power_kw"))
+    assert "unreachable" in rack_line and "oldest ∞" in rack_line
