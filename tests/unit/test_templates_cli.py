@@ -1,0 +1,124 @@
+"""``m2g templates list|show`` and ``m2g submit``: golden output, exit codes, one-line errors.
+
+Regenerate the golden files after an intended change: ``M2G_UPDATE_GOLDEN=1 pytest
+tests/unit/test_templates_cli.py`` (then review the diff).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from m2g_cli.app import app
+from tests.unit.templates_helpers import TEMPLATES
+
+GOLDEN = Path(__file__).parent / "golden"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _templates_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("M2G_TEMPLATES", str(TEMPLATES))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+
+
+def golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("M2G_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"missing {path}; run with M2G_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{name} differs; M2G_UPDATE_GOLDEN=1 to accept"
+
+
+def run(*args: str, code: int = 0) -> tuple[str, str]:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, (result.stdout, result.stderr, result.exception)
+    return result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(("args", "name"), [
+    (["templates", "list"], "templates_list.txt"),
+    (["templates", "show", "llama31-405b-pretrain"], "templates_show_405b.txt"),
+    (["templates", "show", "vllm-llama31-405b", "--set", "replicas=4", "--set", "tp=16"],
+     "templates_show_vllm_tp16.txt"),
+    (["submit", "rack-benchmark", "--dry-run", "-n", "bench", "--queue", "racks"],
+     "submit_rack_benchmark.yaml.txt"),
+])
+def test_golden_output(args: list[str], name: str) -> None:
+    out, err = run(*args)
+    assert err == ""
+    golden(name, out)
+
+
+def test_list_shows_every_template_once_with_default_gpus() -> None:
+    out, _ = run("templates", "list")
+    rows = [line.split() for line in out.splitlines()[2:] if line and not line[0].isspace()]
+    by_name = {r[0]: r for r in rows}
+    assert set(by_name) == {p.stem for p in TEMPLATES.glob("*.yaml")} - {
+        "workload-priority-classes"}
+    assert by_name["llama31-405b-pretrain"][1:5] == ["training", "JobSet", "512", "3"]
+
+
+def test_show_reflects_set_values() -> None:
+    out, _ = run("templates", "show", "llama31-405b-pretrain", "--set", "dp=16")
+    assert "gpus         1024 = tp 4 x cp 2 x pp 8 x dp 16" in out
+    assert "preferred m2g.io/block; slices of 16 pods required in nvidia.com/gpu.clique" in out
+
+
+def test_submit_dry_run_json_is_a_list_with_the_queue() -> None:
+    out, _ = run("submit", "llama31-70b-sft", "--dry-run", "-o", "json", "-q", "q1")
+    doc = json.loads(out)
+    assert doc["kind"] == "List" and doc["items"][0]["kind"] == "TrainJob"
+    assert doc["items"][0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q1"
+
+
+def test_submit_notes_go_to_stderr_and_yaml_stays_clean() -> None:
+    out, err = run("submit", "llama31-70b-sft", "--dry-run")
+    assert err.startswith("note: TrainJob: the scheduler")
+    assert yaml.safe_load(out)["kind"] == "TrainJob"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["templates", "show", "nope"], "error: no template 'nope' (templates: agentic-coder, "),
+    (["submit", "rack-benchmark", "--set", "tp=9", "--dry-run"],
+     "error: rack-benchmark: tp=9 is out of range [1, 8]"),
+    (["submit", "rack-benchmark", "--set", "dp", "--dry-run"],
+     "error: --set expects key=value, got 'dp'"),
+    (["submit", "rack-benchmark", "--set", "color=blue", "--dry-run"],
+     "error: rack-benchmark: unknown parameter 'color' (parameters: "),
+    (["submit", "llama31-8b-finetune", "--set", "dp=6", "--dry-run"],
+     "error: llama31-8b-finetune: tp*cp*pp*dp = 6 GPUs is not a whole number of 4-GPU trays"),
+])
+def test_user_mistakes_exit_2_with_one_line(args: list[str], message: str) -> None:
+    out, err = run(*args, code=2)
+    assert out == ""
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+def test_bad_template_folder_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text("apiVersion: m2g.io/v1alpha1\nkind: WorkloadTemplate\n")
+    _, err = run("templates", "list", "--templates-dir", str(tmp_path), code=2)
+    assert err.startswith(f"error: {tmp_path / 'x.yaml'}: metadata: Field required")
+
+
+def test_submit_without_a_cluster_is_exit_1_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.kubeconfig"
+    _, err = run("submit", "rack-benchmark", "--kubeconfig", str(missing), code=1)
+    assert err.startswith("error: no cluster: kubeconfig: ") and err.count("\n") == 1, err
+
+
+def test_submit_to_an_unreachable_server_is_exit_1(tmp_path: Path) -> None:
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    _, err = run("submit", "llama31-8b-finetune", "--kubeconfig", str(cfg), code=1)
+    assert err.startswith("error: no cluster: ") and err.count("\n") == 1, err
