@@ -76,3 +76,11 @@ def test_scaled_levels_and_cap_behaviour() -> None:
     assert m.gpu_watts(WorkloadKind.TRAINING, 0.1) == m.gpu_watts(WorkloadKind.TRAINING, 0.25)
     assert m.throughput(WorkloadKind.TRAINING, 0.5) == pytest.approx(0.63, abs=0.03)
     assert m.gpu_watts(WorkloadKind.AGENTIC) < m.gpu_watts(WorkloadKind.INFERENCE)
+
+
+def test_matmul_benchmark_sits_on_its_cap() -> None:
+    m = PowerModel()
+    for cap in (0.25, 0.5, 0.75, 1.0):
+        assert m.gpu_watts(WorkloadKind.BENCHMARK, cap) == pytest.approx(0.986 * cap * 1400,
+                                                                          rel=0.001)
+    assert m.throughput(WorkloadKind.BENCHMARK, 0.5) == m.throughput(WorkloadKind.TRAINING, 0.5)

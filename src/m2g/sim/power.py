@@ -65,9 +65,10 @@ def interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
 
 
 def _matmul_curve(curves: Curves) -> tuple[CurvePoint, ...]:
-    caps = sorted({p.cap for pts in curves.values() for p in pts})
+    """The H200 matmul sits on its cap (power = 0.986 × cap); its throughput under a cap was
+    not measured, so it borrows the pre-training curve's."""
     full = H200_FULL_W / H200_TDP_W
-    return tuple(CurvePoint(c, full * c, 1.0) for c in caps)
+    return tuple(CurvePoint(p.cap, full * p.cap, p.throughput) for p in curves["pre-training"])
 
 
 def _default_curves() -> Curves:
