@@ -116,6 +116,8 @@ def test_moe_experts_are_sharded_by_expert_parallelism() -> None:
     dense_like = sized("agentic-coder").memory
     assert dense_like is not None
     assert dense_like.weights == pytest.approx(480e9 / 8 / 1e9)
+    per_token = 2 * 62 * 8 * 128 / 8  # Qwen3's explicit head_dim 128, not 6144 / 96
+    assert dense_like.kv_tokens == int(dense_like.kv_cache * 1e9 / per_token)
 
 
 def _bigger(params_b: float) -> WorkloadTemplate:

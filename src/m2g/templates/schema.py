@@ -95,12 +95,13 @@ class ModelFacts(Frozen):
     hidden: int = Field(ge=64)
     heads: int = Field(ge=1)
     kv_heads: int = Field(alias="kvHeads", ge=1)
+    head_dim_: int | None = Field(alias="headDim", default=None, ge=16)  # if not hidden/heads
     moe: Moe | None = None
     source: str = ""
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_dim_ or self.hidden // self.heads
 
 
 class CapPoint(Frozen):
