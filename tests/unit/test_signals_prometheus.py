@@ -117,3 +117,26 @@ async def test_fetch_signals_isolates_failures_and_scales() -> None:
     assert isinstance(out["gpu_temp_c"].error, BadQueryError)  # type: ignore[index]
     assert out["rack_power_kw"].samples[0].value == pytest.approx(120.0)  # type: ignore[index]
     assert out["gpu_power_w"].ok and out["gpu_power_w"].samples == ()  # type: ignore[index]
+
+
+async def test_read_signals_turns_failures_into_missing_readings() -> None:
+    from m2g.signals.reader import read_signals
+    from m2g.signals.readings import Expected, Freshness
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = req.url.params["query"]
+        if "rack_power" in q:
+            return httpx.Response(503, text="down")
+        if "DCGM_FI_DEV_POWER_USAGE" in q:
+            value = 995.0 if q.startswith("timestamp(") else 700.0  # scraped 5 s ago
+            return httpx.Response(200, json=vector(({"Hostname": "n1", "gpu": "0"}, value,
+                                                    1000.0)))
+        return httpx.Response(200, json=vector())
+
+    r = await read_signals(make(handler), SignalConfig(),
+                           Expected(nodes=("n1",), racks=("rack-000",)))
+    assert r.now == 1000.0
+    assert r.nodes["n1"].power_w.value == 700.0
+    assert r.nodes["n1"].power_w.age_seconds == 5.0
+    assert r.racks["rack-000"].power_kw.freshness is Freshness.MISSING
+    assert "HTTP 503" in r.status["rack_power_kw"].error  # type: ignore[index]

@@ -1,0 +1,20 @@
+"""One call for a controller's cycle: fetch every signal at ``now`` and project to readings.
+
+``read_signals`` never raises for Prometheus trouble: a failed signal is MISSING in the result
+(with its one-line error in ``status``), so the fail-safe rule takes over (docs/signals.md).
+"""
+
+from __future__ import annotations
+
+from m2g.signals.config import SignalConfig
+from m2g.signals.prometheus import PrometheusClient, fetch_signals
+from m2g.signals.readings import Expected, Readings, build_readings
+
+
+async def read_signals(client: PrometheusClient, config: SignalConfig,
+                       expected: Expected | None = None, now: float | None = None) -> Readings:
+    """Readings at ``now`` (default: the client's clock)."""
+    at = client.clock() if now is None else now
+    fetched = await fetch_signals(client, config, at)
+    return build_readings({n: f.samples for n, f in fetched.items() if f.ok}, at, config,
+                          expected, {n: str(f.error) for n, f in fetched.items() if f.error})
