@@ -36,7 +36,7 @@ ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", 
 DEFAULT_PORTS = {
     "etcd": 2379, "etcd_peer": 2380, "apiserver": 6443, "controller_manager": 10257,
     "scheduler": 10259, "kwok": 10247, "kueue_webhook": 9443, "kueue_metrics": 8443,
-    "kueue_health": 8081,
+    "kueue_health": 8081, "kueue_visibility": 8082,
 }
 Log = Callable[[str], None]
 
@@ -81,6 +81,7 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
     server = f"https://127.0.0.1:{ports['apiserver']}"
     ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))
     ctx.load_cert_chain(str(p / "admin.crt"), str(p / "admin.key"))
+    server_ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))  # verifies our webhook
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
     peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
     delegated = [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
@@ -120,7 +121,7 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
              f"--service-account-private-key-file={p / 'sa.key'}",
              f"--root-ca-file={p / 'ca.crt'}",
              "--kube-api-qps=200", "--kube-api-burst=400",
-             "--node-monitor-grace-period=120s", "--v=1"],
+             "--node-monitor-grace-period=180s", "--v=1"],
             ready=lambda: _http_ok(
                 f"https://127.0.0.1:{ports['controller_manager']}/healthz", body="ok"),
             timeout=60),
@@ -136,7 +137,7 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
              f"--config={run.root / 'kwok.yaml'}", "--manage-all-nodes=false",
              f"--manage-nodes-with-annotation-selector={kwok.NODE_ANNOTATION}=fake",
              "--node-ip=127.0.0.1", "--node-name=kwok-controller",
-             "--node-lease-duration-seconds=40",
+             "--node-lease-duration-seconds=120",  # renewed every 30s: 60 writes/s at 1,800 nodes
              f"--server-address=127.0.0.1:{ports['kwok']}"],
             ready=lambda: _http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz"),
             timeout=60),
@@ -145,7 +146,7 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
             [str(binary("kueue")), f"--config={run.root / 'kueue.yaml'}",
              f"--kubeconfig={kc}", "--zap-log-level=info"],
             ready=lambda: (_http_ok(f"http://127.0.0.1:{ports['kueue_health']}/readyz")
-                           and procs.tcp_open(ports["kueue_webhook"])),
+                           and procs.tls_ok(ports["kueue_webhook"], server_ctx)),
             timeout=90),
     }
 
@@ -213,18 +214,31 @@ def up(factory_spec: Path | None, log: Log = print) -> dict[str, Any]:
         for name in ("kube-controller-manager", "kube-scheduler"):
             procs.wait_ready(run, comps[name])
         log("[up] kube-controller-manager, kube-scheduler ready")
-    except UserError:
+        _check_all_alive(run)
+        if factory_spec is not None:
+            _apply_factory(run, state, factory_spec, log)
+        _check_all_alive(run)
+    except (UserError, httpx.HTTPError, OSError) as exc:
         log("[up] start-up failed; stopping what was started")
         down(lambda _msg: None)
-        raise
-    if factory_spec is not None:
-        _apply_factory(run, state, factory_spec, log)
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"start-up failed: {exc}") from exc
     state["upSeconds"] = round(time.monotonic() - t_start, 1)
     run.state.write_text(json.dumps(state, indent=2))
     log(f"[up] control plane up in {state['upSeconds']}s; API server {server}")
     log(f"[up] kubeconfig: {run.kubeconfig}")
     log(f"     export KUBECONFIG={run.kubeconfig}")
     return state
+
+
+def _check_all_alive(run: RunPaths) -> None:
+    """Every component still runs (one that lost a port race exits a moment after start)."""
+    for name, pid in running(run).items():
+        if pid is None:
+            log = run.log(name)
+            raise UserError(f"{name} exited after start-up; last lines of {log}:\n"
+                            + procs.log_tail(log))
 
 
 def _check_version(kube: Kube, want: str) -> None:

@@ -18,6 +18,7 @@ from localcp.paths import read_versions
 NAMESPACE = "kueue-system"
 WEBHOOK_PREFIX = "m2g-kueue-"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in cmd/kueue/main.go
+VISIBILITY_CERTS = Path("/visibility")  # hard-coded in pkg/visibility/server.go
 
 
 def kueue_dir() -> Path:
@@ -44,6 +45,7 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
                     "enableClusterQueueResources": True},
         "webhook": {"host": "127.0.0.1", "port": ports["kueue_webhook"],
                     "certDir": str(cert_dir)},
+        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": ports["kueue_visibility"]},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": ["batch/job"]},
@@ -54,8 +56,9 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
 
 
 def install_certs(pki: Path, cert_dir: Path) -> None:
-    """The webhook pair as tls.crt/tls.key in certDir and in Kueue's fixed metrics path."""
-    for target in (cert_dir, METRICS_CERTS):
+    """The webhook pair as tls.crt/tls.key in certDir and in Kueue's two hard-coded paths
+    (metrics server, visibility server); both are read when internal cert management is off."""
+    for target in (cert_dir, METRICS_CERTS, VISIBILITY_CERTS):
         target.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(pki / "webhook.crt", target / "tls.crt")
         shutil.copyfile(pki / "webhook.key", target / "tls.key")

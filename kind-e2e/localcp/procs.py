@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Callable
@@ -76,6 +77,13 @@ def start(run: RunPaths, comp: Component) -> int:
             start_new_session=True, cwd=run.root, env={**os.environ, **comp.env},
         )
     _pid_file(run, comp.name).write_text(f"{proc.pid}\n{exe}\n")
+    # Between fork and exec /proc/<pid>/cmdline is still Python's: wait for the exec so that
+    # read_pid (which checks the command line against recycled pids) sees the component.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and proc.poll() is None:
+        if read_pid(run, comp.name) is not None:
+            break
+        time.sleep(0.01)
     return proc.pid
 
 
@@ -153,6 +161,16 @@ def pick_port(preferred: int, taken: set[int]) -> int:
         if port not in taken:
             return port
     raise UserError(f"no free port found (wanted {preferred})")
+
+
+def tls_ok(port: int, ctx: ssl.SSLContext, host: str = "127.0.0.1") -> bool:
+    """A TLS handshake to ``host:port`` verified with ``ctx`` (i.e. our CA) succeeds."""
+    try:
+        with socket.create_connection((host, port), timeout=2) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host):
+            return True
+    except (OSError, ssl.SSLError):
+        return False
 
 
 def tcp_open(port: int, host: str = "127.0.0.1") -> bool:

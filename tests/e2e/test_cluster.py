@@ -13,7 +13,7 @@ import kr8s.objects
 import pytest
 from e2e_helpers import REPO, Cluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:Kubernetes version")]
 
 sys.path.insert(0, str(REPO / "kind-e2e"))
 from localcp.paths import binary  # noqa: E402
