@@ -4,16 +4,23 @@ The local control plane serves batch/v1 and the Kueue and KAI CRDs only. Manifes
 whose CRD is absent (JobSet, PyTorchJob, TrainJob, LeaderWorkerSet) are skipped with that
 reason; every template that can render to an indexed batch/v1 Job is validated as one, always.
 With Kueue running, its Job webhooks take part in the dry-run too.
+
+``M2G_E2E_EXTRA_CRDS=/folder`` installs the CustomResourceDefinitions found in that folder's
+*.yaml files first (they stay installed), so the other APIs are validated as well; see
+docs/templates.md ("Validated against the API server") for where to get them.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import REPO, Cluster, wait_until
+import yaml
+from e2e_helpers import REPO, Cluster, condition, unique, wait_until
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from m2g.model import labels as L
@@ -32,7 +39,33 @@ DRY_NS = "default"  # a dry-run persists nothing, so no namespace of its own is 
 
 @pytest.fixture(scope="module")
 def api(kubeconfig: Path) -> client.ApiClient:
-    return connect(str(kubeconfig))
+    api = connect(str(kubeconfig))
+    extra = os.environ.get("M2G_E2E_EXTRA_CRDS")
+    if extra:
+        install_crds(api, Path(extra))
+    return api
+
+
+def install_crds(api: client.ApiClient, folder: Path) -> None:
+    """Create every CRD in ``folder`` (an existing one is kept) and wait until Established."""
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            try:
+                ext.create_custom_resource_definition(doc)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            name = doc["metadata"]["name"]
+            wait_until(f"CRD {name} to be established", lambda n=name: _established(ext, n))
+
+
+def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
+    crd = ext.read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True"
+               for c in (crd.status.conditions or []))
 
 
 def dry_run(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
@@ -121,3 +154,71 @@ def test_kueue_reads_the_topology_request(cluster: Cluster, namespace: str,
     assert request["required"] == "m2g.io/block"
     assert request["podSetSliceRequiredTopology"] == "nvidia.com/gpu.clique"
     assert request["podSetSliceSize"] == 16
+
+
+def _queues(cluster: Cluster, namespace: str, gpus: int) -> None:
+    """A ClusterQueue on the factory's TAS flavor (gb200, topology nvl72) and LocalQueue
+    ``default`` in ``namespace``."""
+    cq = unique("tmpl-cq")
+    cluster.create_kueue("clusterqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+        "spec": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": namespace}},
+                 "resourceGroups": [{"coveredResources": [L.GPU_RESOURCE], "flavors": [
+                     {"name": "gb200", "resources": [
+                         {"name": L.GPU_RESOURCE, "nominalQuota": str(gpus)}]}]}]}})
+    cluster.create_kueue("localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "default", "namespace": namespace},
+        "spec": {"clusterQueue": cq}}, namespace=namespace)
+
+
+def _submit(kubeconfig: Path, namespace: str, *sets: str) -> None:
+    args = ["submit", "rack-benchmark", "-n", namespace, "--kubeconfig", str(kubeconfig),
+            "--templates-dir", str(REPO / "templates"), "--set", "scheduler=default",
+            "--set", "priority="]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+
+
+def test_submitted_benchmark_is_admitted_into_one_rack(
+        kubeconfig: Path, cluster: Cluster, namespace: str) -> None:
+    """m2g submit → Kueue TAS admits the 18-pod gang into one NVL72 rack of the factory."""
+    _queues(cluster, namespace, gpus=144)
+    _submit(kubeconfig, namespace, "nvlink_level=m2g.io/rack")
+
+    def admitted() -> dict[str, Any] | None:
+        items = cluster.workloads(namespace)
+        ok = items and (condition(items[0], "Admitted") or {}).get("status") == "True"
+        return items[0] if ok else None
+
+    wl = wait_until("the benchmark to be admitted", admitted, timeout=90)
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+    hosts = _hosts(assignment)
+    assert sum(hosts.values()) == 18
+    racks = {cluster.core.read_node(h).metadata.labels[L.RACK] for h in hosts}
+    assert len(racks) == 1, racks
+
+
+def _hosts(assignment: dict[str, Any]) -> dict[str, int]:
+    """Pods per hostname in a v1beta2 TopologyAssignment (levels + compressed slices)."""
+    out: dict[str, int] = {}
+    index = assignment["levels"].index(L.HOSTNAME)
+    for s in assignment["slices"]:
+        n = s["domainCount"]
+        names = _values(s["valuesPerLevel"][index], n)
+        counts = s["podCounts"]
+        per = ([counts["universal"]] * n if "universal" in counts
+               else counts.get("individual") or counts["podCounts"])
+        for name, count in zip(names, per, strict=True):
+            out[name] = out.get(name, 0) + int(count)
+    return out
+
+
+def _values(level: dict[str, Any], n: int) -> list[str]:
+    if "universal" in level:
+        return [str(level["universal"])] * n
+    ind = level["individual"]
+    return [f"{ind.get('prefix', '')}{root}{ind.get('suffix', '')}" for root in ind["roots"]]

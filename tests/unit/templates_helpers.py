@@ -22,12 +22,12 @@ def shipped() -> dict[str, WorkloadTemplate]:
 
 def pod_templates(obj: Any, path: str = "") -> Iterator[tuple[str, Obj]]:
     """Every PodTemplateSpec-like dict in a manifest (metadata + spec.containers), with path;
-    TrainJob's podTemplateOverrides entries count too (they carry the pod metadata)."""
+    a TrainJob runtime patch's pod template counts too (it carries only the pod metadata)."""
     if isinstance(obj, dict):
         spec = obj.get("spec")
         if "metadata" in obj and isinstance(spec, dict) and "containers" in spec:
             yield path, obj
-        if "targetJobs" in obj and "metadata" in obj:
+        if path.endswith(".spec.template") and "metadata" in obj and "spec" not in obj:
             yield path, obj
         for key, value in obj.items():
             if key != "metadata":

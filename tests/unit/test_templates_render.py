@@ -168,14 +168,18 @@ def test_pytorchjob_beyond_a_domain_uses_kai_segments_and_says_so() -> None:
     assert any("KAI segments" in n for n in r.notes)
 
 
-def test_trainjob_puts_the_tas_request_in_pod_template_overrides() -> None:
+def test_trainjob_puts_the_tas_request_in_its_own_runtime_patch() -> None:
     r = rendered("llama31-70b-sft")
     spec = r.workload["spec"]
     assert spec["runtimeRef"]["name"] == "torch-distributed" and spec["suspend"] is True
     assert (spec["trainer"]["numNodes"], spec["trainer"]["numProcPerNode"]) == (8, 4)
-    override = spec["podTemplateOverrides"][0]
-    assert override["targetJobs"] == [{"name": "node"}]
-    assert override["metadata"]["annotations"] == {L.TAS_REQUIRED: CLIQUE}
+    (patch,) = spec["runtimePatches"]
+    assert patch["manager"] == "m2g.io/templates"
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert node["name"] == "node"
+    meta = node["template"]["spec"]["template"]["metadata"]
+    assert meta["annotations"] == {L.TAS_REQUIRED: CLIQUE}
+    assert meta["labels"][L.WORKLOAD_KIND] == "fine-tuning"
     assert "tensor_parallel_dim=4" in spec["trainer"]["command"]
 
 

@@ -20,6 +20,7 @@ from m2g.templates.schema import Launcher, Shape
 Built = tuple[list[Obj], list[str]]
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 JOBSET_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+TRAINJOB_PATCH_MANAGER = "m2g.io/templates"
 KAI_SEGMENT_APIS_NOTE = ("PyTorchJob: Kueue slices cannot be expressed (the 1-pod Master is its "
                          "own PodSet); NVLink-domain slices rely on KAI segments")
 
@@ -106,7 +107,8 @@ def pytorchjob(ctx: Context) -> Built:
 
 
 def trainjob(ctx: Context) -> Built:
-    """Kubeflow Trainer v2 TrainJob on the ``torch-distributed`` ClusterTrainingRuntime."""
+    """Kubeflow Trainer TrainJob (v2.2+) on the ``torch-distributed`` ClusterTrainingRuntime;
+    pod labels and the TAS request go in through a ``runtimePatches`` entry of our own."""
     s, v = ctx.sizing, ctx.values
     notes = ["TrainJob: the scheduler, volumes and /dev/shm come from the runtime "
              "(torch-distributed), not from the template"]
@@ -115,10 +117,12 @@ def trainjob(ctx: Context) -> Built:
                "numNodes": s.pods, "numProcPerNode": s.gpus_per_pod,
                "resourcesPerNode": main["resources"]}
     pod_meta = pod_template(ctx, [], tas_annotations(s.placement))["metadata"]
+    node = {"name": "node", "template": {"spec": {"template": {"metadata": pod_meta}}}}
+    patch = {"manager": TRAINJOB_PATCH_MANAGER,
+             "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}}}
     spec = {"runtimeRef": {"name": "torch-distributed", "apiGroup": "trainer.kubeflow.org",
                            "kind": "ClusterTrainingRuntime"},
-            "suspend": True, "trainer": trainer,
-            "podTemplateOverrides": [{"targetJobs": [{"name": "node"}], "metadata": pod_meta}]}
+            "suspend": True, "trainer": trainer, "runtimePatches": [patch]}
     return [{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
              "metadata": metadata(ctx), "spec": spec}], notes
 
