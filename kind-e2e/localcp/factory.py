@@ -5,7 +5,7 @@ Each rack is one NVL72 NVLink domain: ``nodesPerRack`` (18) compute trays of ``g
 domains. Every node carries these labels:
 
 ==============================  ==========================================================
-``kubernetes.io/hostname``      the node name, ``<nodePrefix>-r<rack>-n<node>``
+``kubernetes.io/hostname``      the node name, ``<nodePrefix>-r<rack>-n<node>`` (prefix: name)
 ``nvidia.com/gpu.clique``       ``<clusterUUID>.<cliqueID>`` (one clique per rack)
 ``nvidia.com/gpu.product``      ``gpuProduct``
 ``nvidia.com/gpu.count``        ``gpusPerNode``
@@ -69,13 +69,15 @@ class FactorySpec(_Model):
     racks_per_power_domain: int = Field(default=4, ge=1)
     gpu_product: str = "NVIDIA-GB200"
     cluster_uuid: str | None = Field(default=None, alias="clusterUUID")
-    node_prefix: str = Field(default="gpu", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    node_prefix: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     node: NodeShape = NodeShape()
     flavor: str = Field(default="gb200", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     topology: str = Field(default="nvl72", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
     @model_validator(mode="after")
     def _defaults(self) -> FactorySpec:
+        if self.node_prefix is None:  # distinct per factory, so two factories can coexist
+            self.node_prefix = self.name
         if self.cluster_uuid is None:
             self.cluster_uuid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.name}.m2g.io"))
         else:
