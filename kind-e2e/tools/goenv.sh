@@ -1,6 +1,6 @@
 # Sourced by the build scripts: the Go environment of the local control plane's builds.
 # Everything lives under one cache folder outside the repository (override with M2G_CACHE).
-export M2G_CACHE="${M2G_CACHE:-$HOME/.cache/m2g}"
+export M2G_CACHE="${M2G_CACHE:-${HOME:-$(cd ~ && pwd)}/.cache/m2g}"
 export GOMODCACHE="$M2G_CACHE/gomod"
 export GOCACHE="$M2G_CACHE/gocache"
 export GOTOOLCHAIN=local
