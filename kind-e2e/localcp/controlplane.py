@@ -63,6 +63,7 @@ def ensure_binaries(log: Log) -> None:
     """Build missing binaries (kind-e2e/tools/build.sh prints progress); no-op when warm."""
     missing = [b for b in BINARIES if not binary(b).exists()]
     if not missing:
+        log(f"[build] all {len(BINARIES)} binaries cached under {binary('etcd').parent.parent}")
         return
     log(f"[up] building missing binaries: {' '.join(missing)} (cold build: see docs)")
     rc = subprocess.call(["bash", str(TOOLS / "build.sh"), *missing])
