@@ -112,7 +112,15 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
              "--service-cluster-ip-range=10.0.0.0/24", "--authorization-mode=RBAC",
              "--allow-privileged=true", "--endpoint-reconciler-type=none",
              "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
-             "--enable-priority-and-fairness=false", "--profiling=false", "--v=1"],
+             "--enable-priority-and-fairness=false", "--profiling=false",
+             # aggregation, for Kueue's visibility API (an APIService backed by 127.0.0.1)
+             f"--requestheader-client-ca-file={p / 'ca.crt'}",
+             "--requestheader-allowed-names=front-proxy-client",
+             "--requestheader-username-headers=X-Remote-User",
+             "--requestheader-group-headers=X-Remote-Group",
+             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+             f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+             f"--proxy-client-key-file={p / 'front-proxy-client.key'}", "--v=1"],
             ready=lambda: _http_ok(f"{server}/readyz", verify=ctx, body="ok"),
             timeout=60),
         "kube-controller-manager": Component(
@@ -212,6 +220,7 @@ def up(factory_spec: Path | None, log: Log = print) -> dict[str, Any]:
         start_and_wait("kwok")
         start_and_wait("kueue")
         _register_webhooks(kube, run, ports, log)
+        _register_visibility(kube, run, ports, log)
         for name in ("kube-controller-manager", "kube-scheduler"):
             procs.wait_ready(run, comps[name])
         log("[up] kube-controller-manager, kube-scheduler ready")
@@ -269,6 +278,27 @@ def _register_webhooks(kube: Kube, run: RunPaths, ports: dict[str, int], log: Lo
         kube.apply(hook)
     n = sum(len(h.get("webhooks", [])) for h in hooks)
     log(f"[up] {n} Kueue webhooks registered at https://127.0.0.1:{ports['kueue_webhook']}")
+
+
+def _register_visibility(kube: Kube, run: RunPaths, ports: dict[str, int], log: Log) -> None:
+    """Serve Kueue's visibility API (pending workloads) through kube-apiserver: an
+    ExternalName Service ``localhost`` plus an APIService. Not fatal if it stays unavailable."""
+    for obj in kueue.visibility_objects((run.pki / "ca.crt").read_bytes(),
+                                        ports["kueue_visibility"]):
+        kube.apply(obj)
+    url = f"/apis/apiregistration.k8s.io/v1/apiservices/{kueue.VISIBILITY_APISERVICE}"
+
+    def available() -> bool:
+        conds = ((kube.get(url) or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Available" and c["status"] == "True" for c in conds)
+
+    try:
+        kube.wait_for("the visibility APIService", available, timeout=30)
+        log(f"[up] Kueue visibility API served ({kueue.VISIBILITY_APISERVICE})")
+    except UserError:
+        conds = ((kube.get(url) or {}).get("status") or {}).get("conditions") or [{}]
+        log(f"[up] warning: {kueue.VISIBILITY_APISERVICE} not available: "
+            f"{conds[0].get('message', '?')}")
 
 
 def _apply_factory(run: RunPaths, state: dict[str, Any], spec_path: Path, log: Log) -> None:

@@ -14,11 +14,13 @@ import yaml
 from localcp.gomod import ensure_module
 from localcp.kube import Kube, Obj
 from localcp.paths import read_versions
+from localcp.pki import VISIBILITY_SERVICE
 
 NAMESPACE = "kueue-system"
 WEBHOOK_PREFIX = "m2g-kueue-"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in cmd/kueue/main.go
 VISIBILITY_CERTS = Path("/visibility")  # hard-coded in pkg/visibility/server.go
+VISIBILITY_APISERVICE = "v1beta2.visibility.kueue.x-k8s.io"
 
 
 def kueue_dir() -> Path:
@@ -89,3 +91,25 @@ def delete_webhooks(kube: Kube) -> None:
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
         for name in ("mutating-webhook-configuration", "validating-webhook-configuration"):
             kube.delete(f"/apis/admissionregistration.k8s.io/v1/{kind}/{WEBHOOK_PREFIX}{name}")
+
+
+def visibility_objects(ca_pem: bytes, port: int) -> list[Obj]:
+    """Service + APIService routing visibility.kueue.x-k8s.io/v1beta2 to Kueue on 127.0.0.1.
+
+    The aggregator resolves an ExternalName Service to ``https://<externalName>:<port>`` and
+    checks the certificate for ``<service>.<namespace>.svc`` (a SAN of our webhook cert).
+    """
+    label = {"app.kubernetes.io/managed-by": "m2g-localcp"}
+    return [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": VISIBILITY_SERVICE, "namespace": NAMESPACE, "labels": label},
+         "spec": {"type": "ExternalName", "externalName": "localhost",
+                  "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}},
+        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+         "metadata": {"name": VISIBILITY_APISERVICE, "labels": label},
+         "spec": {"group": "visibility.kueue.x-k8s.io", "version": "v1beta2",
+                  "groupPriorityMinimum": 100, "versionPriority": 100,
+                  "caBundle": base64.b64encode(ca_pem).decode(),
+                  "service": {"namespace": NAMESPACE, "name": VISIBILITY_SERVICE,
+                              "port": port}}},
+    ]

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CertAndKey = tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
+VISIBILITY_SERVICE = "kueue-visibility-server"
 
 
 def _key_usage(ca: bool) -> x509.KeyUsage:
@@ -78,11 +79,11 @@ def _save(directory: Path, stem: str, pair: CertAndKey) -> None:
 def ensure_pki(directory: Path) -> None:
     """Create the PKI in ``directory`` unless it is already complete.
 
-    Files: ca, apiserver, webhook (Kueue's webhook and metrics servers), admin
-    (CN=admin, O=system:masters) as ``.crt``/``.key``; ``sa.key``/``sa.pub`` for
-    service-account tokens.
+    Files: ca, apiserver, webhook (Kueue's webhook, metrics and visibility servers), admin
+    (CN=admin, O=system:masters), front-proxy-client (the aggregator's client) as
+    ``.crt``/``.key``; ``sa.key``/``sa.pub`` for service-account tokens.
     """
-    wanted = ["ca", "apiserver", "webhook", "admin"]
+    wanted = ["ca", "apiserver", "webhook", "admin", "front-proxy-client"]
     if all((directory / f"{s}.crt").exists() for s in wanted) and (directory / "sa.pub").exists():
         return
     directory.mkdir(parents=True, exist_ok=True)
@@ -91,9 +92,13 @@ def ensure_pki(directory: Path) -> None:
     _save(directory, "ca", ca)
     server = (ExtendedKeyUsageOID.SERVER_AUTH,)
     _save(directory, "apiserver", issue("kube-apiserver", ca=ca, eku=server, sans=local))
-    _save(directory, "webhook", issue("kueue-webhook", ca=ca, eku=server, sans=local))
+    # The aggregator verifies an APIService backend as <service>.<namespace>.svc.
+    visibility = (*local, x509.DNSName(f"{VISIBILITY_SERVICE}.kueue-system.svc"))
+    _save(directory, "webhook", issue("kueue-webhook", ca=ca, eku=server, sans=visibility))
     client = (ExtendedKeyUsageOID.CLIENT_AUTH,)
     _save(directory, "admin", issue("admin", org="system:masters", ca=ca, eku=client))
+    # kube-apiserver's client certificate towards aggregated APIs (Kueue's visibility API)
+    _save(directory, "front-proxy-client", issue("front-proxy-client", ca=ca, eku=client))
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (directory / "sa.key").write_bytes(
         sa.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())

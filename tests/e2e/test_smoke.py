@@ -136,7 +136,7 @@ def test_job_runs_end_to_end(cluster: Cluster, namespace: str) -> None:
 
 
 def test_workload_over_quota_stays_pending(cluster: Cluster, namespace: str) -> None:
-    make_queues(cluster, namespace, gpu_quota=4)
+    cq = make_queues(cluster, namespace, gpu_quota=4)
     cluster.batch.create_namespaced_job(
         namespace, gpu_job("too-big", pods=2, gpus_per_pod=4, duration="3s"))
 
@@ -153,3 +153,8 @@ def test_workload_over_quota_stays_pending(cluster: Cluster, namespace: str) -> 
     assert job.spec.suspend is True
     pods = cluster.core.list_namespaced_pod(namespace, label_selector="job-name=too-big")
     assert pods.items == []
+    # Kueue's visibility API (an aggregated API on the local control plane) lists it.
+    pending = cluster.api.call_api(
+        f"/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{cq}/pendingworkloads", "GET",
+        response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    assert [w["metadata"]["namespace"] for w in pending["items"]] == [namespace]
