@@ -49,7 +49,7 @@ def read_pid(run: RunPaths, name: str) -> int | None:
     except (FileNotFoundError, ValueError):
         return None
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     try:
@@ -58,7 +58,8 @@ def read_pid(run: RunPaths, name: str) -> int | None:
         return None
     if state == "Z":
         return None
-    return pid if cmdline == exe.strip() else None  # guards against a recycled pid
+    # guards against a recycled pid; args[1] is the script when the "binary" is a #! script
+    return pid if exe.strip() in args[:2] else None
 
 
 def start(run: RunPaths, comp: Component) -> int:
