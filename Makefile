@@ -66,7 +66,7 @@ down: $(STAMP)
 
 ## status: components (pid, RSS, log), API server version, Ready nodes
 status: $(STAMP)
-	$(LOCALCP) status
+	@$(LOCALCP) status || true
 
 ## cluster-build: build the pinned binaries into $${M2G_CACHE:-~/.cache/m2g}/bin (once)
 cluster-build:
