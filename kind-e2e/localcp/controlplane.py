@@ -81,8 +81,10 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
     p, kc = run.pki, str(run.kubeconfig)
     server = f"https://127.0.0.1:{ports['apiserver']}"
     ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))
+    ctx.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
     ctx.load_cert_chain(str(p / "admin.crt"), str(p / "admin.key"))
     server_ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))  # verifies our webhook
+    server_ctx.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
     peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
     delegated = [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",

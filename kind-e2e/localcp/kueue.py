@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from localcp import UserError
 from localcp.gomod import ensure_module
 from localcp.kube import Kube, Obj
 from localcp.paths import read_versions
@@ -61,10 +62,15 @@ def install_certs(pki: Path, cert_dir: Path) -> None:
     """The webhook pair as tls.crt/tls.key in certDir and in Kueue's two hard-coded paths
     (metrics server, visibility server); both are read when internal cert management is off."""
     for target in (cert_dir, METRICS_CERTS, VISIBILITY_CERTS):
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(pki / "webhook.crt", target / "tls.crt")
-        shutil.copyfile(pki / "webhook.key", target / "tls.key")
-        (target / "tls.key").chmod(0o600)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(pki / "webhook.crt", target / "tls.crt")
+            shutil.copyfile(pki / "webhook.key", target / "tls.key")
+            (target / "tls.key").chmod(0o600)
+        except OSError as exc:
+            raise UserError(f"cannot write Kueue's certificates to {target} ({exc.strerror}): "
+                            "Kueue reads them from that fixed path; run as root or make "
+                            f"{METRICS_CERTS} and {VISIBILITY_CERTS} writable") from exc
 
 
 def webhook_configurations(ca_pem: bytes, port: int) -> list[Obj]:
