@@ -172,7 +172,8 @@ def manifests(spec: FactorySpec) -> list[Obj]:
     return scheduling_objects(spec) + nodes(spec)
 
 
-def _ready_nodes(kube: Kube, factory: str) -> int:
+def ready_nodes(kube: Kube, factory: str) -> int:
+    """How many nodes of the named factory are Ready."""
     data = kube.get(f"/api/v1/nodes?labelSelector={FACTORY_LABEL}%3D{factory}") or {}
     count = 0
     for item in data.get("items", []):
@@ -195,7 +196,7 @@ def apply(kube: Kube, spec: FactorySpec, wait: float = 600.0, log: Any = print) 
 
     def all_ready() -> bool:
         nonlocal last
-        ready = _ready_nodes(kube, spec.name)
+        ready = ready_nodes(kube, spec.name)
         if ready != last and ready != len(node_objs):
             log(f"[factory] {spec.name}: {ready}/{len(node_objs)} nodes Ready")
         last = ready

@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 sys.path.insert(0, str(REPO / "kind-e2e"))
 
 from localcp import UserError, controlplane, factory
+from localcp.kube import Kube
 from localcp.paths import FACTORIES, run_paths
 
 E2E_FACTORY = FACTORIES / "small.yaml"
@@ -61,11 +62,16 @@ def kubeconfig() -> Iterator[Path]:
 
 
 def _ensure_factory() -> None:
-    """Apply the small factory to a reused cluster unless its nodes are already there."""
+    """Apply the small factory to a reused cluster unless all its nodes are there and Ready."""
     run = run_paths()
     state = controlplane.load_state(run) or {}
     spec = factory.load_spec(E2E_FACTORY)
-    if spec.name not in state.get("factories", []):
+    kube = Kube(state["server"], run.pki)
+    try:
+        ready = factory.ready_nodes(kube, spec.name)
+    finally:
+        kube.close()
+    if ready != spec.node_count:
         controlplane.apply_factory(E2E_FACTORY)
 
 
