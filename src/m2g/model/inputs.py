@@ -256,17 +256,28 @@ class PolicyInput(CelModel):
 
     def cel_data(self) -> dict[str, Any]:
         """The plain-data projection handed to the CEL runtime (camelCase, enums as strings)."""
-        data: dict[str, Any] = _plain(self.model_dump(mode="python", by_alias=True))
+        return {**self.shared_data(), "workload": self.workload_data(),
+                "queue": self.queue_data()}
+
+    def shared_data(self) -> dict[str, Any]:
+        """Everything but the workload and its queue: what a batch of workloads shares."""
+        data: dict[str, Any] = self.model_dump(mode="json", by_alias=True,
+                                               exclude={"workload", "queue", "now"})
         data["now"] = self.now
         return data
 
+    def workload_data(self) -> dict[str, Any]:
+        """The workload's plain data."""
+        data: dict[str, Any] = self.workload.model_dump(mode="json", by_alias=True)
+        return data
 
-def _plain(value: Any) -> Any:
-    """Turn enums into their string values and tuples into lists, recursively."""
-    if isinstance(value, StrEnum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    def queue_data(self) -> dict[str, Any]:
+        """The queue's plain data."""
+        data: dict[str, Any] = self.queue.model_dump(mode="json", by_alias=True)
+        return data
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """Inputs with equal keys share everything but the workload and queue (compared by
+        identity: build the inputs of one snapshot from the same objects, as controllers do)."""
+        return (id(self.site), id(self.grid), id(self.flavor), id(self.domain), self.now,
+                tuple(id(v) for v in self.domains.values()))

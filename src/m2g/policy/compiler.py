@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from m2g.policy.errors import Problem
-from m2g.policy.inline import inline_variables
+from m2g.policy.inline import Variables
 from m2g.policy.runtime import CelCompileError, Program, Runtime
 from m2g.policy.schema import ExpectedType, TypeChecker
 from m2g.policy.spec import (
@@ -75,6 +75,7 @@ class CompiledPolicy:
     failure_policy: FailurePolicy
     match: tuple[tuple[str, Program], ...]
     rules: tuple[CompiledRule, ...]
+    variables: Variables
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class _Ctx:
     runtime: Runtime
     checker: TypeChecker | None
     env: Any = None
-    inlines: dict[str, str] = field(default_factory=dict)
+    variables: Variables = field(default_factory=Variables)
 
     def problem(self, path: PathKey, rule: str, message: str) -> None:
         self.problems.append(
@@ -126,7 +127,8 @@ class _Ctx:
         try:
             if self.checker is not None:
                 self.checker.check(self.env, source, expected)
-            return self.runtime.compile(inline_variables(source, self.inlines))
+            text, bare = self.variables.prepare(source)
+            return self.runtime.compile(text, bare)
         except CelCompileError as exc:
             self.problem(path, rule, f"{what}: {_tidy(str(exc))}")
             return None
@@ -188,7 +190,7 @@ def compile_policy(
     compiled = CompiledPolicy(
         name=pol.metadata.name, file=doc.file, line=doc.start_line, stage=spec.stage,
         priority=spec.priority, failure_policy=spec.failure_policy, match=tuple(match),
-        rules=tuple(r for r in rules if r is not None),
+        rules=tuple(r for r in rules if r is not None), variables=ctx.variables,
     )
     return compiled, []
 
@@ -205,11 +207,11 @@ def _compile_variables(ctx: _Ctx, variables: Iterable[Any]) -> None:
             except CelCompileError as exc:
                 ctx.problem(path, "", f"variables.{var.name}: {_tidy(str(exc))}")
         try:
-            ctx.runtime.compile(inline_variables(var.expression, ctx.inlines))
+            ctx.runtime.compile(ctx.variables.prepare(var.expression)[0])
         except CelCompileError as exc:
             if ctx.checker is None:
                 ctx.problem(path, "", f"variables.{var.name}: {_tidy(str(exc))}")
-        ctx.inlines[var.name] = inline_variables(var.expression, ctx.inlines)
+        ctx.variables.add(var.name, var.expression)
         if ctx.checker is not None:
             from cel_expr_python import cel
 

@@ -1,16 +1,18 @@
-"""Evaluate a PolicySet stage against one input and combine the fired rules (the contract's rules).
+"""Evaluate a PolicySet stage and combine the fired rules by the contract's rules.
 
-Pure: no I/O, no clock. One activation is built per input and reused for every expression.
+Pure: no I/O, no clock. ``Evaluator.admission`` decides one workload; ``admission_many`` decides
+many that share a snapshot, evaluating each policy once for all of them (m2g.policy.batch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from m2g.model.inputs import PolicyInput
-from m2g.policy.compiler import CompiledPolicy, CompiledRule, CompiledUpdate, PolicySet
+from m2g.policy.batch import FusedCache, fired_many
+from m2g.policy.compiler import CompiledPolicy, PolicySet
+from m2g.policy.fired import Err, Hit, RenderedUpdate
 from m2g.policy.results import (
     DEFAULT_REQUEUE_SECONDS,
     AdmissionResult,
@@ -22,75 +24,10 @@ from m2g.policy.results import (
     PreemptionResult,
     Reason,
 )
-from m2g.policy.runtime import CelEvalError, Program
-from m2g.policy.spec import Decision, FailurePolicy, Stage, StopPolicy
+from m2g.policy.spec import Decision, Stage, StopPolicy
 
 _STOP_ORDER = {StopPolicy.NONE: 0, StopPolicy.HOLD: 1, StopPolicy.HOLD_AND_DRAIN: 2}
-
-
-@dataclass(frozen=True, slots=True)
-class _Hit:
-    policy: CompiledPolicy
-    rule: CompiledRule
-
-
-@dataclass(frozen=True, slots=True)
-class _Err:
-    policy: CompiledPolicy
-    rule: str
-    message: str
-
-    @property
-    def fails(self) -> bool:
-        return self.policy.failure_policy is FailurePolicy.FAIL
-
-    def issue(self) -> EvalIssue:
-        return EvalIssue(self.policy.name, self.rule, self.message)
-
-
-def _walk(policies: tuple[CompiledPolicy, ...], act: Any) -> Iterator[_Hit | _Err]:
-    """Every fired rule, in order; evaluation errors come out as _Err."""
-    for policy in policies:
-        applies = True
-        for name, prog in policy.match:
-            try:
-                if not prog.run(act):
-                    applies = False
-                    break
-            except CelEvalError as exc:
-                yield _Err(policy, "", f"matchConditions.{name}: {exc}")
-                applies = False
-                break
-        if not applies:
-            continue
-        for rule in policy.rules:
-            try:
-                fired = rule.when.run(act)
-            except CelEvalError as exc:
-                yield _Err(policy, rule.name, f"when: {exc}")
-                continue
-            if fired is True:
-                yield _Hit(policy, rule)
-
-
-def _message(hit: _Hit, act: Any) -> str:
-    rule = hit.rule
-    default = rule.message or f"{hit.policy.name}/{rule.name} fired"
-    if rule.message_expr is None:
-        return default
-    try:
-        return str(rule.message_expr.run(act))
-    except CelEvalError as exc:
-        return f"{default} (messageExpression failed: {exc})"
-
-
-def _run(prog: Program, act: Any, kind: type, what: str) -> Any:
-    value = prog.run(act)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise CelEvalError(f"{what} returned {type(value).__name__}, want {kind.__name__}")
-    return value
+Fired = list[Hit | Err]
 
 
 class _Updates:
@@ -101,26 +38,21 @@ class _Updates:
         self.maps: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
         self.tolerations: dict[str, list[dict[str, str]]] = {n: [] for n in pod_sets}
 
-    def apply(self, upd: CompiledUpdate, act: Any, ref: str) -> str | None:
+    def apply(self, upd: RenderedUpdate, ref: str) -> str | None:
         """Apply one update; return a conflict message, or None."""
         targets = [n for n in self.names if not upd.pod_sets or n in upd.pod_sets]
-        fields = (("labels", upd.labels), ("annotations", upd.annotations),
-                  ("nodeSelector", upd.node_selector))
-        for fname, pairs in fields:
-            for key, prog in pairs:
-                value = _run(prog, act, str, f"{fname}[{key}]")
-                for ps in targets:
-                    slot = self.maps.setdefault((ps, fname), {})
-                    owner = slot.get(key)
-                    if owner is not None and owner[0] != value:
-                        return (f"podSetUpdates conflict on {ps} {fname}[{key}]: "
-                                f"{owner[1]} sets {owner[0]!r}, {ref} sets {value!r}")
-                    slot.setdefault(key, (value, ref))
-        for tol in upd.tolerations:
-            rendered = {k: _run(p, act, str, f"tolerations.{k}") for k, p in tol}
+        for fname, key, value in upd.fields:
             for ps in targets:
-                if rendered not in self.tolerations[ps]:
-                    self.tolerations[ps].append(rendered)
+                slot = self.maps.setdefault((ps, fname), {})
+                owner = slot.get(key)
+                if owner is not None and owner[0] != value:
+                    return (f"podSetUpdates conflict on {ps} {fname}[{key}]: "
+                            f"{owner[1]} sets {owner[0]!r}, {ref} sets {value!r}")
+                slot.setdefault(key, (value, ref))
+        for tol in upd.tolerations:
+            for ps in targets:
+                if tol not in self.tolerations[ps]:
+                    self.tolerations[ps].append(tol)
         return None
 
     def result(self) -> tuple[PodSetUpdate, ...]:
@@ -139,197 +71,206 @@ def _pod_set_names(inp: PolicyInput) -> list[str]:
     return [ps.name or "main" for ps in inp.workload.pod_sets] or ["main"]
 
 
-def _fail_reason(err: _Err) -> Reason:
+def _issue(err: Err) -> EvalIssue:
+    return EvalIssue(err.policy.name, err.rule, err.message)
+
+
+def _defer_for(err: Err) -> Reason:
     return Reason(err.policy.name, err.rule, Decision.DEFER.value,
                   f"evaluation error: {err.message}")
 
 
-class Evaluator:
-    """Evaluates the stages of one PolicySet. Stateless; safe to share."""
+def combine_placement(fired: Fired, updates: _Updates) -> PlacementResult:
+    """Placement: the first fired topologyLevel; podSetUpdates merged (first conflict kept)."""
+    level: str | None = None
+    reasons: list[Reason] = []
+    errors: list[EvalIssue] = []
+    conflict: Reason | None = None
+    for item in fired:
+        if isinstance(item, Err):
+            errors.append(_issue(item))
+            continue
+        pay = item.payload
+        if level is None and pay.level:
+            level = pay.level
+        for upd in pay.updates:
+            clash = updates.apply(upd, item.ref)
+            if clash is not None and conflict is None:
+                conflict = Reason(item.policy.name, item.rule.name, "Defer", clash)
+        reasons.append(Reason(item.policy.name, item.rule.name, "Place", pay.message))
+    return PlacementResult(level, updates.result(), tuple(reasons), tuple(errors), conflict)
 
-    def __init__(self, policy_set: PolicySet) -> None:
-        self.policy_set = policy_set
-        self._runtime = policy_set.runtime
 
-    def activation(self, inp: PolicyInput) -> Any:
-        return self._runtime.activation(inp.cel_data())
-
-    def admission(self, inp: PolicyInput, *, placement: bool = True,
-                  act: Any = None) -> AdmissionResult:
-        """Admission (and, if any Placement policies exist, Placement) for one workload."""
-        act = self.activation(inp) if act is None else act
-        updates = _Updates(_pod_set_names(inp))
-        reasons: list[Reason] = []
-        errors: list[EvalIssue] = []
-        requeues: list[int] = []
-        for item in _walk(self.policy_set.by_stage[Stage.ADMISSION], act):
-            if isinstance(item, _Err):
-                self._on_error(item, reasons, errors, requeues)
-                continue
-            try:
-                reasons.append(self._admission_hit(item, act, updates, requeues))
-            except CelEvalError as exc:
-                self._on_error(_Err(item.policy, item.rule.name, str(exc)), reasons, errors,
-                               requeues)
-        place = None
-        if placement and self.policy_set.by_stage[Stage.PLACEMENT]:
-            place = self._placement(act, updates)
-            for err in place.errors:
-                if self._policy(err.policy).failure_policy is FailurePolicy.FAIL:
-                    reasons.append(Reason(err.policy, err.rule, "Defer",
-                                          f"evaluation error: {err.message}"))
-                    requeues.append(DEFAULT_REQUEUE_SECONDS)
-            if place.conflict is not None:
-                reasons.append(place.conflict)
+def combine_admission(fired: Fired, placed: Fired | None, pod_sets: list[str]) -> AdmissionResult:
+    """Reject > Defer (largest requeueAfter; 300 s default) > Admit; Placement merged in."""
+    updates = _Updates(pod_sets)
+    reasons: list[Reason] = []
+    errors: list[EvalIssue] = []
+    requeues: list[int] = []
+    for item in fired:
+        if isinstance(item, Err):
+            if item.fails:
+                reasons.append(_defer_for(item))
                 requeues.append(DEFAULT_REQUEUE_SECONDS)
-            place = PlacementResult(place.topology_level, place.pod_set_updates, place.reasons,
-                                    tuple(e for e in place.errors
-                                          if self._policy(e.policy).failure_policy
-                                          is FailurePolicy.IGNORE), place.conflict)
-        return _combine_admission(reasons, requeues, updates, errors, place)
-
-    def _policy(self, name: str) -> CompiledPolicy:
-        return next(p for p in self.policy_set.policies if p.name == name)
-
-    @staticmethod
-    def _on_error(err: _Err, reasons: list[Reason], errors: list[EvalIssue],
-                  requeues: list[int]) -> None:
-        if err.fails:
-            reasons.append(_fail_reason(err))
-            requeues.append(DEFAULT_REQUEUE_SECONDS)
-        else:
-            errors.append(err.issue())
-
-    @staticmethod
-    def _admission_hit(hit: _Hit, act: Any, updates: _Updates, requeues: list[int]) -> Reason:
-        rule = hit.rule
-        decision = rule.decision or Decision.ADMIT
-        message = _message(hit, act)
+            else:
+                errors.append(_issue(item))
+            continue
+        decision = item.rule.decision or Decision.ADMIT
+        reason = Reason(item.policy.name, item.rule.name, decision.value, item.payload.message)
         if decision is Decision.DEFER:
-            requeue = DEFAULT_REQUEUE_SECONDS
-            if rule.requeue_after is not None:
-                requeue = max(0, _run(rule.requeue_after, act, int, "requeueAfter"))
-            requeues.append(requeue)
+            req = item.payload.requeue
+            requeues.append(DEFAULT_REQUEUE_SECONDS if req is None else max(0, req))
         elif decision is Decision.ADMIT:
-            ref = f"{hit.policy.name}/{rule.name}"
-            for upd in rule.updates:
-                conflict = updates.apply(upd, act, ref)
-                if conflict is not None:
+            for upd in item.payload.updates:
+                clash = updates.apply(upd, item.ref)
+                if clash is not None:
+                    reason = Reason(item.policy.name, item.rule.name, Decision.DEFER.value, clash)
                     requeues.append(DEFAULT_REQUEUE_SECONDS)
-                    return Reason(hit.policy.name, rule.name, Decision.DEFER.value, conflict)
-        return Reason(hit.policy.name, rule.name, decision.value, message)
-
-    def placement(self, inp: PolicyInput) -> PlacementResult:
-        """The Placement stage alone."""
-        return self._placement(self.activation(inp), _Updates(_pod_set_names(inp)))
-
-    def _placement(self, act: Any, updates: _Updates) -> PlacementResult:
-        level: str | None = None
-        reasons: list[Reason] = []
-        errors: list[EvalIssue] = []
-        conflict: Reason | None = None
-        for item in _walk(self.policy_set.by_stage[Stage.PLACEMENT], act):
-            if isinstance(item, _Err):
-                errors.append(item.issue())
-                continue
-            rule = item.rule
-            try:
-                if rule.topology_level is not None and level is None:
-                    level = _run(rule.topology_level, act, str, "topologyLevel")
-                ref = f"{item.policy.name}/{rule.name}"
-                for upd in rule.updates:
-                    clash = updates.apply(upd, act, ref)
-                    if clash is not None and conflict is None:
-                        conflict = Reason(item.policy.name, rule.name, "Defer", clash)
-            except CelEvalError as exc:
-                errors.append(EvalIssue(item.policy.name, rule.name, str(exc)))
-                continue
-            reasons.append(Reason(item.policy.name, rule.name, "Place", _message(item, act)))
-        return PlacementResult(level or None, updates.result(), tuple(reasons), tuple(errors),
-                               conflict)
-
-    def capacity(self, inp: PolicyInput) -> CapacityResult:
-        """Capacity for one flavor/domain: min quota over fired rules, strongest stopPolicy."""
-        act = self.activation(inp)
-        quota: int | None = None
-        stop = StopPolicy.NONE
-        reasons: list[Reason] = []
-        errors: list[EvalIssue] = []
-        failed = False
-        for item in _walk(self.policy_set.by_stage[Stage.CAPACITY], act):
-            if isinstance(item, _Err):
-                failed = failed or item.fails
-                errors.append(item.issue())
-                continue
-            rule = item.rule
-            try:
-                if rule.quota is not None:
-                    q = max(0, _run(rule.quota, act, int, "quota"))
-                    quota = q if quota is None else min(quota, q)
-            except CelEvalError as exc:
-                failed = failed or item.policy.failure_policy is FailurePolicy.FAIL
-                errors.append(EvalIssue(item.policy.name, rule.name, str(exc)))
-                continue
-            if rule.stop_policy is not None and _STOP_ORDER[rule.stop_policy] > _STOP_ORDER[stop]:
-                stop = rule.stop_policy
-            label = rule.stop_policy.value if rule.quota is None and rule.stop_policy else "Quota"
-            reasons.append(Reason(item.policy.name, rule.name, label, _message(item, act)))
-        return CapacityResult(quota, stop, tuple(reasons), tuple(errors), failed)
-
-    def preemption(self, inp: PolicyInput) -> PreemptionResult:
-        """May this admitted workload be shed? Any fired 'eligible' and no veto; scores add."""
-        act = self.activation(inp)
-        yes = veto = False
-        score = 0.0
-        reasons: list[Reason] = []
-        errors: list[EvalIssue] = []
-        for item in _walk(self.policy_set.by_stage[Stage.PREEMPTION], act):
-            if isinstance(item, _Err):
-                veto = veto or item.fails  # never shed on an error
-                errors.append(item.issue())
-                continue
-            rule = item.rule
-            try:
-                ok = True if rule.eligible is None else _run(rule.eligible, act, bool, "eligible")
-                s = 0.0 if rule.score is None else _run(rule.score, act, float, "score")
-            except CelEvalError as exc:
-                veto = veto or item.policy.failure_policy is FailurePolicy.FAIL
-                errors.append(EvalIssue(item.policy.name, rule.name, str(exc)))
-                continue
-            yes, veto, score = yes or ok, veto or not ok, score + s
-            label = "Eligible" if ok else "Protected"
-            reasons.append(Reason(item.policy.name, rule.name, label, _message(item, act)))
-        return PreemptionResult(yes and not veto, score, tuple(reasons), tuple(errors))
-
-    def fairness(self, inp: PolicyInput) -> FairnessResult:
-        """The fair-sharing weight of ``inp.queue``: the first fired rule's weight."""
-        act = self.activation(inp)
-        weight: float | None = None
-        reasons: list[Reason] = []
-        errors: list[EvalIssue] = []
-        for item in _walk(self.policy_set.by_stage[Stage.FAIRNESS], act):
-            if isinstance(item, _Err):
-                errors.append(item.issue())
-                continue
-            rule = item.rule
-            try:
-                if weight is None and rule.weight is not None:
-                    weight = max(0.0, _run(rule.weight, act, float, "weight"))
-            except CelEvalError as exc:
-                errors.append(EvalIssue(item.policy.name, rule.name, str(exc)))
-                continue
-            reasons.append(Reason(item.policy.name, rule.name, "Weight", _message(item, act)))
-        return FairnessResult(weight, tuple(reasons), tuple(errors))
-
-
-def _combine_admission(reasons: list[Reason], requeues: list[int], updates: _Updates,
-                       errors: list[EvalIssue],
-                       place: PlacementResult | None) -> AdmissionResult:
+                    break
+        reasons.append(reason)
+    place = None
+    if placed is not None:
+        place = combine_placement([i for i in placed if isinstance(i, Hit) or not i.fails],
+                                  updates)
+        for err in (i for i in placed if isinstance(i, Err) and i.fails):
+            reasons.append(_defer_for(err))
+            requeues.append(DEFAULT_REQUEUE_SECONDS)
+        if place.conflict is not None:
+            reasons.append(place.conflict)
+            requeues.append(DEFAULT_REQUEUE_SECONDS)
     decisions = {r.decision for r in reasons}
     if Decision.REJECT.value in decisions:
         return AdmissionResult(Decision.REJECT, None, tuple(reasons), (), tuple(errors), place)
     if Decision.DEFER.value in decisions:
         return AdmissionResult(Decision.DEFER, max(requeues), tuple(reasons), (), tuple(errors),
                                place)
-    return AdmissionResult(Decision.ADMIT, None, tuple(reasons), updates.result(), tuple(errors),
-                           place)
+    return AdmissionResult(Decision.ADMIT, None, tuple(reasons), updates.result(),
+                           tuple(errors), place)
+
+
+def combine_capacity(fired: Fired) -> CapacityResult:
+    """Capacity: min quota over fired rules; strongest stopPolicy; Fail errors mark 'failed'."""
+    quota: int | None = None
+    stop = StopPolicy.NONE
+    reasons: list[Reason] = []
+    errors: list[EvalIssue] = []
+    failed = False
+    for item in fired:
+        if isinstance(item, Err):
+            failed = failed or item.fails
+            errors.append(_issue(item))
+            continue
+        rule, pay = item.rule, item.payload
+        if pay.quota is not None:
+            quota = max(0, pay.quota) if quota is None else min(quota, max(0, pay.quota))
+        if rule.stop_policy is not None and _STOP_ORDER[rule.stop_policy] > _STOP_ORDER[stop]:
+            stop = rule.stop_policy
+        label = rule.stop_policy.value if pay.quota is None and rule.stop_policy else "Quota"
+        reasons.append(Reason(item.policy.name, rule.name, label, pay.message))
+    return CapacityResult(quota, stop, tuple(reasons), tuple(errors), failed)
+
+
+def combine_preemption(fired: Fired) -> PreemptionResult:
+    """Preemption: eligible if some fired rule says so and none vetoes; scores add up.
+    An error under failurePolicy Fail vetoes: m2g never sheds on an error."""
+    yes = veto = False
+    score = 0.0
+    reasons: list[Reason] = []
+    errors: list[EvalIssue] = []
+    for item in fired:
+        if isinstance(item, Err):
+            veto = veto or item.fails
+            errors.append(_issue(item))
+            continue
+        ok = True if item.payload.eligible is None else item.payload.eligible
+        yes, veto = yes or ok, veto or not ok
+        score += item.payload.score or 0.0
+        reasons.append(Reason(item.policy.name, item.rule.name,
+                              "Eligible" if ok else "Protected", item.payload.message))
+    return PreemptionResult(yes and not veto, score, tuple(reasons), tuple(errors))
+
+
+def combine_fairness(fired: Fired) -> FairnessResult:
+    """Fairness: the first fired rule's weight (None: leave the queue's weight as it is)."""
+    weight: float | None = None
+    reasons: list[Reason] = []
+    errors: list[EvalIssue] = []
+    for item in fired:
+        if isinstance(item, Err):
+            errors.append(_issue(item))
+            continue
+        if weight is None and item.payload.weight is not None:
+            weight = max(0.0, item.payload.weight)
+        reasons.append(Reason(item.policy.name, item.rule.name, "Weight", item.payload.message))
+    return FairnessResult(weight, tuple(reasons), tuple(errors))
+
+
+class Evaluator:
+    """Evaluates the stages of one PolicySet. Holds only compiled caches; safe to share.
+
+    Every method goes through ``_fired``: inputs that share a snapshot are evaluated as one batch
+    (one fused CEL evaluation per policy) when the runtime supports it, else one by one.
+    """
+
+    def __init__(self, policy_set: PolicySet) -> None:
+        self.policy_set = policy_set
+        self._runtime = policy_set.runtime
+        self._fused = FusedCache(policy_set.runtime)
+
+    def _stage(self, stage: Stage) -> tuple[CompiledPolicy, ...]:
+        return self.policy_set.by_stage[stage]
+
+    def _fired(self, stages: tuple[Stage, ...], inputs: Sequence[PolicyInput]) -> list[Fired]:
+        policies = tuple(p for s in stages for p in self._stage(s))
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, inp in enumerate(inputs):
+            groups.setdefault(inp.batch_key(), []).append(i)
+        out: list[Fired] = [[] for _ in inputs]
+        for idx in groups.values():
+            batch = [inputs[i] for i in idx]
+            fired = fired_many(policies, self._runtime, self._fused, batch[0].shared_data(),
+                               batch)
+            for i, items in zip(idx, fired, strict=True):
+                out[i] = items
+        return out
+
+    def admission_many(self, inputs: Sequence[PolicyInput]) -> list[AdmissionResult]:
+        """Admission (with Placement merged in when Placement policies exist) per workload."""
+        placing = bool(self._stage(Stage.PLACEMENT))
+        results = []
+        for inp, items in zip(inputs, self._fired((Stage.ADMISSION, Stage.PLACEMENT), inputs),
+                              strict=True):
+            adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
+            placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] if placing else None
+            results.append(combine_admission(adm, placed, _pod_set_names(inp)))
+        return results
+
+    def admission(self, inp: PolicyInput) -> AdmissionResult:
+        """Admission for one workload."""
+        return self.admission_many([inp])[0]
+
+    def placement(self, inp: PolicyInput) -> PlacementResult:
+        """The Placement stage alone."""
+        fired = self._fired((Stage.PLACEMENT,), [inp])[0]
+        return combine_placement(fired, _Updates(_pod_set_names(inp)))
+
+    def capacity_many(self, inputs: Sequence[PolicyInput]) -> list[CapacityResult]:
+        """Capacity per flavor / domain (``flavor``, ``domain`` of each input)."""
+        return [combine_capacity(f) for f in self._fired((Stage.CAPACITY,), inputs)]
+
+    def capacity(self, inp: PolicyInput) -> CapacityResult:
+        return self.capacity_many([inp])[0]
+
+    def preemption_many(self, inputs: Sequence[PolicyInput]) -> list[PreemptionResult]:
+        """May each admitted workload be shed, and how early (higher score first)."""
+        return [combine_preemption(f) for f in self._fired((Stage.PREEMPTION,), inputs)]
+
+    def preemption(self, inp: PolicyInput) -> PreemptionResult:
+        return self.preemption_many([inp])[0]
+
+    def fairness_many(self, inputs: Sequence[PolicyInput]) -> list[FairnessResult]:
+        """The fair-sharing weight of each input's ``queue``."""
+        return [combine_fairness(f) for f in self._fired((Stage.FAIRNESS,), inputs)]
+
+    def fairness(self, inp: PolicyInput) -> FairnessResult:
+        return self.fairness_many([inp])[0]

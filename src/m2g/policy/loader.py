@@ -137,6 +137,6 @@ def build(sources: Sources, runtime: Runtime | None = None) -> PolicySet:
     return pset
 
 
-def load_dir(root: Path, engine: str | None = None) -> PolicySet:
+def load_dir(root: Path | str, engine: str | None = None) -> PolicySet:
     """Load, check and compile every policy under ``root``; raise PolicySetError on any problem."""
-    return build(read_dir(root), make_runtime(engine))
+    return build(read_dir(Path(root)), make_runtime(engine))

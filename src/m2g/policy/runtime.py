@@ -20,6 +20,9 @@ CEL_PYTHON = "cel-python"
 ENGINES = (CEL_EXPR_PYTHON, CEL_PYTHON)
 _MODULES = {CEL_EXPR_PYTHON: "cel_expr_python", CEL_PYTHON: "celpy"}
 
+#: The list a batch expression maps over (one workload per item; see m2g.policy.batch).
+BATCH_ITEMS = "m2g__items"
+
 #: The top-level CEL variables every expression may read.
 INPUT_VARIABLES = ("workload", "site", "grid", "domains", "queue", "flavor", "domain", "now")
 
@@ -33,7 +36,12 @@ class CelEvalError(Exception):
 
 
 class Program(Protocol):
-    """A compiled expression."""
+    """A compiled expression. ``source`` is the text compiled (with the policy variables it
+    needs bound around it); ``bare`` is the same text without those bindings, for a batch
+    expression that binds every variable once (m2g.policy.batch)."""
+
+    source: str
+    bare: str
 
     def run(self, activation: Any) -> Any:
         """Evaluate; return a plain Python value or raise CelEvalError."""
@@ -44,11 +52,14 @@ class Runtime(Protocol):
 
     name: str
 
-    def compile(self, source: str) -> Program:
+    def compile(self, source: str, bare: str | None = None) -> Program:
         """Compile; raise CelCompileError with a readable message."""
 
     def activation(self, data: dict[str, Any]) -> Any:
         """Convert input data once per decision; reuse it for every expression."""
+
+    def compile_batch(self, source: str) -> Program | None:
+        """Compile an unchecked batch expression (over ``m2g__items``); None: not supported."""
 
 
 def available_engines() -> list[str]:
@@ -79,11 +90,13 @@ def first_line(message: str) -> str:
 
 
 class _CelExprProgram:
-    __slots__ = ("_error_type", "_expr")
+    __slots__ = ("_error_type", "_expr", "bare", "source")
 
-    def __init__(self, expr: Any, error_type: Any) -> None:
+    def __init__(self, expr: Any, error_type: Any, source: str, bare: str | None = None) -> None:
         self._expr = expr
         self._error_type = error_type
+        self.source = source
+        self.bare = source if bare is None else bare
 
     def run(self, activation: Any) -> Any:
         try:
@@ -92,7 +105,7 @@ class _CelExprProgram:
             raise CelEvalError(first_line(str(exc))) from None
         if result.type() == self._error_type:
             raise CelEvalError(first_line(str(result.value())))
-        return result.value()
+        return result.plain_value()
 
 
 class CelExprRuntime:
@@ -110,25 +123,34 @@ class CelExprRuntime:
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise EngineUnavailable(f"{CEL_EXPR_PYTHON} is not importable: {exc}") from None
         self._cel = cel
-        variables = {name: cel.Type.DYN for name in INPUT_VARIABLES}
+        variables = {name: cel.Type.DYN for name in (*INPUT_VARIABLES, BATCH_ITEMS)}
         variables["now"] = cel.Type.TIMESTAMP
         self._env = cel.NewEnv(variables=variables)
 
-    def compile(self, source: str) -> Program:
+    def compile(self, source: str, bare: str | None = None) -> Program:
         try:
-            return _CelExprProgram(self._env.compile(source), self._cel.Type.ERROR)
+            return _CelExprProgram(self._env.compile(source), self._cel.Type.ERROR, source, bare)
         except Exception as exc:
             raise CelCompileError(first_line(str(exc))) from None
+
+    def compile_batch(self, source: str) -> Program | None:
+        try:
+            expr = self._env.compile(source, disable_check=True)
+        except Exception as exc:
+            raise CelCompileError(first_line(str(exc))) from None
+        return _CelExprProgram(expr, self._cel.Type.ERROR, source)
 
     def activation(self, data: dict[str, Any]) -> Any:
         return self._env.Activation(data=data)
 
 
 class _CelPyProgram:
-    __slots__ = ("_prog",)
+    __slots__ = ("_prog", "bare", "source")
 
-    def __init__(self, prog: Any) -> None:
+    def __init__(self, prog: Any, source: str, bare: str | None = None) -> None:
         self._prog = prog
+        self.source = source
+        self.bare = source if bare is None else bare
 
     def run(self, activation: Any) -> Any:
         from celpy.evaluation import CELEvalError as CelPyError
@@ -162,12 +184,16 @@ class CelPyRuntime:
         self._celpy = celpy
         self._env = celpy.Environment()
 
-    def compile(self, source: str) -> Program:
+    def compile(self, source: str, bare: str | None = None) -> Program:
         try:
             ast = self._env.compile(source)
-            return _CelPyProgram(self._env.program(ast, functions={"string": _celpy_string}))
+            prog = self._env.program(ast, functions={"string": _celpy_string})
+            return _CelPyProgram(prog, source, bare)
         except Exception as exc:
             raise CelCompileError(first_line(str(exc))) from None
+
+    def compile_batch(self, source: str) -> Program | None:
+        return None  # the interpreter gains nothing from batching
 
     def activation(self, data: dict[str, Any]) -> Any:
         from celpy import celtypes
