@@ -16,6 +16,7 @@ from m2g.model.inputs import (
     SitePower,
     SiteThermal,
     SiteView,
+    TopologyView,
     WorkloadKind,
     WorkloadView,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "SitePower",
     "SiteThermal",
     "SiteView",
+    "TopologyView",
     "WorkloadKind",
     "WorkloadView",
 ]

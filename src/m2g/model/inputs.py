@@ -232,6 +232,36 @@ class FlavorView(CelModel):
     free_gpus: int = Field(default=0, ge=0)
 
 
+class TopologyView(CelModel):
+    """The ``domains`` map again, as lists per kind sorted by name (an extension).
+
+    Derived from ``domains``; never given in an input. Lists iterate in the same order on every
+    CEL runtime (map order differs between runtimes) and avoid ``domains[k]`` look-ups, so
+    ``topology.racks.exists(r, r.freeGpus >= workload.gpus)`` is the cheap way to ask.
+    """
+
+    power_domains: tuple[DomainView, ...] = ()
+    blocks: tuple[DomainView, ...] = ()
+    racks: tuple[DomainView, ...] = ()
+    cliques: tuple[DomainView, ...] = ()
+    nodes: tuple[DomainView, ...] = ()
+
+
+_TOPOLOGY_FIELDS = {DomainKind.POWER_DOMAIN: "power_domains", DomainKind.BLOCK: "blocks",
+                    DomainKind.RACK: "racks", DomainKind.CLIQUE: "cliques",
+                    DomainKind.NODE: "nodes"}
+
+
+def topology_of(domains: dict[str, DomainView]) -> TopologyView:
+    """Group domains by kind, each list sorted by name."""
+    lists: dict[str, list[DomainView]] = {f: [] for f in _TOPOLOGY_FIELDS.values()}
+    for name in sorted(domains):
+        field = _TOPOLOGY_FIELDS.get(domains[name].kind)
+        if field is not None:
+            lists[field].append(domains[name])
+    return TopologyView(**{k: tuple(v) for k, v in lists.items()})
+
+
 class PolicyInput(CelModel):
     """Everything one evaluation reads. ``flavor`` and ``domain`` are set in the Capacity stage."""
 
@@ -242,14 +272,18 @@ class PolicyInput(CelModel):
     queue: QueueView = QueueView()
     flavor: FlavorView = FlavorView()
     domain: DomainView = DomainView()
+    topology: TopologyView = TopologyView()
     now: datetime = EPOCH
 
     @model_validator(mode="after")
     def _names(self) -> PolicyInput:
+        if "topology" in self.model_fields_set:
+            raise ValueError("topology is derived from domains; do not set it")
         named = {
             k: (v if v.name else v.model_copy(update={"name": k})) for k, v in self.domains.items()
         }
         object.__setattr__(self, "domains", named)
+        object.__setattr__(self, "topology", topology_of(named))
         if self.now.tzinfo is None:
             object.__setattr__(self, "now", self.now.replace(tzinfo=UTC))
         return self

@@ -24,7 +24,8 @@ _MODULES = {CEL_EXPR_PYTHON: "cel_expr_python", CEL_PYTHON: "celpy"}
 BATCH_ITEMS = "m2g__items"
 
 #: The top-level CEL variables every expression may read.
-INPUT_VARIABLES = ("workload", "site", "grid", "domains", "queue", "flavor", "domain", "now")
+INPUT_VARIABLES = ("workload", "site", "grid", "domains", "topology", "queue", "flavor", "domain",
+                   "now")
 
 
 class CelCompileError(Exception):
