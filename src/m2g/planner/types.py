@@ -1,0 +1,174 @@
+"""What the planner reads (a cluster snapshot) and what it returns (a plan of changes).
+
+Adapters (m2g.k8s) build a ``ClusterSnapshot`` from their watch caches and the signal readers,
+the pure planner turns it into a ``Plan``, and the adapters apply the plan. Every field is plain
+data; nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from m2g.model.factory import FactorySnapshot
+from m2g.model.inputs import WorkloadView
+
+CHECK_CONTROLLER = "m2g.io/policy"  # AdmissionCheck.spec.controllerName m2g answers for
+
+
+class CheckState(StrEnum):
+    """Kueue AdmissionCheckState values."""
+
+    PENDING = "Pending"
+    READY = "Ready"
+    RETRY = "Retry"
+    REJECTED = "Rejected"
+
+
+class Phase(StrEnum):
+    """Where a Kueue Workload is, as m2g needs to know it."""
+
+    PENDING = "Pending"  # no quota reserved yet
+    RESERVED = "Reserved"  # quota reserved, waiting for admission checks
+    ADMITTED = "Admitted"
+    FINISHED = "Finished"
+    INACTIVE = "Inactive"  # spec.active=false (m2g or someone deactivated it)
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """A Kueue Workload: its CEL view plus the Kueue facts the planner acts on."""
+
+    namespace: str
+    name: str
+    view: WorkloadView
+    phase: Phase
+    cluster_queue: str = ""
+    check: str = ""  # the name of m2g's AdmissionCheck on this workload ("" if none)
+    check_state: CheckState | None = None
+    check_message: str = ""
+    shed_by_m2g: bool = False  # deactivated by m2g (annotation), so m2g may bring it back
+    shed_at: datetime | None = None
+    admitted_at: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class FlavorQuota:
+    """One (flavor, resource) quota of a ClusterQueue: Kueue's value and m2g's base."""
+
+    flavor: str
+    resource: str
+    nominal: int  # what the ClusterQueue says now
+    base: int  # the platform team's value (m2g records it before it first derates)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A Kueue ClusterQueue."""
+
+    name: str
+    quotas: tuple[FlavorQuota, ...] = ()
+    stop_policy: str = "None"
+    used_gpus: int = 0
+    pending_workloads: int = 0
+    cohort: str = ""
+    weight: float | None = None
+    last_quota_change: datetime | None = None
+
+
+@dataclass(frozen=True)
+class FlavorState:
+    """A ResourceFlavor and the factory domain its nodes belong to ("" = the whole site)."""
+
+    name: str
+    domain: str = ""
+    node_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything one reconcile decides on."""
+
+    factory: FactorySnapshot
+    workloads: tuple[WorkloadState, ...] = ()
+    queues: tuple[QueueState, ...] = ()
+    flavors: tuple[FlavorState, ...] = ()
+
+    @property
+    def now(self) -> datetime:
+        return self.factory.now
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    """Set m2g's AdmissionCheck entry on a Workload (server-side apply on status)."""
+
+    namespace: str
+    name: str
+    check: str
+    state: CheckState
+    message: str
+    requeue_after_seconds: int | None = None
+    pod_set_updates: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class QuotaUpdate:
+    """Set a ClusterQueue flavor's nominalQuota for a resource."""
+
+    cluster_queue: str
+    flavor: str
+    resource: str
+    nominal: int
+    base: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StopUpdate:
+    """Set a ClusterQueue's stopPolicy (None | Hold | HoldAndDrain)."""
+
+    cluster_queue: str
+    stop_policy: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ShedAction:
+    """Deactivate (shed) or reactivate (restore) a Workload (``spec.active``)."""
+
+    namespace: str
+    name: str
+    active: bool
+    kw: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    """Set a ClusterQueue's fairSharing.weight."""
+
+    cluster_queue: str
+    weight: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The changes one reconcile wants; applying the same plan twice changes nothing more."""
+
+    checks: tuple[CheckUpdate, ...] = ()
+    quotas: tuple[QuotaUpdate, ...] = ()
+    stops: tuple[StopUpdate, ...] = ()
+    sheds: tuple[ShedAction, ...] = ()
+    weights: tuple[WeightUpdate, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def empty(self) -> bool:
+        return not (self.checks or self.quotas or self.stops or self.sheds or self.weights)
