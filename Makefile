@@ -58,7 +58,7 @@ FACTORY ?= small
 
 ## up: start etcd, kube-apiserver, controller-manager, scheduler, KWOK, Kueue + FACTORY (small)
 up: $(STAMP)
-	$(LOCALCP) up --factory $(FACTORY)
+	$(LOCALCP) up --factory $(FACTORY) $(if $(EXTRA_CRDS),--extra-crds $(EXTRA_CRDS))
 
 ## down: delete Kueue's webhooks, stop every component; no process is left behind
 down: $(STAMP)

@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="start the control plane (build first if needed)")
     p_up.add_argument("--factory", default="small",
                       help="factory spec to create: a name in kind-e2e/factories, a path, or none")
+    p_up.add_argument("--extra-crds", default=None,
+                      help="also install CRDs of jobset,lws,trainer,kubeflow (or all); "
+                           "default $M2G_EXTRA_CRDS")
     sub.add_parser("down", help="stop everything that `up` started")
     sub.add_parser("status", help="show components, memory, nodes")
     sub.add_parser("env", help="print `export KUBECONFIG=...`")
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "build":
             controlplane.ensure_binaries(print)
         elif args.cmd == "up":
-            controlplane.up(_factory_arg(args.factory))
+            controlplane.up(_factory_arg(args.factory), extra_crds=args.extra_crds)
         elif args.cmd == "down":
             controlplane.down()
         elif args.cmd == "status":

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from localcp import UserError, factory, kueue, kwok, procs
+from localcp import UserError, extras, factory, kueue, kwok, procs
 from localcp.kube import Kube
 from localcp.kubeconfig import write_kubeconfig
 from localcp.paths import (
@@ -163,9 +163,12 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
 
 
 # -- up ---------------------------------------------------------------------------------------
-def up(factory_spec: Path | None, log: Log = print) -> dict[str, Any]:
-    """Start everything (building first if needed); a running control plane is reused."""
+def up(factory_spec: Path | None, log: Log = print,
+       extra_crds: str | None = None) -> dict[str, Any]:
+    """Start everything (building first if needed); a running control plane is reused.
+    ``extra_crds``: see localcp.extras (default ``$M2G_EXTRA_CRDS``)."""
     t_start = time.monotonic()
+    extra = extras.requested(extra_crds)
     run = run_paths()
     pids = running(run)
     state = load_state(run)
@@ -193,6 +196,7 @@ def up(factory_spec: Path | None, log: Log = print) -> dict[str, Any]:
         taken.add(ports[key])
     server = f"https://127.0.0.1:{ports['apiserver']}"
     state = {"server": server, "ports": ports, "kubeconfig": str(run.kubeconfig),
+             "extraCrds": extra,
              "versions": read_versions(), "started": time.time(), "factories": []}
     run.state.write_text(json.dumps(state, indent=2))
 
@@ -218,7 +222,7 @@ def up(factory_spec: Path | None, log: Log = print) -> dict[str, Any]:
         _check_version(kube, read_versions()["KUBERNETES_VERSION"])
         procs.start(run, comps["kube-controller-manager"])
         procs.start(run, comps["kube-scheduler"])
-        _install_crds(kube, log)
+        _install_crds(kube, log, extra)
         start_and_wait("kwok")
         start_and_wait("kueue")
         _register_webhooks(kube, run, ports, log)
@@ -260,10 +264,10 @@ def _check_version(kube: Kube, want: str) -> None:
                         "(binary built without version ldflags? Kueue needs a semver)")
 
 
-def _install_crds(kube: Kube, log: Log) -> None:
+def _install_crds(kube: Kube, log: Log, extra: list[str]) -> None:
     t0 = time.monotonic()
     crds = kueue.crds() + [d for d in yaml.safe_load_all(
-        (MANIFESTS / "kai-crds.yaml").read_text()) if d]
+        (MANIFESTS / "kai-crds.yaml").read_text()) if d] + extras.crds(extra)
     kube.apply({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": kueue.NAMESPACE}})
     kube.apply_many(crds, workers=4)
