@@ -75,6 +75,7 @@ class QueueState:
     name: str
     quotas: tuple[FlavorQuota, ...] = ()
     stop_policy: str = "None"
+    stop_set_by_m2g: bool = False  # m2g only lifts a stopPolicy it set itself
     used_gpus: int = 0
     pending_workloads: int = 0
     cohort: str = ""

@@ -1,0 +1,55 @@
+"""AdmissionCheck decisions: Admission and Placement policies for every workload m2g must answer.
+
+Kueue adds m2g's check as Pending once a workload has quota reserved; m2g answers Ready (with
+podSetUpdates), Retry (Kueue releases the quota and requeues after ``requeueAfterSeconds``) or
+Rejected (Kueue deactivates the workload). A Defer maps to Retry rather than to a Pending that
+holds quota, so a deferred workload never blocks others.
+"""
+
+from __future__ import annotations
+
+from m2g.planner.config import PlannerConfig
+from m2g.planner.inputs import InputBuilder
+from m2g.planner.types import CheckState, CheckUpdate, Phase, WorkloadState
+from m2g.policy import Decision, Evaluator
+from m2g.policy.results import AdmissionResult
+
+_STATE = {Decision.ADMIT: CheckState.READY, Decision.DEFER: CheckState.RETRY,
+          Decision.REJECT: CheckState.REJECTED}
+MAX_MESSAGE = 1024
+
+
+def awaiting(w: WorkloadState, check: str) -> bool:
+    """Does this workload wait for m2g's answer?"""
+    return (w.phase is Phase.RESERVED and w.check == check
+            and w.check_state in (CheckState.PENDING, None))
+
+
+def message(result: AdmissionResult) -> str:
+    """One line a user can act on: the deciding reasons first."""
+    deciding = [r for r in result.reasons if r.decision == result.decision.value] or list(
+        result.reasons)
+    if not deciding:
+        return "admitted: no policy objected"
+    text = "; ".join(f"{r.policy}/{r.rule}: {r.message}" for r in deciding)
+    if result.requeue_after_seconds:
+        text += f" (retry in {result.requeue_after_seconds}s)"
+    return text[:MAX_MESSAGE]
+
+
+def check_updates(evaluator: Evaluator, builder: InputBuilder,
+                  config: PlannerConfig) -> list[CheckUpdate]:
+    """A CheckUpdate for every workload whose m2g check is Pending."""
+    waiting = [w for w in builder.snap.workloads if awaiting(w, config.check_name)]
+    if not waiting:
+        return []
+    results = evaluator.admission_many([builder.for_workload(w) for w in waiting])
+    out = []
+    for w, res in zip(waiting, results, strict=True):
+        out.append(CheckUpdate(
+            namespace=w.namespace, name=w.name, check=config.check_name,
+            state=_STATE[res.decision], message=message(res),
+            requeue_after_seconds=res.requeue_after_seconds,
+            pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
+        ))
+    return out

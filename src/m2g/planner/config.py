@@ -1,0 +1,27 @@
+"""Planner settings: hysteresis, pacing and defaults, with the reasons for their values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs of the planner. Defaults suit a GB300 NVL72 factory (docs/controllers.md)."""
+
+    check_name: str = "m2g-policy"
+    #: Quota changes smaller than this many GPUs (one NVL72 tray) are not worth an update.
+    quota_hysteresis_gpus: int = 4
+    #: A raised quota waits this long after the last change (lowering is immediate: safety).
+    quota_raise_dwell_seconds: float = 120.0
+    #: Ramp limit for shedding and restoring, kW per second. Synchronous training makes MW-scale
+    #: swings; pausing or resuming a job is itself a grid transient (field-notes §9.2).
+    ramp_kw_per_second: float = 50.0
+    #: The most kW one reconcile may shed or restore, whatever the time since the last action.
+    max_step_kw: float = 500.0
+    #: Shed workloads keep drawing until their pods are gone; count them as shed for this long.
+    settle_seconds: float = 60.0
+    #: Restore only while the site stays this fraction below its target after the restore.
+    restore_margin: float = 0.05
+    #: kW per GPU for a workload that states no estimate (GB300 at training load, docs/signals.md).
+    default_kw_per_gpu: float = 1.34

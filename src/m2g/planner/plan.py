@@ -1,0 +1,30 @@
+"""The planner's entry point: one ClusterSnapshot and a PolicySet in, one Plan out."""
+
+from __future__ import annotations
+
+from m2g.planner.admission import check_updates
+from m2g.planner.capacity import capacity_updates
+from m2g.planner.config import PlannerConfig
+from m2g.planner.fairness import weight_updates
+from m2g.planner.inputs import InputBuilder
+from m2g.planner.shedding import shed_actions
+from m2g.planner.types import ClusterSnapshot, Plan
+from m2g.policy import Evaluator
+
+
+def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
+              config: PlannerConfig | None = None) -> Plan:
+    """Decide every change for this snapshot. Pure and deterministic: the same snapshot and
+    policies give the same plan, and a plan already applied yields an empty one."""
+    config = config or PlannerConfig()
+    builder = InputBuilder(snap)
+    quotas, stops = capacity_updates(evaluator, builder, config)
+    sheds, why = shed_actions(evaluator, builder, config)
+    return Plan(
+        checks=tuple(check_updates(evaluator, builder, config)),
+        quotas=tuple(quotas),
+        stops=tuple(stops),
+        sheds=tuple(sheds),
+        weights=tuple(weight_updates(evaluator, builder)),
+        notes=(why,),
+    )

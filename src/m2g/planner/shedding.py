@@ -1,0 +1,114 @@
+"""Shedding and restoring: meet a grid or power limit by deactivating flexible work, paced.
+
+Shortfall = measured site draw − the limit in force (a grid event's target, else the site
+budget). Workloads that m2g shed within ``settle_seconds`` still count as shed (their pods take
+a while to stop and the meter lags), so a reconcile never sheds twice for the same kW.
+
+* Victims: admitted workloads the Preemption stage finds eligible, highest score first, until
+  the shortfall is covered — but no more kW per reconcile than the ramp allows
+  (``ramp_kw_per_second`` × seconds since the last shed or restore, at most ``max_step_kw``).
+* Stale or missing power: never shed (docs/signals.md: a stale reading is no reason to act).
+* Restore: when there is no shortfall and no grid event is active, workloads m2g shed come
+  back, oldest first, while the site stays ``restore_margin`` below its limit with their kW
+  added, at the same ramp.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from m2g.planner.config import PlannerConfig
+from m2g.planner.inputs import InputBuilder
+from m2g.planner.types import Phase, ShedAction, WorkloadState
+from m2g.policy import Evaluator
+
+
+def workload_kw(w: WorkloadState, config: PlannerConfig) -> float:
+    return w.view.estimated_kw or w.view.gpus * config.default_kw_per_gpu
+
+
+def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | None) -> float:
+    """kW this reconcile may move, by the ramp limit."""
+    if since is None:
+        return config.max_step_kw
+    elapsed = max(0.0, (builder.snap.now - since).total_seconds())
+    return min(config.max_step_kw, config.ramp_kw_per_second * elapsed)
+
+
+def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
+    now = builder.snap.now
+    return sum(workload_kw(w, config) for w in builder.snap.workloads
+               if w.shed_by_m2g and w.shed_at is not None
+               and (now - w.shed_at).total_seconds() < config.settle_seconds)
+
+
+def last_action(builder: InputBuilder) -> datetime | None:
+    times = [w.shed_at for w in builder.snap.workloads if w.shed_at is not None]
+    return max(times) if times else None
+
+
+def shed_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
+                 last: datetime | None = None) -> tuple[list[ShedAction], str]:
+    """Sheds or restores for this reconcile, and a one-line account of why."""
+    factory = builder.snap.factory
+    draw = factory.site_draw_kw()
+    limit = factory.effective_budget_kw()
+    if draw.stale or draw.value is None:
+        return [], "site power is stale or missing: no shedding or restoring on stale data"
+    if limit <= 0:
+        return [], "no site budget or grid limit known"
+    last = last if last is not None else last_action(builder)
+    step = _budget_kw(builder, config, last)
+    shortfall = draw.value - _settling_kw(builder, config) - limit
+    if shortfall > 0:
+        return _shed(evaluator, builder, config, shortfall, step), (
+            f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit by {shortfall:.0f} kW")
+    event = factory.grid_event()
+    if event is not None and event.active(factory.now):
+        return [], f"grid event {event.id} is active: shed work returns after it ends"
+    return _restore(builder, config, limit - draw.value, limit, step), (
+        f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit")
+
+
+def _fits(total: float, step: float, has_any: bool, config: PlannerConfig) -> bool:
+    """Within the ramp; a single workload larger than a full step may go alone."""
+    return total <= step or (not has_any and step >= config.max_step_kw)
+
+
+def _shed(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
+          shortfall: float, step: float) -> list[ShedAction]:
+    running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
+    if not running or step <= 0:
+        return []
+    results = evaluator.preemption_many([builder.for_workload(w) for w in running])
+    ranked = sorted(((r.score, w) for w, r in zip(running, results, strict=True) if r.eligible),
+                    key=lambda x: (-x[0], x[1].key))
+    out: list[ShedAction] = []
+    covered = 0.0
+    for score, w in ranked:
+        kw = workload_kw(w, config)
+        if covered >= shortfall or not _fits(covered + kw, step, bool(out), config):
+            break
+        covered += kw
+        out.append(ShedAction(w.namespace, w.name, False, kw,
+                              f"shed {kw:.0f} kW (score {score:.1f}) to cover a "
+                              f"{shortfall:.0f} kW shortfall"))
+    return out
+
+
+def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
+             step: float) -> list[ShedAction]:
+    shed = sorted((w for w in builder.snap.workloads if w.shed_by_m2g and
+                   w.phase is Phase.INACTIVE), key=lambda w: (w.shed_at or builder.snap.now,
+                                                             w.key))
+    out: list[ShedAction] = []
+    used = 0.0
+    margin = limit * config.restore_margin
+    for w in shed:
+        kw = workload_kw(w, config)
+        if used + kw > room - margin or not _fits(used + kw, step, bool(out), config):
+            break
+        used += kw
+        out.append(ShedAction(w.namespace, w.name, True, kw,
+                              f"restore {kw:.0f} kW: {room - used:.0f} kW headroom remains"))
+    return out

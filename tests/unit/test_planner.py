@@ -1,0 +1,153 @@
+"""The pure planner: snapshot + policies → plan, without a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
+from m2g.model.inputs import WorkloadView
+from m2g.planner.config import PlannerConfig
+from m2g.planner.plan import make_plan
+from m2g.planner.types import (
+    CheckState,
+    ClusterSnapshot,
+    FlavorQuota,
+    FlavorState,
+    Phase,
+    QueueState,
+    WorkloadState,
+)
+from m2g.policy import Evaluator
+from tests.unit.policy_helpers import evaluator, policy
+
+NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
+CFG = PlannerConfig(check_name="m2g")
+
+POLICIES = {
+    "dr.yaml": policy("dr", "Admission", """
+        - name: defer
+          when: "grid.event.active && workload.flexTier >= 2"
+          decision: Defer
+          requeueAfter: "grid.event.endsInSeconds"
+          messageExpression: "'grid event ' + grid.event.id + ' is active'"
+    """),
+    "cap.yaml": policy("cap", "Capacity", """
+        - {name: healthy, when: "true", quota: "flavor.healthyGpus"}
+    """),
+    "shed.yaml": policy("shed", "Preemption", """
+        - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
+    """),
+}
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory: pytest.TempPathFactory) -> Evaluator:
+    return evaluator(Path(tmp_path_factory.mktemp("p")), "cel-expr-python", POLICIES)
+
+
+def factory(draw_kw: float = 200.0, broken: int = 0, event: bool = False,
+            stale: bool = False) -> FactorySnapshot:
+    nodes = tuple(Node(f"r0-n{i}", "rack-0", reasons=("GpuXid",) if i < broken else ())
+                  for i in range(18))
+    racks = (Rack("rack-0", "block-0", "pd-0", power_kw=Reading(draw_kw, 200.0 if stale else 5.0),
+                  cap_kw=132.0),)
+    events = (GridEvent("dr-1", NOW - timedelta(minutes=5), NOW + timedelta(hours=1),
+                        target_kw=100.0),) if event else ()
+    return FactorySnapshot(now=NOW, site_budget_kw=300.0, power_domains=(PowerDomain("pd-0"),),
+                           racks=racks, nodes=nodes, grid_events=events)
+
+
+def wl(name: str, phase: Phase, tier: int = 0, gpus: int = 8, kw: float = 0.0,
+       **kw_args: object) -> WorkloadState:
+    view = WorkloadView(name=name, namespace="team", flex_tier=tier, gpus=gpus, estimated_kw=kw,
+                        cluster_queue="cq-a")
+    return WorkloadState("team", name, view, phase, cluster_queue="cq-a", check="m2g",
+                         **kw_args)  # type: ignore[arg-type]
+
+
+def queues(nominal_a: int = 48, nominal_b: int = 24, last: datetime | None = None
+           ) -> tuple[QueueState, ...]:
+    return (QueueState("cq-a", (FlavorQuota("gb300", "nvidia.com/gpu", nominal_a, 48),),
+                       last_quota_change=last),
+            QueueState("cq-b", (FlavorQuota("gb300", "nvidia.com/gpu", nominal_b, 24),),
+                       last_quota_change=last))
+
+
+def snap(f: FactorySnapshot, *workloads: WorkloadState, qs: tuple[QueueState, ...] | None = None
+         ) -> ClusterSnapshot:
+    return ClusterSnapshot(f, workloads, queues() if qs is None else qs,
+                           (FlavorState("gb300", "rack-0"),))
+
+
+def test_pending_checks_are_answered(ev: Evaluator) -> None:
+    s = snap(factory(event=True),
+             wl("flex", Phase.RESERVED, tier=2, check_state=CheckState.PENDING),
+             wl("firm", Phase.RESERVED, tier=0, check_state=CheckState.PENDING),
+             wl("done", Phase.ADMITTED, tier=2, check_state=CheckState.READY))
+    plan = make_plan(s, ev, CFG)
+    by = {c.name: c for c in plan.checks}
+    assert set(by) == {"flex", "firm"}
+    assert by["flex"].state is CheckState.RETRY and by["flex"].requeue_after_seconds == 3600
+    assert "grid event dr-1 is active" in by["flex"].message
+    assert by["firm"].state is CheckState.READY
+
+
+def test_failed_nodes_derate_quota_in_proportion(ev: Evaluator) -> None:
+    plan = make_plan(snap(factory(broken=6)), ev, CFG)  # 72 - 24 = 48 healthy of 72 base
+    quotas = {q.cluster_queue: q.nominal for q in plan.quotas}
+    assert quotas == {"cq-a": 32, "cq-b": 16}
+
+
+def test_hysteresis_and_raise_dwell(ev: Evaluator) -> None:
+    # one failed tray: 68/72 healthy -> targets 45 and 22, changes of 3 and 2: below hysteresis
+    assert make_plan(snap(factory(broken=1)), ev, CFG).quotas == ()
+    # two: 64/72 -> 42 (a change of 6) and 21 (3, still skipped)
+    plan = make_plan(snap(factory(broken=2)), ev, CFG)
+    assert {q.cluster_queue: q.nominal for q in plan.quotas} == {"cq-a": 42}
+    # healthy again, quotas currently derated, changed 30 s ago: raising waits for the dwell
+    recent = queues(32, 16, last=NOW - timedelta(seconds=30))
+    assert make_plan(snap(factory(), qs=recent), ev, CFG).quotas == ()
+    old = queues(32, 16, last=NOW - timedelta(seconds=600))
+    assert {q.nominal for q in make_plan(snap(factory(), qs=old), ev, CFG).quotas} == {48, 24}
+
+
+def test_sheds_highest_score_first_within_the_ramp(ev: Evaluator) -> None:
+    s = snap(factory(draw_kw=260.0, event=True),  # limit 100 kW: 160 kW short
+             wl("t1", Phase.ADMITTED, tier=1, kw=50.0), wl("t3", Phase.ADMITTED, tier=3, kw=60.0),
+             wl("t2", Phase.ADMITTED, tier=2, kw=70.0), wl("t0", Phase.ADMITTED, tier=0, kw=90.0))
+    first = make_plan(s, ev, CFG).sheds
+    assert [a.name for a in first] == ["t3", "t2", "t1"] and not any(a.active for a in first)
+    slow = replace(CFG, max_step_kw=100.0)
+    assert [a.name for a in make_plan(s, ev, slow).sheds] == ["t3"]  # 60 + 70 > 100 kW
+
+
+def test_settling_sheds_are_not_shed_twice(ev: Evaluator) -> None:
+    just = NOW - timedelta(seconds=10)
+    s = snap(factory(draw_kw=170.0, event=True),
+             wl("gone", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True, shed_at=just),
+             wl("t2", Phase.ADMITTED, tier=2, kw=70.0))
+    # 170 - 80 settling = 90 <= 100: nothing more to shed (and the ramp since 10 s is 500 kW)
+    assert make_plan(s, ev, CFG).sheds == ()
+
+
+def test_never_shed_on_stale_power(ev: Evaluator) -> None:
+    s = snap(factory(draw_kw=500.0, event=True, stale=True), wl("t3", Phase.ADMITTED, tier=3))
+    plan = make_plan(s, ev, CFG)
+    assert plan.sheds == () and "stale" in plan.notes[0]
+
+
+def test_restore_after_the_event_oldest_first(ev: Evaluator) -> None:
+    long_ago = NOW - timedelta(minutes=30)
+    s = snap(factory(draw_kw=150.0),  # budget 300, no event: 150 kW room, 15 kW margin
+             wl("a", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True, shed_at=long_ago),
+             wl("b", Phase.INACTIVE, tier=2, kw=60.0, shed_by_m2g=True,
+                shed_at=long_ago + timedelta(seconds=1)),
+             wl("c", Phase.INACTIVE, tier=2, kw=10.0))  # not shed by m2g: left alone
+    restored = make_plan(s, ev, CFG).sheds
+    assert [(a.name, a.active) for a in restored] == [("a", True)]  # 80 + 60 > 150 - 15
+    during = snap(factory(draw_kw=50.0, event=True), *s.workloads)
+    assert make_plan(during, ev, CFG).sheds == ()
