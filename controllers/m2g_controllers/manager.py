@@ -1,0 +1,164 @@
+"""The control loop: level-triggered reconciles of the whole factory, one at a time.
+
+Every reconcile takes a fresh snapshot (from watch caches and signal readers, behind the
+``Cluster`` protocol), asks the pure planner for a plan and applies it — only while this replica
+leads; in shadow mode it decides and records (metrics, Events) but writes nothing else.
+Reconciles run when a watched object changes (coalesced: many changes, one reconcile) and at
+least every ``resync_seconds`` (time alone moves grid events and maintenance windows).
+Failures back off exponentially and retry; the loop itself never dies on one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from m2g.planner.config import PlannerConfig
+from m2g.planner.plan import make_plan
+from m2g.planner.types import ClusterSnapshot, Plan
+from m2g_controllers.metrics import Metrics
+from m2g_controllers.policies import LoadResult, PolicyStore
+
+log = logging.getLogger("m2g.manager")
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Cluster(Protocol):
+    """What the loop needs from the cluster (m2g_controllers.wiring implements it on m2g.k8s)."""
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot: ...
+
+    def policy_objects(self) -> list[dict[str, Any]]: ...
+
+    async def apply(self, plan: Plan, *, shadow: bool) -> list[str]: ...
+
+    async def policy_status(self, result: LoadResult) -> None: ...
+
+    async def ensure_check_active(self, name: str) -> None: ...
+
+
+@dataclass
+class LoopState:
+    """What the loop remembers between reconciles (for readiness and metrics only)."""
+
+    dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    changed_at: float | None = None  # monotonic time of the oldest unhandled change
+    last_ok: datetime | None = None
+    last_error: str = ""
+    reconciles: int = 0
+
+
+class Manager:
+    """Runs reconciles; ``kick()`` marks the world changed (call it from watch callbacks)."""
+
+    def __init__(self, cluster: Cluster, store: PolicyStore, metrics: Metrics, *,
+                 config: PlannerConfig | None = None, shadow: bool = False,
+                 is_leader: Callable[[], bool] = lambda: True, clock: Clock = utcnow,
+                 resync_seconds: float = 10.0, policy_dir: Any = None) -> None:
+        self.cluster, self.store, self.metrics = cluster, store, metrics
+        self.config = config or PlannerConfig()
+        self.shadow, self.is_leader, self.clock = shadow, is_leader, clock
+        self.resync_seconds = resync_seconds
+        self.policy_dir = policy_dir
+        self.state = LoopState()
+        metrics.shadow.set(1 if shadow else 0)
+
+    def kick(self, *_: Any) -> None:
+        if self.state.changed_at is None:
+            self.state.changed_at = time.monotonic()
+        self.state.dirty.set()
+
+    def ready(self) -> tuple[bool, str]:
+        if self.store.evaluator is None:
+            return False, "no policy set loaded yet: " + self.store.last.summary()
+        if self.state.last_ok is None:
+            return False, "no reconcile has succeeded yet: " + (self.state.last_error or "starting")
+        return True, "ok"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.state.dirty.wait(), timeout=self.resync_seconds)
+            if stop.is_set():
+                return
+            self.state.dirty.clear()
+            started = self.state.changed_at
+            self.state.changed_at = None
+            try:
+                await self.reconcile()
+                backoff = 0.5
+                if started is not None:
+                    self.metrics.reaction_seconds.observe(time.monotonic() - started)
+            except Exception as exc:  # a failed reconcile is retried, never fatal
+                self.state.last_error = f"{type(exc).__name__}: {exc}"
+                self.metrics.reconciles.labels("error").inc()
+                log.warning("reconcile failed, retrying in %.1fs: %s", backoff,
+                            self.state.last_error)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)
+                self.kick()
+
+    async def load_policies(self) -> LoadResult:
+        if self.policy_dir is not None:
+            result = self.store.load_dir(self.policy_dir)
+        else:
+            result = self.store.load_objects(self.cluster.policy_objects())
+        if not result.accepted:
+            self.metrics.policy_errors.inc()
+            log.warning(result.summary())
+        if (result.changed or not result.accepted) and self.is_leader() and not self.shadow:
+            await self.cluster.policy_status(result)
+        if self.store.policy_set is not None:
+            self.metrics.policies.set(len(self.store.policy_set.policies))
+        return result
+
+    async def reconcile(self) -> Plan | None:
+        """One pass: policies, snapshot, plan, apply. Returns the plan (None: nothing to do)."""
+        t0 = time.perf_counter()
+        self.metrics.leader.set(1 if self.is_leader() else 0)
+        await self.load_policies()
+        evaluator = self.store.evaluator
+        if evaluator is None:
+            raise RuntimeError(self.store.last.summary())
+        snap = await self.cluster.snapshot(self.clock())
+        plan = make_plan(snap, evaluator, self.config)
+        self._observe(snap, plan)
+        if self.is_leader():
+            if not self.shadow:
+                await self.cluster.ensure_check_active(self.config.check_name)
+            for line in await self.cluster.apply(plan, shadow=self.shadow):
+                log.info(line)
+        self.state.last_ok, self.state.last_error = self.clock(), ""
+        self.state.reconciles += 1
+        self.metrics.reconciles.labels("ok").inc()
+        self.metrics.reconcile_seconds.observe(time.perf_counter() - t0)
+        return plan
+
+    def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
+        m = self.metrics
+        for c in plan.checks:
+            policy = c.message.split("/", 1)[0] if "/" in c.message.split(":")[0] else "none"
+            m.decisions.labels(c.state.value, policy).inc()
+        for q in plan.quotas:
+            m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
+        for s in plan.sheds:
+            m.shed_actions.labels("restore" if s.active else "shed").inc()
+        draw = snap.factory.site_draw_kw()
+        if draw.value is not None:
+            m.site_draw_kw.set(draw.value)
+        m.site_limit_kw.set(snap.factory.effective_budget_kw())
+        m.shed_kw.set(sum(w.view.estimated_kw for w in snap.workloads if w.shed_by_m2g))
+        ages = [r.power_kw.age_seconds for r in snap.factory.racks]
+        if ages:
+            m.signal_age.labels("rack_power").set(min(max(ages), 1e9))

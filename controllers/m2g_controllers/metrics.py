@@ -1,0 +1,44 @@
+"""m2g's Prometheus metrics (names with units, labels bounded by policies and queues)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    """All controller metrics in one registry (a fresh one per manager, so tests can run many)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter(
+            "m2g_admission_decisions_total", "AdmissionCheck answers, by state and policy",
+            ["state", "policy"], registry=r)
+        self.reconciles = Counter(
+            "m2g_reconciles_total", "Reconciles, by result", ["result"], registry=r)
+        self.reconcile_seconds = Histogram(
+            "m2g_reconcile_duration_seconds", "Snapshot, plan and apply, end to end",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10), registry=r)
+        self.reaction_seconds = Histogram(
+            "m2g_reaction_latency_seconds",
+            "From a watched change (e.g. a GridEvent) to the plan that answers it being applied",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
+        self.signal_age = Gauge(
+            "m2g_signal_age_seconds", "Age of the oldest reading of each signal", ["signal"],
+            registry=r)
+        self.quota_ratio = Gauge(
+            "m2g_quota_derating_ratio", "nominalQuota / base quota per ClusterQueue and flavor",
+            ["cluster_queue", "flavor"], registry=r)
+        self.shed_kw = Gauge(
+            "m2g_shed_kilowatts", "kW of workloads m2g has shed and not yet restored", registry=r)
+        self.shed_actions = Counter(
+            "m2g_shed_actions_total", "Workloads shed or restored", ["action"], registry=r)
+        self.site_draw_kw = Gauge("m2g_site_draw_kilowatts", "Measured site draw", registry=r)
+        self.site_limit_kw = Gauge(
+            "m2g_site_limit_kilowatts", "The limit in force (grid target or budget)", registry=r)
+        self.leader = Gauge("m2g_leader", "1 while this replica leads", registry=r)
+        self.policies = Gauge("m2g_policies_loaded", "Policies in the set in force", registry=r)
+        self.policy_errors = Counter(
+            "m2g_policy_set_rejections_total", "Policy sets rejected (the last good one stays)",
+            registry=r)
+        self.shadow = Gauge("m2g_shadow_mode", "1 when deciding without writing", registry=r)

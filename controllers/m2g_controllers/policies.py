@@ -1,0 +1,82 @@
+"""The policy set in force: built atomically from Policy objects (or a folder); a broken update
+keeps the last good set and says why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from m2g.policy import Evaluator, PolicySet, PolicySetError, Problem, build, read_dir, read_texts
+from m2g.policy.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What happened on the last load: accepted, unchanged, or rejected with problems."""
+
+    accepted: bool
+    changed: bool
+    problems: tuple[Problem, ...] = ()
+
+    def summary(self) -> str:
+        if self.accepted:
+            return "policy set accepted" if self.changed else "policy set unchanged"
+        first = self.problems[0].render() if self.problems else "unknown problem"
+        return (f"policy set rejected ({len(self.problems)} problem(s); the last good set stays "
+                f"in force): {first}")
+
+
+def policy_texts(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """Policy objects as YAML documents, named ``Policy/<name>`` for error messages."""
+    out = {}
+    for obj in sorted(objects, key=lambda o: str(o.get("metadata", {}).get("name", ""))):
+        name = str(obj.get("metadata", {}).get("name", ""))
+        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+               "metadata": {"name": name}, "spec": obj.get("spec")}
+        out[f"Policy/{name}"] = yaml.safe_dump(doc, sort_keys=False)
+    return out
+
+
+class PolicyStore:
+    """Holds the Evaluator of the last good policy set."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._digest = ""
+        self.evaluator: Evaluator | None = None
+        self.last = LoadResult(False, False)
+
+    @property
+    def policy_set(self) -> PolicySet | None:
+        return self.evaluator.policy_set if self.evaluator else None
+
+    def load_objects(self, objects: list[dict[str, Any]]) -> LoadResult:
+        texts = policy_texts(objects)
+        digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()
+        if digest == self._digest and self.evaluator is not None:
+            self.last = LoadResult(True, False)
+            return self.last
+        try:
+            pset = build(read_texts(texts), self._runtime)
+        except PolicySetError as exc:
+            self.last = LoadResult(False, False, tuple(exc.problems))
+            return self.last
+        self.evaluator, self._digest = Evaluator(pset), digest
+        self.last = LoadResult(True, True)
+        return self.last
+
+    def load_dir(self, path: Path) -> LoadResult:
+        try:
+            pset = build(read_dir(path), self._runtime)
+        except PolicySetError as exc:
+            self.last = LoadResult(False, False, tuple(exc.problems))
+            return self.last
+        changed = self.evaluator is None or pset.names() != self.evaluator.policy_set.names()
+        self.evaluator = Evaluator(pset)
+        self.last = LoadResult(True, changed)
+        return self.last

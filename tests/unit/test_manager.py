@@ -1,0 +1,105 @@
+"""The control loop with a fake cluster: leadership, shadow mode, policy rejection, retries."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from m2g.model.factory import FactorySnapshot
+from m2g.model.inputs import WorkloadView
+from m2g.planner.types import CheckState, ClusterSnapshot, Phase, Plan, WorkloadState
+from m2g.policy import make_runtime
+from m2g_controllers.manager import Manager
+from m2g_controllers.metrics import Metrics
+from m2g_controllers.policies import LoadResult, PolicyStore
+
+NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
+
+
+def policy_obj(name: str, when: str) -> dict[str, Any]:
+    return {"apiVersion": "m2g.io/v1alpha1", "kind": "Policy", "metadata": {"name": name},
+            "spec": {"stage": "Admission", "rules": [
+                {"name": "big", "when": when, "decision": "Reject", "message": "too big"}]}}
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.policies = [policy_obj("size", "workload.gpus > 64")]
+        self.applied: list[tuple[Plan, bool]] = []
+        self.statuses: list[LoadResult] = []
+        self.activated: list[str] = []
+        self.fail_next = 0
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ConnectionError("apiserver unreachable")
+        w = WorkloadState("t", "huge", WorkloadView(name="huge", gpus=128), Phase.RESERVED,
+                          check="m2g-policy", check_state=CheckState.PENDING)
+        return ClusterSnapshot(FactorySnapshot(now=now), (w,))
+
+    def policy_objects(self) -> list[dict[str, Any]]:
+        return self.policies
+
+    async def apply(self, plan: Plan, *, shadow: bool) -> list[str]:
+        self.applied.append((plan, shadow))
+        return []
+
+    async def policy_status(self, result: LoadResult) -> None:
+        self.statuses.append(result)
+
+    async def ensure_check_active(self, name: str) -> None:
+        self.activated.append(name)
+
+
+def manager(cluster: FakeCluster, **kw: Any) -> Manager:
+    return Manager(cluster, PolicyStore(make_runtime("cel-expr-python")), Metrics(),
+                   clock=lambda: NOW, **kw)
+
+
+async def test_reconcile_answers_pending_checks() -> None:
+    c = FakeCluster()
+    plan = await manager(c).reconcile()
+    assert plan is not None and plan.checks[0].state is CheckState.REJECTED
+    assert c.applied[0][1] is False and c.activated == ["m2g-policy"]
+    assert c.statuses[0].accepted
+
+
+async def test_broken_policy_keeps_the_last_good_set() -> None:
+    c = FakeCluster()
+    m = manager(c)
+    await m.reconcile()
+    c.policies = [policy_obj("size", "workload.gpus > 64.5")]  # int vs double: a type error
+    plan = await m.reconcile()
+    assert plan is not None and plan.checks[0].state is CheckState.REJECTED  # old set decided
+    rejected = c.statuses[-1]
+    assert not rejected.accepted and "no matching overload" in rejected.summary()
+    assert m.metrics.policy_errors._value.get() == 1
+
+
+async def test_shadow_mode_and_followers_write_nothing() -> None:
+    c = FakeCluster()
+    await manager(c, shadow=True).reconcile()
+    assert c.applied[0][1] is True and c.activated == [] and c.statuses == []
+    c2 = FakeCluster()
+    await manager(c2, is_leader=lambda: False).reconcile()
+    assert c2.applied == [] and c2.activated == []
+
+
+async def test_run_loop_retries_after_a_failure() -> None:
+    c = FakeCluster()
+    c.fail_next = 1
+    m = manager(c, resync_seconds=0.05)
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    m.kick()
+    for _ in range(100):
+        if c.applied:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert c.applied, "the loop should recover after the failed snapshot"
+    assert m.ready() == (True, "ok")
+    assert m.metrics.reconciles.labels("error")._value.get() == 1
