@@ -86,11 +86,11 @@ def factory(scenario: str) -> FactorySnapshot:
         for t in range(18):
             nodes.append(Node(name=f"{name}-n{t:02d}", rack=name, gpus_allocated=(r + t) % 5,
                               reasons=("GpuXid",) if (r, t) == (5, 7) else ()))
-    windows = ()
+    windows: tuple[MaintenanceWindow, ...] = ()
     if scenario == "maintenance":
         windows = (MaintenanceWindow("mw-1", NOW + timedelta(hours=2), NOW + timedelta(hours=6),
                                      racks=("rack-08", "rack-09")),)
-    events = ()
+    events: tuple[GridEvent, ...] = ()
     if scenario == "grid-event":
         events = (GridEvent("dr-2026-11-29", NOW - timedelta(minutes=10), NOW + timedelta(hours=3),
                             program="utility-dr", payload=GridPayload.IMPORT_CAPACITY_LIMIT,
