@@ -1,0 +1,188 @@
+"""A watch-fed cache of one kind: LIST once, then WATCH from the list's resourceVersion.
+
+* The API server ends every watch after a while (``--min-request-timeout``, or the
+  ``timeoutSeconds`` we ask for): the cache re-watches from the last resourceVersion it saw
+  (bookmarks included), so nothing is missed and nothing is listed again.
+* A 410 Gone / Expired (the version was compacted), in the stream or as the response, means
+  events were lost: the cache lists again and reports the difference to its subscribers.
+  (kr8s's own ``async_watch`` retries at the same version forever, and never lists; hence
+  ``Kube.watch``.)
+* Other retryable errors back off (doubling, capped) and re-watch; permanent ones (a missing
+  CRD, 403) are kept in ``last_error`` and retried slowly, so a CRD installed later is picked up.
+
+Subscribers are plain callables ``(event_type, key, obj)`` called on every change, and
+``changed`` is an ``asyncio.Event`` set on every change (the consumer clears it). ``view()``
+is an immutable mapping key → raw object (key ``name``, or ``namespace/name`` for namespaced
+kinds), a copy taken at call time for snapshot building; do not mutate the objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from m2g.k8s.client import Gone, KubeError, Obj, PermanentError, Resource
+
+log = logging.getLogger(__name__)
+
+Subscriber = Callable[[str, str, Obj], None]
+
+
+class WatchApi(Protocol):
+    """What the cache needs from ``client.Kube`` (a fake implements it in unit tests)."""
+
+    async def list(self, res: Resource, namespace: str | None = None,
+                   params: Mapping[str, Any] | None = None) -> Obj: ...
+
+    def watch(self, res: Resource, resource_version: str, *, namespace: str | None = None,
+              timeout_seconds: int = 300,
+              params: Mapping[str, Any] | None = None) -> AsyncIterator[Obj]: ...
+
+
+def object_key(obj: Obj) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` otherwise."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
+
+
+def _rv(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+class WatchCache:
+    """The objects of one kind, kept current by LIST + WATCH."""
+
+    def __init__(self, api: WatchApi, resource: Resource, *, namespace: str | None = None,
+                 params: Mapping[str, Any] | None = None, watch_timeout: int = 300,
+                 backoff: float = 0.5, max_backoff: float = 30.0) -> None:
+        self.api = api
+        self.resource = resource
+        self.namespace = namespace
+        self.params = dict(params or {})  # e.g. labelSelector / fieldSelector
+        self.watch_timeout = watch_timeout
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.resource_version = ""
+        self.synced = asyncio.Event()  # set after the first successful LIST
+        self.changed = asyncio.Event()
+        self.last_error: KubeError | None = None
+        self.lists = 0  # how many LISTs (1 + relists): for status and tests
+        self.watches = 0
+        self.generation = 0  # bumped on every change
+        self._items: dict[str, Obj] = {}
+        self._subscribers: list[Subscriber] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def view(self) -> Mapping[str, Obj]:
+        """An immutable copy of key → object as of now."""
+        return MappingProxyType(dict(self._items))
+
+    def get(self, key: str) -> Obj | None:
+        return self._items.get(key)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
+        """Call ``callback(type, key, obj)`` on every change; returns an unsubscribe."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
+    # ---- running ---------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name=f"cache-{self.resource.plural}")
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def wait_synced(self, timeout: float = 30.0) -> None:
+        await asyncio.wait_for(self.synced.wait(), timeout)
+
+    async def run(self) -> None:
+        """LIST, then WATCH forever (until cancelled)."""
+        delay = self.backoff
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self.relist()
+                    need_list = False
+                await self._watch_once()
+                delay = self.backoff  # a watch that ended normally: re-watch at once
+            except Gone as exc:
+                log.info("%s: %s; relisting", self.resource.plural, exc)
+                self.last_error = exc
+                need_list = True
+            except KubeError as exc:
+                self.last_error = exc
+                log.warning("%s: %s", self.resource.plural, exc)
+                await asyncio.sleep(self.max_backoff if isinstance(exc, PermanentError)
+                                    else delay)
+                delay = min(self.max_backoff, delay * 2)
+
+    async def relist(self) -> None:
+        """LIST and replace the contents, notifying the differences."""
+        data = await self.api.list(self.resource, self.namespace, self.params or None)
+        self.lists += 1
+        fresh = {object_key(o): o for o in data.get("items") or []}
+        old = self._items
+        self._items = fresh
+        self.resource_version = str((data.get("metadata") or {}).get("resourceVersion", ""))
+        for key, obj in old.items():
+            if key not in fresh:
+                self._notify("DELETED", key, obj)
+        for key, obj in fresh.items():
+            prev = old.get(key)
+            if prev is None:
+                self._notify("ADDED", key, obj)
+            elif _rv(prev) != _rv(obj):
+                self._notify("MODIFIED", key, obj)
+        self.last_error = None
+        self.synced.set()
+
+    async def _watch_once(self) -> None:
+        self.watches += 1
+        stream = self.api.watch(self.resource, self.resource_version, namespace=self.namespace,
+                                timeout_seconds=self.watch_timeout, params=self.params or None)
+        async for event in stream:
+            self.apply_event(event)
+
+    def apply_event(self, event: Obj) -> None:
+        """Fold one watch event into the cache."""
+        kind = str(event.get("type", ""))
+        obj: Obj = event.get("object") or {}
+        rv = _rv(obj)
+        if rv:
+            self.resource_version = rv
+        if kind == "BOOKMARK":
+            return
+        key = object_key(obj)
+        if kind == "DELETED":
+            if self._items.pop(key, None) is not None:
+                self._notify(kind, key, obj)
+        elif kind in ("ADDED", "MODIFIED"):
+            self._items[key] = obj
+            self._notify(kind, key, obj)
+
+    def _notify(self, kind: str, key: str, obj: Obj) -> None:
+        self.generation += 1
+        self.changed.set()
+        for callback in list(self._subscribers):
+            try:
+                callback(kind, key, obj)
+            except Exception:  # a subscriber's bug must not stop the cache
+                log.exception("cache subscriber failed on %s %s", kind, key)

@@ -1,0 +1,310 @@
+"""The Kubernetes API client of m2g: kr8s (async) underneath, raw JSON objects on top.
+
+``connect`` finds credentials the way kubectl does (an explicit path, else ``$KUBECONFIG``, else
+``~/.kube/config``, else the in-cluster service account) and honours a context name. ``Kube``
+offers get/list/create/patch/delete/watch on raw paths built from a ``Resource``.
+
+Every error is translated here, once, into one of two families with a one-line message:
+
+* ``RetryableError``: connection refused, timeouts, 429, 5xx, 409 Conflict (stale
+  resourceVersion), 410 Gone (an expired watch: relist) — try again later;
+* ``PermanentError``: 400/422 invalid, 401/403 forbidden, 404 (``NotFound`` for a missing object,
+  ``ResourceMissing`` for a kind the server does not serve, e.g. "Kueue CRDs not installed"),
+  409 AlreadyExists — retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s.asyncio
+
+Obj = dict[str, Any]
+
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+FIELD_MANAGER = "m2g"
+DEFAULT_TIMEOUT = 30.0
+
+_GROUP_NAMES = {"kueue.x-k8s.io": "Kueue", "m2g.io": "m2g", "scheduling.run.ai": "KAI"}
+
+
+class KubeError(Exception):
+    """An API call failed; ``status`` is the HTTP code (0 when there was no response)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(" ".join(message.split()))  # always one line
+        self.status = status
+        self.reason = reason
+
+
+class RetryableError(KubeError):
+    """Worth retrying: the server or the network is busy, or the object changed under us."""
+
+
+class Conflict(RetryableError):
+    """409 Conflict: the resourceVersion precondition failed; re-read and retry."""
+
+
+class Gone(RetryableError):
+    """410 Gone / Expired: the watch's resourceVersion was compacted; relist."""
+
+
+class PermanentError(KubeError):
+    """Retrying cannot help: invalid, forbidden, or the thing does not exist."""
+
+
+class NotFound(PermanentError):
+    """404 for an object."""
+
+
+class ResourceMissing(PermanentError):
+    """404 for a whole kind: its CRD is not installed (or the API group is not served)."""
+
+
+class AlreadyExists(PermanentError):
+    """409 AlreadyExists on create."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A kind's REST coordinates."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+KUEUE = "kueue.x-k8s.io"
+M2G = "m2g.io"
+NODES = Resource("", "v1", "nodes", "Node", False)
+PODS = Resource("", "v1", "pods", "Pod", True)
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload", True)
+LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue", True)
+CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", False)
+RESOURCE_FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", False)
+ADMISSION_CHECKS = Resource(KUEUE, "v1beta2", "admissionchecks", "AdmissionCheck", False)
+POWER_DOMAINS = Resource(M2G, "v1alpha1", "powerdomains", "PowerDomain", False)
+GRID_EVENTS = Resource(M2G, "v1alpha1", "gridevents", "GridEvent", False)
+MAINTENANCE_WINDOWS = Resource(M2G, "v1alpha1", "maintenancewindows", "MaintenanceWindow",
+                               False)
+POLICIES = Resource(M2G, "v1alpha1", "policies", "Policy", False)
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
+EVENTS = Resource("events.k8s.io", "v1", "events", "Event", True)
+
+
+def resolve_kubeconfig(explicit: str | os.PathLike[str] | None = None,
+                       env: Mapping[str, str] | None = None,
+                       home: Path | None = None) -> str | None:
+    """The kubeconfig kubectl would use; None means in-cluster (service account)."""
+    if explicit:
+        return str(explicit)
+    environ = os.environ if env is None else env
+    value = environ.get("KUBECONFIG", "")
+    for part in value.split(os.pathsep):
+        if part and Path(part).expanduser().exists():
+            return str(Path(part).expanduser())
+    default = (home or Path.home()) / ".kube" / "config"
+    return str(default) if default.exists() else None
+
+
+def error_from_response(method: str, path: str, status: int, body: Any) -> KubeError:
+    """Classify an HTTP error response (``body`` a decoded Status or text)."""
+    status_obj: Obj = body if isinstance(body, dict) else {}
+    reason = str(status_obj.get("reason", ""))
+    message = str(status_obj.get("message", body if isinstance(body, str) else ""))[:300]
+    where = f"{method} {path}: {status}" + (f" {reason}" if reason else "")
+    text = f"{where}: {message}" if message else where
+    if status == 404:
+        details = status_obj.get("details") or {}
+        if details.get("name"):
+            return NotFound(text, status, reason)
+        group = path.split("/")[2] if path.startswith("/apis/") else ""
+        product = _GROUP_NAMES.get(group, group or "core")
+        return ResourceMissing(f"{product} CRDs not installed ({path} is not served)",
+                               status, reason)
+    if status == 409:
+        if reason == "AlreadyExists":
+            return AlreadyExists(text, status, reason)
+        return Conflict(text, status, reason)
+    if status == 410:
+        return Gone(text, status, reason or "Expired")
+    if status == 429 or status >= 500:
+        return RetryableError(text, status, reason)
+    return PermanentError(text, status, reason)
+
+
+@contextlib.contextmanager
+def _translated(method: str, path: str) -> Iterator[None]:
+    try:
+        yield
+    except KubeError:
+        raise
+    except kr8s.ServerError as exc:
+        resp = exc.response
+        if resp is None:
+            raise RetryableError(f"{method} {path}: {exc}") from exc
+        try:
+            body: Any = resp.json()
+        except (ValueError, httpx.ResponseNotRead):
+            body = getattr(resp, "text", "")
+        raise error_from_response(method, path, resp.status_code, body) from exc
+    except kr8s.APITimeoutError as exc:
+        raise RetryableError(f"{method} {path}: timed out") from exc
+    except httpx.HTTPStatusError as exc:
+        raise error_from_response(method, path, exc.response.status_code,
+                                  exc.response.text) from exc
+    except (httpx.TransportError, OSError) as exc:
+        raise RetryableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+
+
+class Kube:
+    """Raw-JSON access to the API server through a kr8s async ``Api``."""
+
+    def __init__(self, api: Any, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.api = api
+        self.timeout = timeout
+
+    async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                      body: Any = None, content_type: str | None = None) -> Obj:
+        """One call; returns the decoded JSON object ({} for an empty body)."""
+        base, _, tail = path.rpartition("/")
+        kwargs: dict[str, Any] = {"timeout": httpx.Timeout(self.timeout)}
+        if params:
+            kwargs["params"] = {k: v for k, v in params.items() if v is not None}
+        if body is not None:
+            kwargs["content"] = json.dumps(body)
+            kwargs["headers"] = {"content-type": content_type or "application/json"}
+        with _translated(method, path):
+            async with self.api.call_api(method, version="", base=base, url=tail,
+                                         **kwargs) as resp:
+                if not resp.content:
+                    return {}
+                data: Obj = resp.json()
+                return data
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None,
+                  subresource: str | None = None) -> Obj:
+        return await self.request("GET", res.path(namespace, name, subresource))
+
+    async def get_or_none(self, res: Resource, name: str,
+                          namespace: str | None = None) -> Obj | None:
+        try:
+            return await self.get(res, name, namespace)
+        except NotFound:
+            return None
+
+    async def list(self, res: Resource, namespace: str | None = None,
+                   params: Mapping[str, Any] | None = None) -> Obj:
+        """The List object (``items`` and ``metadata.resourceVersion``)."""
+        return await self.request("GET", res.path(namespace), params=params)
+
+    async def create(self, res: Resource, body: Obj, namespace: str | None = None,
+                     dry_run: bool = False) -> Obj:
+        params = {"dryRun": "All"} if dry_run else None
+        return await self.request("POST", res.path(namespace), body=body, params=params)
+
+    async def replace(self, res: Resource, name: str, body: Obj,
+                      namespace: str | None = None, subresource: str | None = None) -> Obj:
+        return await self.request("PUT", res.path(namespace, name, subresource), body=body)
+
+    async def patch(self, res: Resource, name: str, body: Any, *,
+                    namespace: str | None = None, subresource: str | None = None,
+                    content_type: str = MERGE_PATCH, field_manager: str | None = None,
+                    force: bool = False) -> Obj:
+        """PATCH with ``content_type`` (merge, json or apply); apply needs a field manager."""
+        params: dict[str, Any] = {}
+        if content_type == APPLY_PATCH:
+            params["fieldManager"] = field_manager or FIELD_MANAGER
+            if force:
+                params["force"] = "true"
+        elif field_manager:
+            params["fieldManager"] = field_manager
+        return await self.request("PATCH", res.path(namespace, name, subresource),
+                                  params=params, body=body, content_type=content_type)
+
+    async def apply(self, res: Resource, name: str, body: Obj, *,
+                    namespace: str | None = None, subresource: str | None = None,
+                    field_manager: str = FIELD_MANAGER, force: bool = True) -> Obj:
+        """Server-side apply (JSON is valid YAML, so the body is sent as JSON)."""
+        return await self.patch(res, name, body, namespace=namespace, subresource=subresource,
+                                content_type=APPLY_PATCH, field_manager=field_manager,
+                                force=force)
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None,
+                     missing_ok: bool = True) -> None:
+        try:
+            await self.request("DELETE", res.path(namespace, name))
+        except NotFound:
+            if not missing_ok:
+                raise
+
+    async def watch(self, res: Resource, resource_version: str, *,
+                    namespace: str | None = None, timeout_seconds: int = 300,
+                    params: Mapping[str, Any] | None = None) -> AsyncIterator[Obj]:
+        """Watch events ({type, object}) from ``resource_version`` until the server ends the
+        stream (after ``timeout_seconds``). An in-stream 410 raises ``Gone``."""
+        path = res.path(namespace)
+        base, _, tail = path.rpartition("/")
+        query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
+                                 "allowWatchBookmarks": "true",
+                                 "timeoutSeconds": str(timeout_seconds), **(params or {})}
+        timeout = httpx.Timeout(self.timeout, read=timeout_seconds + self.timeout)
+        with _translated("WATCH", path):
+            async with self.api.call_api("GET", version="", base=base, url=tail, stream=True,
+                                         params=query, timeout=timeout) as resp:
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    event: Obj = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise error_from_response("WATCH", path, int(status.get("code", 500)),
+                                                  status)
+                    yield event
+
+    async def close(self) -> None:
+        session = getattr(self.api, "_session", None)
+        if session is not None:
+            with contextlib.suppress(RuntimeError):
+                await session.aclose()
+
+
+async def connect(kubeconfig: str | os.PathLike[str] | None = None,
+                  context: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Kube:
+    """A ``Kube`` for the cluster kubectl would talk to (see ``resolve_kubeconfig``)."""
+    path = resolve_kubeconfig(kubeconfig)
+    try:
+        api = await kr8s.asyncio.api(kubeconfig=path, context=context)
+    except (ValueError, KeyError, OSError) as exc:
+        where = path or "in-cluster service account"
+        raise PermanentError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
+    return Kube(api, timeout=timeout)
