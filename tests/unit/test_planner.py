@@ -151,3 +151,15 @@ def test_restore_after_the_event_oldest_first(ev: Evaluator) -> None:
     assert [(a.name, a.active) for a in restored] == [("a", True)]  # 80 + 60 > 150 - 15
     during = snap(factory(draw_kw=50.0, event=True), *s.workloads)
     assert make_plan(during, ev, CFG).sheds == ()
+
+
+def test_explain_names_the_changes_that_would_admit(ev: Evaluator) -> None:
+    from m2g.planner.explain import explain
+
+    w = wl("flex", Phase.RESERVED, tier=2, check_state=CheckState.PENDING)
+    ex = explain(snap(factory(event=True), w), w, ev)
+    assert ex.now.decision.value == "Defer"
+    changes = {c.change: c.result.decision.value for c in ex.alternatives}
+    assert changes["flex tier 0 instead of 2"] == "Admit"
+    assert any(c.startswith("after grid event dr-1 ends at") for c in changes)
+    assert not any(c.startswith("request") for c in changes)  # size is not why it waits

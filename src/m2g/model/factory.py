@@ -178,7 +178,8 @@ class FactorySnapshot:
     nodes: tuple[Node, ...] = ()
     maintenance: tuple[MaintenanceWindow, ...] = ()
     grid_events: tuple[GridEvent, ...] = ()
-    _by_rack: dict[str, list[Node]] = field(default_factory=dict, repr=False, compare=False)
+    _by_rack: dict[str, list[Node]] = field(default_factory=dict, init=False, repr=False,
+                                            compare=False)
 
     def __post_init__(self) -> None:
         for node in self.nodes:

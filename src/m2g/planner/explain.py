@@ -1,0 +1,85 @@
+"""Why a workload waits, and what would change that: counterfactual re-evaluation.
+
+``explain`` evaluates the Admission stage for a workload now, then again under changes a user
+or operator could make or wait for — fewer GPUs, a lower flex tier (more flexible) or a higher
+one, another ClusterQueue, after the grid event ends, after a maintenance window — and reports
+those that change the decision. Pure: it only re-runs the policies on edited snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from m2g.model.inputs import WorkloadView
+from m2g.planner.inputs import InputBuilder
+from m2g.planner.types import ClusterSnapshot, WorkloadState
+from m2g.policy import Evaluator
+from m2g.policy.results import AdmissionResult
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """One change and the decision it would give."""
+
+    change: str
+    result: AdmissionResult
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The decision now and the changes that would give another one."""
+
+    workload: WorkloadState
+    now: AdmissionResult
+    alternatives: tuple[Counterfactual, ...]
+
+
+def _view_variants(w: WorkloadView, queues: list[str]) -> list[tuple[str, WorkloadView]]:
+    out: list[tuple[str, WorkloadView]] = []
+    gpus = w.gpus
+    while gpus > 1 and len(out) < 3:
+        gpus //= 2
+        scale = gpus / w.gpus if w.gpus else 0
+        out.append((f"request {gpus} GPUs instead of {w.gpus}", w.model_copy(update={
+            "gpus": gpus, "pod_sets": (), "estimated_kw": w.estimated_kw * scale})))
+    for tier in sorted({0, 3} - {w.flex_tier}):
+        out.append((f"flex tier {tier} instead of {w.flex_tier}",
+                    w.model_copy(update={"flex_tier": tier})))
+    for q in queues:
+        if q != w.cluster_queue:
+            out.append((f"ClusterQueue {q} instead of {w.cluster_queue or '(none)'}",
+                        w.model_copy(update={"cluster_queue": q})))
+    return out
+
+
+def _time_variants(snap: ClusterSnapshot) -> list[tuple[str, ClusterSnapshot]]:
+    out: list[tuple[str, ClusterSnapshot]] = []
+    event = snap.factory.grid_event()
+    if event is not None and event.active(snap.now):
+        later = event.end + timedelta(seconds=1)
+        out.append((f"after grid event {event.id} ends at {event.end:%Y-%m-%d %H:%M}Z",
+                    replace(snap, factory=replace(snap.factory, now=later))))
+    for mw in snap.factory.maintenance:
+        if mw.end > snap.now:
+            later = mw.end + timedelta(seconds=1)
+            out.append((f"after maintenance {mw.name} ends at {mw.end:%Y-%m-%d %H:%M}Z",
+                        replace(snap, factory=replace(snap.factory, now=later))))
+    return out
+
+
+def explain(snap: ClusterSnapshot, w: WorkloadState, evaluator: Evaluator) -> Explanation:
+    """The Admission decision for ``w`` now, and each single change that alters it."""
+    builder = InputBuilder(snap)
+    now = evaluator.admission(builder.for_workload(w))
+    queues = sorted(q.name for q in snap.queues)
+    variants = _view_variants(w.view, queues)
+    inputs = [builder.for_workload(w, view) for _, view in variants]
+    results = evaluator.admission_many(inputs) if inputs else []
+    alternatives = [Counterfactual(change, res) for (change, _), res
+                    in zip(variants, results, strict=True) if res.decision != now.decision]
+    for change, later in _time_variants(snap):
+        res = evaluator.admission(InputBuilder(later).for_workload(w))
+        if res.decision != now.decision:
+            alternatives.append(Counterfactual(change, res))
+    return Explanation(w, now, tuple(alternatives))
