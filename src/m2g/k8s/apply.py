@@ -1,0 +1,357 @@
+"""Apply a ``Plan`` to the cluster, idempotently: each change reads the object first and writes
+only what differs, so applying the same plan twice writes nothing the second time.
+
+* ``CheckUpdate`` → server-side apply on ``workloads/status`` (field manager ``m2g``, force) of
+  m2g's entry alone in ``status.admissionChecks`` (a listType=map keyed by name, so Kueue's and
+  other controllers' entries are untouched). ``lastTransitionTime`` moves only when the state
+  changes; the message is cut to Kueue's 32 KiB.
+* ``QuotaUpdate`` → a JSON merge patch of the ClusterQueue's whole ``spec.resourceGroups``
+  (merge patches replace lists) with a ``metadata.resourceVersion`` precondition, retried on
+  409. The first derate records the platform's value in ``m2g.io/base-quota.<flavor>``; a
+  restore to that base removes it again (m2g then owns nothing). ``m2g.io/quota-changed-at``
+  records when m2g last changed a quota.
+* ``StopUpdate`` → merge patch ``spec.stopPolicy``; ``WeightUpdate`` → ``spec.fairSharing.weight``.
+* ``ShedAction`` → merge patch ``spec.active`` with ``m2g.io/shed-at``/``m2g.io/shed-reason``
+  (removed on restore). A restore only touches workloads m2g shed.
+
+In ``dry_run`` (shadow) mode nothing is written except Events; ``records`` says what would have
+been. Errors of one change do not stop the others; they are returned in ``ApplyResult.errors``.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from m2g.k8s.client import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    EVENTS,
+    FIELD_MANAGER,
+    POLICIES,
+    WORKLOADS,
+    Conflict,
+    Kube,
+    KubeError,
+    NotFound,
+    Obj,
+    PermanentError,
+)
+from m2g.k8s.convert import (
+    QUOTA_CHANGED_AT,
+    SHED_AT,
+    SHED_REASON,
+    base_quota_annotation,
+    format_time,
+    quantity,
+)
+from m2g.planner.types import (
+    CHECK_CONTROLLER,
+    CheckUpdate,
+    Plan,
+    QuotaUpdate,
+    ShedAction,
+    StopUpdate,
+    WeightUpdate,
+)
+
+MAX_CHECK_MESSAGE = 32 * 1024
+MAX_EVENT_NOTE = 1024
+CONFLICT_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class Record:
+    """One change: what, on which object, and whether it was written (False: dry run or no-op)."""
+
+    action: str
+    target: str
+    detail: str
+    written: bool
+
+
+@dataclass
+class ApplyResult:
+    records: list[Record] = field(default_factory=list)
+    errors: list[tuple[str, KubeError]] = field(default_factory=list)
+
+    @property
+    def written(self) -> int:
+        return sum(r.written for r in self.records)
+
+
+def _cut(text: str, limit: int) -> str:
+    data = text.encode()
+    return text if len(data) <= limit else data[: limit - 3].decode(errors="ignore") + "..."
+
+
+def _weight_text(weight: float) -> str:
+    text = f"{weight:.3f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def _micro_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Applier:
+    """Writes plans (or, with ``dry_run``, only records them)."""
+
+    def __init__(self, kube: Kube, *, dry_run: bool = False,
+                 field_manager: str = FIELD_MANAGER, instance: str = "m2g",
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.kube = kube
+        self.dry_run = dry_run
+        self.field_manager = field_manager
+        self.instance = instance
+        self.clock = clock
+        self.records: list[Record] = []
+
+    def _record(self, result: ApplyResult | None, action: str, target: str, detail: str,
+                write: bool) -> bool:
+        """Note a change; True when it should really be written."""
+        rec = Record(action, target, detail, write and not self.dry_run)
+        self.records.append(rec)
+        if result is not None:
+            result.records.append(rec)
+        return rec.written
+
+    async def apply_plan(self, plan: Plan) -> ApplyResult:
+        """Apply every change of ``plan``: quotas and stops first, then checks, sheds, weights."""
+        result = ApplyResult()
+        steps: list[tuple[str, Awaitable[bool]]] = []
+        steps += [(f"quota {q.cluster_queue}", self.apply_quota(q, result)) for q in plan.quotas]
+        steps += [(f"stop {s.cluster_queue}", self.apply_stop(s, result)) for s in plan.stops]
+        steps += [(f"check {c.namespace}/{c.name}", self.apply_check(c, result))
+                  for c in plan.checks]
+        steps += [(f"shed {a.namespace}/{a.name}", self.apply_shed(a, result))
+                  for a in plan.sheds]
+        steps += [(f"weight {w.cluster_queue}", self.apply_weight(w, result))
+                  for w in plan.weights]
+        for what, step in steps:  # one after the other: each coroutine is awaited once
+            try:
+                await step
+            except KubeError as exc:
+                result.errors.append((what, exc))
+        return result
+
+    # ---- admission checks ------------------------------------------------------------
+
+    async def apply_check(self, u: CheckUpdate, result: ApplyResult | None = None) -> bool:
+        """Set m2g's check entry on a Workload; False when it already says the same."""
+        target = f"{u.namespace}/{u.name}"
+        wl = await self.kube.get(WORKLOADS, u.name, u.namespace)
+        current = next((e for e in (wl.get("status") or {}).get("admissionChecks") or []
+                        if e.get("name") == u.check), None)
+        message = _cut(u.message, MAX_CHECK_MESSAGE)
+        entry: Obj = {"name": u.check, "state": str(u.state), "message": message}
+        if u.requeue_after_seconds is not None:
+            entry["requeueAfterSeconds"] = int(u.requeue_after_seconds)
+        if u.pod_set_updates:
+            entry["podSetUpdates"] = [dict(p) for p in u.pod_set_updates]
+        same = current is not None and all(current.get(k) == v for k, v in entry.items()) \
+            and ("requeueAfterSeconds" in entry or "requeueAfterSeconds" not in current) \
+            and ("podSetUpdates" in entry or not current.get("podSetUpdates"))
+        detail = f"{u.check}={u.state}: {message[:120]}"
+        if not self._record(result, "check", target, detail, not same):
+            return False
+        keep_time = current is not None and current.get("state") == str(u.state) \
+            and current.get("lastTransitionTime")
+        entry["lastTransitionTime"] = keep_time or format_time(self.clock())
+        body = {"apiVersion": WORKLOADS.api_version, "kind": WORKLOADS.kind,
+                "metadata": {"name": u.name, "namespace": u.namespace},
+                "status": {"admissionChecks": [entry]}}
+        await self.kube.apply(WORKLOADS, u.name, body, namespace=u.namespace,
+                              subresource="status", field_manager=self.field_manager)
+        return True
+
+    async def ensure_admission_check_active(self, name: str,
+                                            controller: str = CHECK_CONTROLLER) -> bool:
+        """Create the AdmissionCheck if missing and keep its ``Active`` condition True."""
+        ac = await self.kube.get_or_none(ADMISSION_CHECKS, name)
+        if ac is None:
+            if not self._record(None, "admissioncheck", name, "create", True):
+                return False
+            ac = await self.kube.create(ADMISSION_CHECKS, {
+                "apiVersion": ADMISSION_CHECKS.api_version, "kind": ADMISSION_CHECKS.kind,
+                "metadata": {"name": name}, "spec": {"controllerName": controller}})
+        owner = (ac.get("spec") or {}).get("controllerName")
+        if owner != controller:
+            raise PermanentError(f"AdmissionCheck {name} belongs to controller {owner!r}, "
+                                 f"not {controller}")
+        generation = int((ac.get("metadata") or {}).get("generation", 1))
+        active = next((c for c in (ac.get("status") or {}).get("conditions") or []
+                       if c.get("type") == "Active"), None)
+        if active and active.get("status") == "True" \
+                and active.get("observedGeneration") == generation:
+            return False
+        if not self._record(None, "admissioncheck", name, "Active=True", True):
+            return False
+        cond = {"type": "Active", "status": "True", "reason": "Active",
+                "message": "m2g answers this admission check",
+                "lastTransitionTime": format_time(self.clock()),
+                "observedGeneration": generation}
+        await self.kube.apply(ADMISSION_CHECKS, name, {
+            "apiVersion": ADMISSION_CHECKS.api_version, "kind": ADMISSION_CHECKS.kind,
+            "metadata": {"name": name}, "status": {"conditions": [cond]}},
+            subresource="status", field_manager=self.field_manager)
+        return True
+
+    # ---- ClusterQueues ---------------------------------------------------------------
+
+    async def apply_quota(self, u: QuotaUpdate, result: ApplyResult | None = None) -> bool:
+        """Set one flavor's nominalQuota; re-read and retry on a conflict."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return await self._apply_quota_once(u, result)
+            except Conflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+        return False  # pragma: no cover
+
+    async def _apply_quota_once(self, u: QuotaUpdate, result: ApplyResult | None) -> bool:
+        cq = await self.kube.get(CLUSTER_QUEUES, u.cluster_queue)
+        meta = cq.get("metadata") or {}
+        groups = copy.deepcopy((cq.get("spec") or {}).get("resourceGroups") or [])
+        found = None
+        for group in groups:
+            for flavor in group.get("flavors") or []:
+                if flavor.get("name") != u.flavor:
+                    continue
+                for res in flavor.get("resources") or []:
+                    if res.get("name") == u.resource:
+                        found = res
+        if found is None:
+            raise PermanentError(f"ClusterQueue {u.cluster_queue} has no quota for "
+                                 f"{u.resource} in flavor {u.flavor}")
+        current = int(quantity(found.get("nominalQuota")))
+        key = base_quota_annotation(u.flavor)
+        annotations = meta.get("annotations") or {}
+        base = int(quantity(annotations[key])) if key in annotations else current
+        patch_annotations: dict[str, Any] = {}
+        if u.nominal == base:
+            if key in annotations:
+                patch_annotations[key] = None  # restored: m2g owns nothing any more
+        elif key not in annotations:
+            patch_annotations[key] = str(base)
+        if current == u.nominal and not patch_annotations:
+            self._record(result, "quota", u.cluster_queue, f"{u.flavor} {u.nominal}", False)
+            return False
+        detail = f"{u.flavor}/{u.resource} {current} -> {u.nominal} (base {base}): {u.reason}"
+        if not self._record(result, "quota", u.cluster_queue, detail, True):
+            return False
+        found["nominalQuota"] = str(u.nominal)
+        patch_annotations[QUOTA_CHANGED_AT] = format_time(self.clock())
+        await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue, {
+            "metadata": {"resourceVersion": meta.get("resourceVersion"),
+                         "annotations": patch_annotations},
+            "spec": {"resourceGroups": groups}}, field_manager=self.field_manager)
+        return True
+
+    async def apply_stop(self, u: StopUpdate, result: ApplyResult | None = None) -> bool:
+        cq = await self.kube.get(CLUSTER_QUEUES, u.cluster_queue)
+        current = (cq.get("spec") or {}).get("stopPolicy") or "None"
+        detail = f"stopPolicy {current} -> {u.stop_policy}: {u.reason}"
+        if not self._record(result, "stop", u.cluster_queue, detail, current != u.stop_policy):
+            return False
+        await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue,
+                              {"spec": {"stopPolicy": u.stop_policy}},
+                              field_manager=self.field_manager)
+        return True
+
+    async def apply_weight(self, u: WeightUpdate, result: ApplyResult | None = None) -> bool:
+        cq = await self.kube.get(CLUSTER_QUEUES, u.cluster_queue)
+        raw = ((cq.get("spec") or {}).get("fairSharing") or {}).get("weight")
+        text = _weight_text(u.weight)
+        same = raw is not None and abs(quantity(raw) - quantity(text)) < 1e-9
+        if not self._record(result, "weight", u.cluster_queue, f"weight {raw} -> {text}",
+                            not same):
+            return False
+        await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue,
+                              {"spec": {"fairSharing": {"weight": text}}},
+                              field_manager=self.field_manager)
+        return True
+
+    # ---- workloads -------------------------------------------------------------------
+
+    async def apply_shed(self, a: ShedAction, result: ApplyResult | None = None) -> bool:
+        """Deactivate (shed) or reactivate (restore) a Workload."""
+        target = f"{a.namespace}/{a.name}"
+        wl = await self.kube.get(WORKLOADS, a.name, a.namespace)
+        active = (wl.get("spec") or {}).get("active", True) is not False
+        annotations = (wl.get("metadata") or {}).get("annotations") or {}
+        if a.active:
+            write = SHED_AT in annotations  # only bring back what m2g shed
+            body: Obj = {"metadata": {"annotations": {SHED_AT: None, SHED_REASON: None}},
+                         "spec": {"active": True}}
+        else:
+            write = active or SHED_AT not in annotations
+            body = {"metadata": {"annotations": {
+                SHED_AT: annotations.get(SHED_AT) or format_time(self.clock()),
+                SHED_REASON: _cut(a.reason, 1024)}}, "spec": {"active": False}}
+        verb = "restore" if a.active else "shed"
+        if not self._record(result, verb, target, f"{a.kw:.1f} kW: {a.reason}", write):
+            return False
+        await self.kube.patch(WORKLOADS, a.name, body, namespace=a.namespace,
+                              field_manager=self.field_manager)
+        await self.emit_event(wl, "Restored" if a.active else "Shed", a.reason,
+                              "Normal" if a.active else "Warning")
+        return True
+
+    # ---- events and Policy status ----------------------------------------------------
+
+    async def emit_event(self, involved: Mapping[str, Any], reason: str, message: str,
+                         type: str = "Normal", action: str = "Reconcile") -> Obj:
+        """An events.k8s.io/v1 Event about ``involved`` (written in dry-run mode too).
+        Events about cluster-scoped objects go to namespace ``default``."""
+        meta = involved.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        now = self.clock()
+        regarding = {"apiVersion": involved.get("apiVersion", ""),
+                     "kind": involved.get("kind", ""), "name": meta.get("name", ""),
+                     "uid": meta.get("uid", "")}
+        if meta.get("namespace"):
+            regarding["namespace"] = meta["namespace"]
+        body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": f"{meta.get('name', 'm2g')}.{secrets.token_hex(8)}",
+                             "namespace": namespace},
+                "eventTime": _micro_time(now), "reportingController": CHECK_CONTROLLER,
+                "reportingInstance": self.instance, "action": action, "reason": reason,
+                "note": _cut(message, MAX_EVENT_NOTE), "type": type, "regarding": regarding}
+        return await self.kube.create(EVENTS, body, namespace=namespace)
+
+    async def set_policy_status(self, name: str, *, accepted: bool, ready: bool,
+                                reason: str, message: str,
+                                observed_generation: int | None = None) -> bool:
+        """Set a Policy CR's ``Accepted`` and ``Ready`` conditions (status SSA); False when
+        they already say this."""
+        try:
+            policy = await self.kube.get(POLICIES, name)
+        except NotFound:
+            return False
+        generation = observed_generation if observed_generation is not None else \
+            int((policy.get("metadata") or {}).get("generation", 1))
+        old = {c.get("type"): c for c in (policy.get("status") or {}).get("conditions") or []}
+        now = format_time(self.clock())
+        conds = []
+        for kind, ok in (("Accepted", accepted), ("Ready", ready)):
+            status = "True" if ok else "False"
+            prev = old.get(kind) or {}
+            conds.append({"type": kind, "status": status, "reason": reason,
+                          "message": _cut(message, MAX_EVENT_NOTE * 4),
+                          "observedGeneration": generation,
+                          "lastTransitionTime": prev.get("lastTransitionTime", now)
+                          if prev.get("status") == status else now})
+        same = all({k: v for k, v in (old.get(c["type"]) or {}).items()} == c for c in conds)
+        if not self._record(None, "policy-status", name, f"{reason}: {message[:120]}",
+                            not same):
+            return False
+        await self.kube.apply(POLICIES, name, {
+            "apiVersion": POLICIES.api_version, "kind": POLICIES.kind, "metadata": {"name": name},
+            "status": {"observedGeneration": generation, "conditions": conds}},
+            subresource="status", field_manager=self.field_manager)
+        return True
