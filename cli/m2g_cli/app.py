@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 from m2g import __version__
-from m2g_cli import policy_cmd, simulate_cmd, templates_cmd
+from m2g_cli import ops_cmd, policy_cmd, simulate_cmd, templates_cmd
 
 app = typer.Typer(
     name="m2g",
@@ -18,6 +20,7 @@ app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(templates_cmd.app, name="templates")
 app.command("submit")(templates_cmd.submit)
 app.command("simulate")(simulate_cmd.simulate)
+ops_cmd.register(app)
 
 
 @app.command()
@@ -28,4 +31,6 @@ def version() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    # kr8s warns about API servers newer than it knows (1.36 here); that is noise for users.
+    warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported")
     app()

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from m2g.policy import Evaluator, PolicySet, PolicySetError, Problem, build, read_dir, read_texts
+from m2g.policy.objects import policy_texts
 from m2g.policy.runtime import Runtime
 
 
@@ -29,17 +28,6 @@ class LoadResult:
         first = self.problems[0].render() if self.problems else "unknown problem"
         return (f"policy set rejected ({len(self.problems)} problem(s); the last good set stays "
                 f"in force): {first}")
-
-
-def policy_texts(objects: list[dict[str, Any]]) -> dict[str, str]:
-    """Policy objects as YAML documents, named ``Policy/<name>`` for error messages."""
-    out = {}
-    for obj in sorted(objects, key=lambda o: str(o.get("metadata", {}).get("name", ""))):
-        name = str(obj.get("metadata", {}).get("name", ""))
-        doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-               "metadata": {"name": name}, "spec": obj.get("spec")}
-        out[f"Policy/{name}"] = yaml.safe_dump(doc, sort_keys=False)
-    return out
 
 
 class PolicyStore:

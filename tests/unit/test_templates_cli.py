@@ -7,7 +7,6 @@ tests/unit/test_templates_cli.py`` (then review the diff).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,9 +14,9 @@ import yaml
 from typer.testing import CliRunner
 
 from m2g_cli.app import app
+from tests.unit.goldens import golden
 from tests.unit.templates_helpers import TEMPLATES
 
-GOLDEN = Path(__file__).parent / "golden"
 runner = CliRunner()
 
 
@@ -25,14 +24,6 @@ runner = CliRunner()
 def _templates_dir(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("M2G_TEMPLATES", str(TEMPLATES))
     monkeypatch.delenv("KUBECONFIG", raising=False)
-
-
-def golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("M2G_UPDATE_GOLDEN") == "1":
-        path.write_text(text)
-    assert path.exists(), f"missing {path}; run with M2G_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs; M2G_UPDATE_GOLDEN=1 to accept"
 
 
 def run(*args: str, code: int = 0) -> tuple[str, str]:

@@ -9,7 +9,7 @@ those that change the decision. Pure: it only re-runs the policies on edited sna
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from m2g.model.inputs import WorkloadView
 from m2g.planner.inputs import InputBuilder
@@ -54,18 +54,19 @@ def _view_variants(w: WorkloadView, queues: list[str]) -> list[tuple[str, Worklo
 
 
 def _time_variants(snap: ClusterSnapshot) -> list[tuple[str, ClusterSnapshot]]:
-    out: list[tuple[str, ClusterSnapshot]] = []
+    """Later moments worth trying, earliest first (only the earliest that helps is reported)."""
+    moments: list[tuple[datetime, str]] = []
     event = snap.factory.grid_event()
     if event is not None and event.active(snap.now):
-        later = event.end + timedelta(seconds=1)
-        out.append((f"after grid event {event.id} ends at {event.end:%Y-%m-%d %H:%M}Z",
-                    replace(snap, factory=replace(snap.factory, now=later))))
+        moments.append((event.end, f"after grid event {event.id} ends at "
+                                   f"{event.end:%Y-%m-%d %H:%M}Z"))
     for mw in snap.factory.maintenance:
         if mw.end > snap.now:
-            later = mw.end + timedelta(seconds=1)
-            out.append((f"after maintenance {mw.name} ends at {mw.end:%Y-%m-%d %H:%M}Z",
-                        replace(snap, factory=replace(snap.factory, now=later))))
-    return out
+            moments.append((mw.end, f"after maintenance {mw.name} ends at "
+                                    f"{mw.end:%Y-%m-%d %H:%M}Z"))
+    return [(label, replace(snap, factory=replace(snap.factory,
+                                                  now=when + timedelta(seconds=1))))
+            for when, label in sorted(moments)]
 
 
 def explain(snap: ClusterSnapshot, w: WorkloadState, evaluator: Evaluator) -> Explanation:
@@ -82,4 +83,5 @@ def explain(snap: ClusterSnapshot, w: WorkloadState, evaluator: Evaluator) -> Ex
         res = evaluator.admission(InputBuilder(later).for_workload(w))
         if res.decision != now.decision:
             alternatives.append(Counterfactual(change, res))
+            break
     return Explanation(w, now, tuple(alternatives))

@@ -1,0 +1,98 @@
+"""One-shot cluster reads for the CLI: list every kind once and build a ClusterSnapshot.
+
+The controllers keep watch caches; a CLI call lists instead. Errors become one line:
+no cluster, Kueue CRDs missing, RBAC denied. m2g's own CRDs are optional (a warning).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from m2g.k8s import client as k
+from m2g.k8s.cache import object_key
+from m2g.k8s.convert import ClusterObjects, build_snapshot
+from m2g.planner.types import ClusterSnapshot
+from m2g.signals.config import SignalConfig
+from m2g.signals.prometheus import PrometheusClient
+from m2g.signals.reader import read_signals
+
+_KINDS = {
+    "nodes": k.NODES, "pods": k.PODS, "workloads": k.WORKLOADS, "local_queues": k.LOCAL_QUEUES,
+    "cluster_queues": k.CLUSTER_QUEUES, "resource_flavors": k.RESOURCE_FLAVORS,
+    "admission_checks": k.ADMISSION_CHECKS, "power_domains": k.POWER_DOMAINS,
+    "grid_events": k.GRID_EVENTS, "maintenance_windows": k.MAINTENANCE_WINDOWS,
+}
+_OPTIONAL = {"power_domains", "grid_events", "maintenance_windows"}
+
+
+class CliError(Exception):
+    """A user-facing failure: one line, exit code ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class ClusterView:
+    """What the operator commands show."""
+
+    snapshot: ClusterSnapshot
+    objects: ClusterObjects
+    policies: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+async def _list(kube: k.Kube, res: k.Resource) -> dict[str, Any]:
+    data = await kube.list(res)
+    return {object_key(o): o for o in data.get("items") or []}
+
+
+async def read(kubeconfig: str | None, context: str | None,
+               prometheus: str | None = None) -> ClusterView:
+    """List everything once; raise CliError with one clear line on failure."""
+    try:
+        kube = await k.connect(kubeconfig, context)
+    except k.KubeError as exc:
+        raise CliError(str(exc)) from None
+    warnings: list[str] = []
+    try:
+        found: dict[str, dict[str, Any]] = {}
+        for attr, res in _KINDS.items():
+            try:
+                found[attr] = await _list(kube, res)
+            except k.ResourceMissing:
+                if attr not in _OPTIONAL:
+                    raise CliError(f"{res.kind} ({res.group}) is not served by this cluster: "
+                                   "is Kueue installed (v1beta2 CRDs)?") from None
+                warnings.append(f"m2g CRD {res.kind} is not installed")
+                found[attr] = {}
+        try:
+            policies = list((await _list(kube, k.POLICIES)).values())
+        except k.ResourceMissing:
+            policies = []
+    except k.RetryableError as exc:
+        raise CliError(f"cannot reach the cluster: {exc}") from None
+    except k.PermanentError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        await kube.close()
+    objs = ClusterObjects(**found)
+    readings = await _readings(prometheus, warnings)
+    snap = build_snapshot(objs, readings, datetime.now(UTC))
+    return ClusterView(snap, objs, policies, warnings)
+
+
+async def _readings(url: str | None, warnings: list[str]) -> Any:
+    if not url:
+        return None
+    async with httpx.AsyncClient() as http:
+        try:
+            return await read_signals(PrometheusClient(url, http), SignalConfig())
+        except Exception as exc:  # signals are optional for the CLI: say so, go on
+            warnings.append(f"signals from {url} unavailable: {exc}")
+            return None

@@ -1,0 +1,118 @@
+"""Operator commands: ``m2g queues``, ``m2g workloads``, ``m2g signals``, ``m2g explain``.
+
+Each reads the cluster once (m2g_cli.cluster), then renders with a pure function
+(m2g_cli.views). Exit codes: 0 ok, 1 cluster/policy problem, 2 usage (unknown workload too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from m2g.planner.explain import explain as explain_workload
+from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
+from m2g.policy.objects import policy_texts
+from m2g_cli.cluster import CliError, ClusterView, read
+from m2g_cli.views import (
+    Output,
+    render_explanation,
+    render_queues,
+    render_signals,
+    render_workloads,
+)
+
+T = TypeVar("T")
+
+Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", help="Path to a kubeconfig")]
+Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use")]
+Out = Annotated[Output, typer.Option("--output", "-o", help="table | wide | yaml | json")]
+Prom = Annotated[str | None, typer.Option(
+    "--prometheus", envvar="M2G_PROMETHEUS_URL", help="Prometheus URL for power and thermal")]
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(coro)
+    except CliError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.code) from None
+
+
+def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None
+          ) -> ClusterView:
+    view = _run(read(kubeconfig, context, prometheus))
+    for w in view.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    return view
+
+
+def queues(kubeconfig: Kubeconfig = None, context: Context = None,
+           output: Out = Output.TABLE) -> None:
+    """ClusterQueues: GPU quota (m2g-derated vs base), usage, pending, stopPolicy."""
+    typer.echo(render_queues(_view(kubeconfig, context).snapshot, output), nl=False)
+
+
+def workloads(
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", "-q", help="LocalQueue or CQ")] = None,
+    kubeconfig: Kubeconfig = None, context: Context = None, output: Out = Output.TABLE,
+) -> None:
+    """Workloads with their Kueue phase and m2g's check state and message."""
+    snap = _view(kubeconfig, context).snapshot
+    typer.echo(render_workloads(snap, output, namespace, queue), nl=False)
+
+
+def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
+            output: Out = Output.TABLE) -> None:
+    """The factory as m2g sees it: power vs budget, thermal, health, grid events, maintenance."""
+    typer.echo(render_signals(_view(kubeconfig, context, prometheus).snapshot.factory, output),
+               nl=False)
+
+
+def _evaluator(view: ClusterView, policies: Path | None) -> Evaluator:
+    try:
+        sources = read_dir(policies) if policies else read_texts(policy_texts(view.policies))
+        return Evaluator(build(sources))
+    except PolicySetError as exc:
+        where = str(policies) if policies else "the cluster's Policy objects"
+        raise CliError(f"policies from {where} do not load: {exc.problems[0].render()}") from None
+
+
+def explain(
+    workload: Annotated[str, typer.Argument(help="Workload name (or NAMESPACE/NAME)")],
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    policies: Annotated[Path | None, typer.Option(
+        "--policies", help="Evaluate these policy files instead of the cluster's")] = None,
+    kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
+    output: Out = Output.TABLE,
+) -> None:
+    """Why a workload waits (or runs), and which single change would alter m2g's decision."""
+    view = _view(kubeconfig, context, prometheus)
+    prefix, _, name = workload.rpartition("/")
+    ns = prefix or namespace
+    matches = [w for w in view.snapshot.workloads
+               if w.name == name and (ns is None or w.namespace == ns)]
+    if len(matches) != 1:
+        what = "no workload" if not matches else f"{len(matches)} workloads"
+        typer.echo(f"error: {what} named {workload!r}"
+                   + ("" if ns else " (use -n NAMESPACE)"), err=True)
+        raise typer.Exit(2)
+    try:
+        evaluator = _evaluator(view, policies)
+    except CliError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    w = matches[0]
+    raw = view.objects.workloads.get(f"{w.namespace}/{w.name}") or {}
+    conditions = (raw.get("status") or {}).get("conditions") or []
+    ex = explain_workload(view.snapshot, w, evaluator)
+    typer.echo(render_explanation(ex, output, conditions), nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (queues, workloads, signals, explain):
+        app.command()(fn)

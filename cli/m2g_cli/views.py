@@ -1,0 +1,249 @@
+"""Pure renderers for the operator commands: data in, text out (kubectl-style tables, YAML, JSON).
+
+No I/O and no cluster here, so every command's output has golden tests (tests/unit/golden/).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import yaml
+
+from m2g.model.factory import FactorySnapshot, Reading, site_view
+from m2g.model.labels import GPU_RESOURCE
+from m2g.planner.explain import Explanation
+from m2g.planner.types import ClusterSnapshot, Phase, QueueState, WorkloadState
+
+
+class Output(StrEnum):
+    """-o formats, as kubectl has them."""
+
+    TABLE = "table"
+    WIDE = "wide"
+    YAML = "yaml"
+    JSON = "json"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by three spaces, like kubectl get."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = ["   ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+             for r in [headers, *rows]]
+    return "\n".join(lines) + "\n"
+
+
+def structured(data: Any, out: Output) -> str:
+    if out is Output.JSON:
+        return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def _age(seconds: float) -> str:
+    if seconds != seconds or seconds == float("inf"):
+        return "-"
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h"
+
+
+def _since(now: datetime, then: datetime | None) -> str:
+    return "-" if then is None else _age((now - then).total_seconds())
+
+
+# ---- queues ------------------------------------------------------------------------------
+
+def queue_rows(snap: ClusterSnapshot) -> list[dict[str, Any]]:
+    out = []
+    for q in snap.queues:
+        for x in q.quotas:
+            if x.resource != GPU_RESOURCE:
+                continue
+            out.append({"clusterQueue": q.name, "cohort": q.cohort, "flavor": x.flavor,
+                        "nominalGpus": x.nominal, "baseGpus": x.base,
+                        "derated": x.nominal < x.base, "usedGpus": q.used_gpus,
+                        "pendingWorkloads": q.pending_workloads, "stopPolicy": q.stop_policy,
+                        "weight": q.weight})
+    return out
+
+
+def render_queues(snap: ClusterSnapshot, out: Output) -> str:
+    rows = queue_rows(snap)
+    if out in (Output.YAML, Output.JSON):
+        return structured({"clusterQueues": rows}, out)
+    head = ["CLUSTERQUEUE", "FLAVOR", "GPUS", "USED", "PENDING", "STOP"]
+    if out is Output.WIDE:
+        head += ["COHORT", "WEIGHT", "NOTE"]
+    body = []
+    event = snap.factory.grid_event()
+    active = event is not None and event.active(snap.now)
+    for r in rows:
+        pct = f" ({100 * r['nominalGpus'] // r['baseGpus']}%)" if r["derated"] and r[
+            "baseGpus"] else ""
+        row = [r["clusterQueue"], r["flavor"], f"{r['nominalGpus']}/{r['baseGpus']}{pct}",
+               str(r["usedGpus"]), str(r["pendingWorkloads"]), r["stopPolicy"]]
+        if out is Output.WIDE:
+            note = "derated by m2g" if r["derated"] else ""
+            if active and event is not None:
+                note = (note + "; " if note else "") + f"grid event {event.id} active"
+            weight = "-" if r["weight"] is None else f"{r['weight']:g}"
+            row += [r["cohort"] or "-", weight, note or "-"]
+        body.append(row)
+    return table(head, body) if body else "No ClusterQueues with GPU quota found.\n"
+
+
+# ---- workloads ---------------------------------------------------------------------------
+
+def workload_row(w: WorkloadState, now: datetime) -> dict[str, Any]:
+    v = w.view
+    return {"namespace": w.namespace, "name": w.name, "queue": v.queue,
+            "clusterQueue": w.cluster_queue, "phase": w.phase.value,
+            "m2gCheck": w.check_state.value if w.check_state else "",
+            "message": w.check_message, "gpus": v.gpus, "flexTier": v.flex_tier,
+            "kind": v.kind.value, "waitSeconds": v.wait_seconds,
+            "shedByM2g": w.shed_by_m2g}
+
+
+def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None = None,
+                     queue: str | None = None) -> str:
+    chosen = [w for w in snap.workloads
+              if (namespace is None or w.namespace == namespace)
+              and (queue is None or queue in (w.view.queue, w.cluster_queue))]
+    rows = [workload_row(w, snap.now) for w in chosen]
+    if out in (Output.YAML, Output.JSON):
+        return structured({"workloads": rows}, out)
+    head = ["NAMESPACE", "NAME", "QUEUE", "PHASE", "M2G", "GPUS", "FLEX", "WAIT"]
+    if out is Output.WIDE:
+        head += ["KIND", "MESSAGE"]
+    body = []
+    for r in rows:
+        check = r["m2gCheck"] or "-"
+        if r["shedByM2g"]:
+            check = "Shed"
+        row = [r["namespace"], r["name"], r["queue"] or "-", r["phase"], check,
+               str(r["gpus"]), str(r["flexTier"]), _age(r["waitSeconds"])]
+        if out is Output.WIDE:
+            row += [r["kind"] or "-", r["message"] or "-"]
+        body.append(row)
+    return table(head, body) if body else "No workloads found.\n"
+
+
+# ---- signals -----------------------------------------------------------------------------
+
+def _kw(r: Reading) -> str:
+    return "stale" if r.stale or r.value is None else f"{r.value:.1f}"
+
+
+def signal_data(f: FactorySnapshot) -> dict[str, Any]:
+    site = site_view(f)
+    draw = f.site_draw_kw()
+    event = f.grid_event()
+    return {
+        "site": {"name": f.site, "drawKw": None if draw.stale else draw.value,
+                 "budgetKw": f.site_budget_kw, "limitKw": f.effective_budget_kw(),
+                 "maxInletC": site.thermal.max_inlet_c, "limitC": site.thermal.limit_c},
+        "racks": [{"name": r.name, "powerDomain": r.power_domain, "block": r.block,
+                   "drawKw": None if r.power_kw.stale else r.power_kw.value, "capKw": r.cap_kw,
+                   "powerAgeSeconds": r.power_kw.age_seconds,
+                   "inletC": None if r.inlet_c.stale else r.inlet_c.value, "limitC": r.limit_c,
+                   "alarm": r.thermal_alarm,
+                   "healthyGpus": sum(n.healthy_gpus for n in f.nodes_of(r.name)),
+                   "totalGpus": sum(n.gpus for n in f.nodes_of(r.name)),
+                   "unhealthyNodes": sorted(n.name for n in f.nodes_of(r.name) if n.reasons)}
+                  for r in f.racks],
+        "gridEvent": None if event is None else {
+            "id": event.id, "active": event.active(f.now), "start": event.start.isoformat(),
+            "end": event.end.isoformat(), "targetKw": event.target(), "level": event.level},
+        "maintenance": [{"name": w.name, "start": w.start.isoformat(), "end": w.end.isoformat(),
+                         "racks": list(w.racks), "nodes": list(w.nodes)}
+                        for w in f.maintenance if w.end > f.now],
+    }
+
+
+def render_signals(f: FactorySnapshot, out: Output) -> str:
+    data = signal_data(f)
+    if out in (Output.YAML, Output.JSON):
+        return structured(data, out)
+    s = data["site"]
+    draw = "stale" if s["drawKw"] is None else f"{s['drawKw']:.1f}"
+    lines = [f"Site {s['name']}: draw {draw} kW, budget {s['budgetKw']:g} kW, "
+             f"limit in force {s['limitKw']:g} kW; hottest inlet {s['maxInletC']:.1f} °C"]
+    ev = data["gridEvent"]
+    if ev:
+        state = "ACTIVE" if ev["active"] else "upcoming"
+        lines.append(f"Grid event {ev['id']} ({state}): {ev['start']} → {ev['end']}, "
+                     f"target {ev['targetKw']:g} kW, level {ev['level']}")
+    for w in data["maintenance"]:
+        lines.append(f"Maintenance {w['name']}: {w['start']} → {w['end']} "
+                     f"on {', '.join(w['racks'] + w['nodes']) or '-'}")
+    head = ["RACK", "DOMAIN", "KW", "CAP", "INLET", "LIMIT", "GPUS", "AGE"]
+    if out is Output.WIDE:
+        head += ["BLOCK", "UNHEALTHY"]
+    body = []
+    for r, rack in zip(data["racks"], f.racks, strict=True):
+        inlet = "stale" if r["inletC"] is None else f"{r['inletC']:.1f}"
+        if r["alarm"]:
+            inlet += " ALARM"
+        row = [r["name"], r["powerDomain"] or "-", _kw(rack.power_kw), f"{r['capKw']:g}",
+               inlet, f"{r['limitC']:g}", f"{r['healthyGpus']}/{r['totalGpus']}",
+               _age(r["powerAgeSeconds"])]
+        if out is Output.WIDE:
+            row += [r["block"] or "-", ",".join(r["unhealthyNodes"]) or "-"]
+        body.append(row)
+    return "\n".join(lines) + "\n\n" + (table(head, body) if body else "No racks found.\n")
+
+
+# ---- explain -----------------------------------------------------------------------------
+
+def explanation_data(ex: Explanation, conditions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    w = ex.workload
+    return {"workload": f"{w.namespace}/{w.name}", "phase": w.phase.value,
+            "m2gCheck": w.check_state.value if w.check_state else None,
+            "decisionNow": ex.now.to_json(),
+            "kueueConditions": [{k: c.get(k) for k in ("type", "status", "reason", "message")}
+                                for c in conditions],
+            "whatWouldChangeIt": [{"change": a.change, "decision": a.result.decision.value,
+                                   "requeueAfterSeconds": a.result.requeue_after_seconds}
+                                  for a in ex.alternatives]}
+
+
+def render_explanation(ex: Explanation, out: Output,
+                       conditions: Sequence[dict[str, Any]] = ()) -> str:
+    data = explanation_data(ex, conditions)
+    if out in (Output.YAML, Output.JSON):
+        return structured(data, out)
+    w = ex.workload
+    now = ex.now
+    lines = [f"Workload {w.namespace}/{w.name}: {w.phase.value}"
+             + (f", m2g check {w.check_state.value}" if w.check_state else "")
+             + (" (shed by m2g)" if w.shed_by_m2g else ""),
+             f"m2g would decide now: {now.decision.value}"
+             + (f" (retry in {now.requeue_after_seconds}s)" if now.requeue_after_seconds else "")]
+    for r in now.reasons:
+        lines.append(f"  {r.decision:6} {r.policy}/{r.rule}: {r.message}")
+    if now.placement is not None and now.placement.topology_level:
+        lines.append(f"  placement: {now.placement.topology_level}")
+    if conditions:
+        lines.append("Kueue:")
+        for c in conditions:
+            lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason', '')}: "
+                         f"{c.get('message', '')}".rstrip(": "))
+    if w.phase is Phase.ADMITTED and not ex.alternatives:
+        lines.append("It is admitted; nothing m2g decides stands in its way.")
+    elif ex.alternatives:
+        lines.append("What would change the outcome:")
+        for a in ex.alternatives:
+            lines.append(f"  - {a.change}: {a.result.decision.value}")
+    else:
+        lines.append("No single change m2g can evaluate would change the outcome.")
+    return "\n".join(lines) + "\n"
+
+
+def queue_by_name(snap: ClusterSnapshot, name: str) -> QueueState | None:
+    return next((q for q in snap.queues if q.name == name), None)

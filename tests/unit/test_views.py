@@ -1,0 +1,116 @@
+"""Golden tests of the operator commands' renderers (m2g queues / workloads / signals / explain)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from m2g.model.factory import (
+    FactorySnapshot,
+    GridEvent,
+    MaintenanceWindow,
+    Node,
+    PowerDomain,
+    Rack,
+    Reading,
+)
+from m2g.model.inputs import WorkloadKind, WorkloadView
+from m2g.planner.explain import explain
+from m2g.planner.types import (
+    CheckState,
+    ClusterSnapshot,
+    FlavorQuota,
+    FlavorState,
+    Phase,
+    QueueState,
+    WorkloadState,
+)
+from m2g_cli.views import (
+    Output,
+    render_explanation,
+    render_queues,
+    render_signals,
+    render_workloads,
+)
+from tests.unit.goldens import golden
+from tests.unit.policy_helpers import evaluator, policy
+
+NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
+
+
+def cluster() -> ClusterSnapshot:
+    nodes = tuple(Node(f"r{r}-n{i:02d}", f"rack-{r}", gpus_allocated=2 if i % 3 == 0 else 0,
+                       reasons=("GpuXid",) if (r, i) == (1, 4) else ())
+                  for r in range(2) for i in range(18))
+    racks = (Rack("rack-0", "block-0", "pd-0", "uuid.0", Reading(118.4, 4.0), 132.0,
+                  Reading(27.5, 4.0), 32.0),
+             Rack("rack-1", "block-0", "pd-0", "uuid.1", Reading(None, 400.0), 132.0,
+                  Reading(31.8, 400.0), 32.0, thermal_alarm=True))
+    f = FactorySnapshot(
+        now=NOW, site="phx-1", site_budget_kw=300.0, site_limit_c=32.0,
+        power_domains=(PowerDomain("pd-0", 300.0),), racks=racks, nodes=nodes,
+        maintenance=(MaintenanceWindow("swap-pdu", NOW + timedelta(hours=2),
+                                       NOW + timedelta(hours=4), racks=("rack-1",)),),
+        grid_events=(GridEvent("srp-dr-0529", NOW - timedelta(minutes=5),
+                               NOW + timedelta(hours=3), level=2, target_kw=180.0),))
+
+    def wl(name: str, phase: Phase, state: CheckState | None, tier: int, gpus: int,
+           msg: str = "", shed: bool = False) -> WorkloadState:
+        v = WorkloadView(name=name, namespace="ml", queue="research", cluster_queue="research",
+                         kind=WorkloadKind.TRAINING, flex_tier=tier, gpus=gpus, wait_seconds=754)
+        return WorkloadState("ml", name, v, phase, "research", "m2g-policy", state, msg,
+                             shed_by_m2g=shed)
+    workloads = (wl("llama-8b-ft", Phase.ADMITTED, CheckState.READY, 0, 8),
+                 wl("sweep-17", Phase.RESERVED, CheckState.PENDING, 2, 16),
+                 wl("pretrain-405b", Phase.INACTIVE, CheckState.READY, 3, 64, shed=True))
+    queues = (QueueState("prod", (FlavorQuota("gb300", "nvidia.com/gpu", 96, 96),),
+                         cohort="org", used_gpus=40, weight=1.0),
+              QueueState("research", (FlavorQuota("gb300", "nvidia.com/gpu", 30, 48),),
+                         cohort="org", used_gpus=8, pending_workloads=3, stop_policy="Hold"))
+    return ClusterSnapshot(f, workloads, queues, (FlavorState("gb300"),))
+
+
+@pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE, Output.JSON])
+def test_queues(out: Output) -> None:
+    golden(f"queues_{out.value}.txt", render_queues(cluster(), out))
+
+
+@pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE, Output.YAML])
+def test_workloads(out: Output) -> None:
+    golden(f"workloads_{out.value}.txt", render_workloads(cluster(), out))
+
+
+def test_workloads_filters() -> None:
+    text = render_workloads(cluster(), Output.TABLE, namespace="other")
+    assert text == "No workloads found.\n"
+
+
+@pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE])
+def test_signals(out: Output) -> None:
+    text = render_signals(cluster().factory, out)
+    assert "stale" in text and "ALARM" in text  # rack-1's stale power and its alarm
+    golden(f"signals_{out.value}.txt", text)
+
+
+def test_signals_json_is_machine_readable() -> None:
+    data = json.loads(render_signals(cluster().factory, Output.JSON))
+    assert data["site"]["drawKw"] is None  # one rack stale: the site sum is stale
+    assert data["gridEvent"]["targetKw"] == 180.0
+
+
+def test_explain(tmp_path: Path) -> None:
+    ev = evaluator(tmp_path, "cel-expr-python", {"dr.yaml": policy("dr", "Admission", """
+        - name: defer
+          when: "grid.event.active && workload.flexTier >= 2"
+          decision: Defer
+          requeueAfter: "grid.event.endsInSeconds"
+          messageExpression: "'grid event ' + grid.event.id + ' asks for ' + string(int(grid.event.targetKw)) + ' kW'"
+    """)})
+    snap = cluster()
+    ex = explain(snap, snap.workloads[1], ev)
+    conditions = [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                   "message": "Quota reserved in ClusterQueue research"}]
+    golden("explain_table.txt", render_explanation(ex, Output.TABLE, conditions))
