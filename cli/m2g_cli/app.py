@@ -7,7 +7,7 @@ import warnings
 import typer
 
 from m2g import __version__
-from m2g_cli import ops_cmd, policy_cmd, simulate_cmd, templates_cmd
+from m2g_cli import ops_cmd, policy_cmd, run_cmd, simulate_cmd, templates_cmd
 
 app = typer.Typer(
     name="m2g",
@@ -21,6 +21,7 @@ app.add_typer(templates_cmd.app, name="templates")
 app.command("submit")(templates_cmd.submit)
 app.command("simulate")(simulate_cmd.simulate)
 ops_cmd.register(app)
+app.command("run", context_settings=run_cmd.SETTINGS)(run_cmd.run)
 
 
 @app.command()

@@ -1,0 +1,146 @@
+"""The Cluster of the control loop, on m2g.k8s: watch caches in, Applier out.
+
+Thin by design: caches are m2g.k8s.cache.WatchCache, the snapshot is m2g.k8s.convert's, the
+writes are m2g.k8s.apply.Applier's. This module only connects them and adds the Events that
+explain each decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from m2g.k8s import client as k
+from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.cache import WatchCache
+from m2g.k8s.convert import ClusterObjects, build_snapshot
+from m2g.planner.types import CheckState, ClusterSnapshot, Plan
+from m2g.signals.config import SignalConfig
+from m2g.signals.prometheus import PrometheusClient
+from m2g.signals.reader import read_signals
+from m2g_controllers.policies import LoadResult
+
+log = logging.getLogger("m2g.wiring")
+
+#: ClusterObjects field → resource watched for it.
+WATCHED: dict[str, k.Resource] = {
+    "nodes": k.NODES, "pods": k.PODS, "workloads": k.WORKLOADS,
+    "local_queues": k.LOCAL_QUEUES, "cluster_queues": k.CLUSTER_QUEUES,
+    "resource_flavors": k.RESOURCE_FLAVORS, "admission_checks": k.ADMISSION_CHECKS,
+    "power_domains": k.POWER_DOMAINS, "grid_events": k.GRID_EVENTS,
+    "maintenance_windows": k.MAINTENANCE_WINDOWS,
+}
+#: Pods that hold GPUs: not finished. (A field selector keeps the pod watch small.)
+POD_SELECTOR = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+_REASONS = {CheckState.READY: ("Admitted", "Normal"), CheckState.RETRY: ("Deferred", "Normal"),
+            CheckState.REJECTED: ("Rejected", "Warning"), CheckState.PENDING: ("Pending", "Normal")}
+
+
+class ApplyFailed(Exception):
+    """Some writes of a plan failed; the next reconcile retries (level-triggered)."""
+
+
+class K8sCluster:
+    """Watch caches + signal reader + applier behind the manager's Cluster protocol."""
+
+    def __init__(self, kube: k.Kube, *, prometheus: str | None = None,
+                 signal_config: SignalConfig | None = None, instance: str = "m2g") -> None:
+        self.kube = kube
+        self.caches = {name: WatchCache(kube, res, params=POD_SELECTOR if name == "pods"
+                                        else None) for name, res in WATCHED.items()}
+        self.policies = WatchCache(kube, k.POLICIES)
+        self.applier = Applier(kube, instance=instance)
+        self._prometheus = prometheus
+        self._signal_config = signal_config or SignalConfig()
+        self._http: httpx.AsyncClient | None = None
+
+    def all_caches(self) -> list[WatchCache]:
+        return [*self.caches.values(), self.policies]
+
+    async def start(self, on_change: Callable[..., None], timeout: float = 60.0) -> None:
+        for cache in self.all_caches():
+            cache.subscribe(on_change)
+            cache.start()
+        pending = [c.wait_synced(timeout) for c in self.all_caches()
+                   if c.resource.group in ("", "kueue.x-k8s.io")]
+        await asyncio.gather(*pending)  # m2g's own CRDs may be missing: they sync later
+
+    async def stop(self) -> None:
+        for cache in self.all_caches():
+            await cache.stop()
+        if self._http is not None:
+            await self._http.aclose()
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
+        return build_snapshot(objs, await self._readings(), now)
+
+    async def _readings(self) -> Any:
+        if not self._prometheus:
+            return None
+        if self._http is None:
+            self._http = httpx.AsyncClient()
+        try:  # a failed read is stale data (fail-safe rules), never a failed reconcile
+            return await asyncio.wait_for(read_signals(
+                PrometheusClient(self._prometheus, self._http), self._signal_config), 10)
+        except Exception as exc:
+            log.warning("signals unavailable, treated as stale: %s", exc)
+            return None
+
+    def policy_objects(self) -> list[dict[str, Any]]:
+        return list(self.policies.view().values())
+
+    async def apply(self, plan: Plan, *, shadow: bool) -> list[str]:
+        self.applier.dry_run = shadow
+        result = await self.applier.apply_plan(plan)
+        await self._check_events(plan, result, shadow)
+        lines = [f"{'would ' if not r.written else ''}{r.action} {r.target}: {r.detail}"
+                 for r in result.records]
+        if result.errors:
+            first_what, first = result.errors[0]
+            raise ApplyFailed(f"{len(result.errors)} write(s) failed; first: {first_what}: "
+                              f"{first}")
+        return lines
+
+    async def _check_events(self, plan: Plan, result: ApplyResult, shadow: bool) -> None:
+        written = {r.target for r in result.records if r.action == "check" and (
+            r.written or shadow)}
+        for c in plan.checks:
+            target = f"{c.namespace}/{c.name}"
+            wl = self.caches["workloads"].get(target)
+            if target not in written or wl is None:
+                continue
+            reason, kind = _REASONS[c.state]
+            prefix = "[shadow] " if shadow else ""
+            try:
+                await self.applier.emit_event(wl, reason, prefix + c.message, kind,
+                                              action="AdmissionCheck")
+            except k.KubeError as exc:  # an Event is best effort
+                log.info("event for %s not written: %s", target, exc)
+
+    async def policy_status(self, result: LoadResult) -> None:
+        bad = {p.file.removeprefix("Policy/") for p in result.problems}
+        message = result.summary()
+        for obj in self.policy_objects():
+            name = str((obj.get("metadata") or {}).get("name", ""))
+            mine = [p.render() for p in result.problems if p.file == f"Policy/{name}"]
+            ok = result.accepted
+            reason = "Accepted" if ok else ("Invalid" if name in bad else "SetRejected")
+            text = "; ".join(mine) if mine else message
+            try:
+                await self.applier.set_policy_status(name, accepted=ok or name not in bad,
+                                                     ready=ok, reason=reason, message=text)
+                if not ok and name in bad:
+                    await self.applier.emit_event(obj, "PolicyRejected", text, "Warning",
+                                                  action="LoadPolicies")
+            except k.KubeError as exc:
+                log.warning("status of Policy %s not written: %s", name, exc)
+
+    async def ensure_check_active(self, name: str) -> None:
+        """Every reconcile (one GET): recreates the check or its Active condition if lost."""
+        await self.applier.ensure_admission_check_active(name)
