@@ -1,0 +1,125 @@
+"""m2g.k8s.cache against a scripted LIST/WATCH fake: re-watch, relist on 410, notifications."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from m2g.k8s.cache import WatchCache, object_key
+from m2g.k8s.client import NODES, PODS, ResourceMissing, RetryableError
+from tests.unit.k8s_fakes import FakeWatchApi, gone
+
+
+def obj(name: str, rv: int, ns: str | None = None, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "resourceVersion": str(rv)}
+    if ns:
+        meta["namespace"] = ns
+    return {"metadata": meta, **extra}
+
+
+def listing(rv: int, *items: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": str(rv)}, "items": list(items)}
+
+
+async def run_until_idle(cache: WatchCache, api: FakeWatchApi) -> None:
+    cache.start()
+    try:
+        await asyncio.wait_for(api.idle.wait(), 5)
+    finally:
+        await cache.stop()
+
+
+async def test_list_then_watch_follows_changes() -> None:
+    api = FakeWatchApi(
+        [listing(10, obj("a", 5), obj("b", 6))],
+        [[{"type": "MODIFIED", "object": obj("a", 11, x=1)},
+          {"type": "ADDED", "object": obj("c", 12)},
+          {"type": "DELETED", "object": obj("b", 13)},
+          {"type": "BOOKMARK", "object": obj("", 14)}]],
+    )
+    cache = WatchCache(api, NODES, backoff=0.001)
+    seen: list[tuple[str, str]] = []
+    cache.subscribe(lambda kind, key, _o: seen.append((kind, key)))
+    await run_until_idle(cache, api)
+    assert sorted(cache.view()) == ["a", "c"]
+    assert cache.view()["a"]["x"] == 1
+    assert api.watch_versions == ["10", "14"]  # re-watch from the bookmark's version
+    assert api.list_calls == 1
+    assert seen == [("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "a"), ("ADDED", "c"),
+                    ("DELETED", "b")]
+    assert cache.changed.is_set()
+    assert cache.synced.is_set()
+
+
+async def test_gone_relists_and_reports_the_difference() -> None:
+    api = FakeWatchApi(
+        [listing(10, obj("a", 5), obj("b", 6)),
+         listing(30, obj("a", 25), obj("c", 26))],  # b vanished, a changed, c appeared
+        [[gone()]],
+    )
+    cache = WatchCache(api, NODES, backoff=0.001)
+    seen: list[tuple[str, str]] = []
+    cache.subscribe(lambda kind, key, _o: seen.append((kind, key)))
+    await run_until_idle(cache, api)
+    assert api.list_calls == 2
+    assert api.watch_versions == ["10", "30"]
+    assert sorted(cache.view()) == ["a", "c"]
+    assert seen[2:] == [("DELETED", "b"), ("MODIFIED", "a"), ("ADDED", "c")]
+
+
+async def test_retryable_error_rewatches_without_relisting() -> None:
+    api = FakeWatchApi([listing(10, obj("a", 5))],
+                       [[{"type": "ADDED", "object": obj("b", 11)},
+                         RetryableError("connection reset")], []])
+    cache = WatchCache(api, NODES, backoff=0.001)
+    await run_until_idle(cache, api)
+    assert api.list_calls == 1
+    assert api.watch_versions == ["10", "11", "11"]
+    assert sorted(cache.view()) == ["a", "b"]
+
+
+async def test_missing_crd_is_reported_and_retried() -> None:
+    class Missing(FakeWatchApi):
+        async def list(self, *a: Any, **k: Any) -> dict[str, Any]:
+            self.list_calls += 1
+            raise ResourceMissing("Kueue CRDs not installed")
+
+    api = Missing([], [])
+    cache = WatchCache(api, NODES, backoff=0.001, max_backoff=0.01)
+    cache.start()
+    await asyncio.sleep(0.1)
+    await cache.stop()
+    assert api.list_calls >= 2
+    assert isinstance(cache.last_error, ResourceMissing)
+    assert not cache.synced.is_set()
+
+
+async def test_view_is_an_immutable_copy() -> None:
+    api = FakeWatchApi([listing(1, obj("p", 1, ns="ns1"))], [])
+    cache = WatchCache(api, PODS)
+    await run_until_idle(cache, api)
+    view = cache.view()
+    assert list(view) == ["ns1/p"]
+    with pytest.raises(TypeError):
+        view["x"] = {}  # type: ignore[index]
+    cache.apply_event({"type": "DELETED", "object": obj("p", 2, ns="ns1")})
+    assert "ns1/p" in view and len(cache) == 0
+
+
+def test_a_failing_subscriber_does_not_stop_the_cache() -> None:
+    cache = WatchCache(FakeWatchApi([], []), NODES)
+
+    def bad(*_: Any) -> None:
+        raise RuntimeError("bug")
+
+    good: list[str] = []
+    cache.subscribe(bad)
+    unsubscribe = cache.subscribe(lambda _k, key, _o: good.append(key))
+    cache.apply_event({"type": "ADDED", "object": obj("n", 3)})
+    unsubscribe()
+    cache.apply_event({"type": "ADDED", "object": obj("m", 4)})
+    assert good == ["n"]
+    assert cache.resource_version == "4"
+    assert object_key(obj("x", 1, ns="y")) == "y/x"

@@ -1,0 +1,282 @@
+"""m2g.k8s.convert on objects recorded from the local control plane (tests/unit/fixtures/k8s,
+Kueue v0.19.2 + KWOK) and on hand-made edge cases."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from m2g.k8s import convert as cv
+from m2g.model.factory import GridPayload, HealthReason
+from m2g.model.inputs import WorkloadKind
+from m2g.planner.types import CheckState, Phase
+from m2g.signals.readings import (
+    DomainReadings,
+    Freshness,
+    NodeReadings,
+    RackReadings,
+    Readings,
+    SignalReading,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "k8s"
+NOW = datetime(2026, 11, 29, 22, 52, 18, tzinfo=UTC)  # 10 min after the recording
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+def kwok_node(name: str, rack: str = "rack-000", **status: Any) -> dict[str, Any]:
+    node = load("node_kwok")
+    node["metadata"]["name"] = name
+    node["metadata"]["labels"]["m2g.io/rack"] = rack
+    node["status"].update(status)
+    return node
+
+
+# ---- nodes -------------------------------------------------------------------------------
+
+
+def test_recorded_kwok_node_is_healthy_with_four_gpus() -> None:
+    n = cv.node(load("node_kwok"), allocated=4)
+    assert (n.name, n.rack, n.block, n.power_domain) == \
+        ("small-r000-n00", "rack-000", "block-00", "pd-00")
+    assert n.clique.endswith(".0")
+    assert (n.gpus, n.gpus_allocated, n.unhealthy_gpus, n.reasons) == (4, 4, 0, ())
+    assert n.free_gpus == 0
+
+
+def test_node_health_reasons() -> None:
+    node = load("node_kwok")
+    node["spec"] = {"unschedulable": True, "taints": [
+        {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu-error", "effect": "NoExecute"},
+        {"key": "soft", "effect": "PreferNoSchedule"}]}
+    for cond in node["status"]["conditions"]:
+        if cond["type"] == "Ready":
+            cond["status"] = "False"
+    node["status"]["conditions"] += [
+        {"type": "GpuXidError", "status": "True"}, {"type": "NVLinkDown", "status": "True"},
+        {"type": "InfiniBandDown", "status": "False"}, {"type": "KernelDeadlock", "status": "True"},
+        {"type": "SomethingPositive", "status": "True"}]
+    assert cv.node(node).reasons == (HealthReason.NOT_READY, HealthReason.CORDONED,
+                                     HealthReason.TAINTED, HealthReason.GPU_XID,
+                                     HealthReason.NVLINK, HealthReason.CONDITION)
+
+
+def test_node_without_ready_condition_is_not_ready_and_withheld_gpus_are_unhealthy() -> None:
+    node = kwok_node("n1", conditions=[])
+    node["status"]["allocatable"]["nvidia.com/gpu"] = "3"
+    n = cv.node(node, xid_gpus=0)
+    assert n.reasons == (HealthReason.NOT_READY,)
+    assert (n.gpus, n.unhealthy_gpus) == (4, 1)
+    assert cv.node(node, xid_gpus=2).unhealthy_gpus == 2
+
+
+def test_allocated_gpus_count_only_bound_running_pods() -> None:
+    pod = load("pod_running")
+    done = copy.deepcopy(pod)
+    done["status"]["phase"] = "Succeeded"
+    unbound = copy.deepcopy(pod)
+    unbound["spec"].pop("nodeName")
+    assert cv.allocated_gpus([pod, done, unbound]) == {"small-r000-n00": 4}
+    limits_only = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+                   "initContainers": [{"resources": {"requests": {"nvidia.com/gpu": "8"}}}]}
+    assert cv.container_gpus(limits_only) == 8
+
+
+# ---- Kueue -------------------------------------------------------------------------------
+
+
+def test_recorded_workload() -> None:
+    wl = cv.workload(load("workload_admitted"), NOW)
+    v = wl.view
+    assert (wl.namespace, v.queue, wl.cluster_queue) == ("rec", "default", "rec-cq")
+    assert wl.phase is Phase.ADMITTED
+    assert wl.admitted_at == datetime(2026, 11, 29, 22, 42, 18, tzinfo=UTC)
+    # pod template metadata (the Job's labels are not copied by Kueue)
+    assert v.flex_tier == 2 and v.estimated_kw == 14.5
+    assert v.gpus == 8 and v.pod_sets[0].count == 2 and v.pod_sets[0].gpus_per_pod == 4
+    assert v.wait_seconds == 0  # admitted
+    assert wl.check == "" and wl.check_state is None and not wl.shed_by_m2g
+
+
+def pending_workload(**labels: str) -> dict[str, Any]:
+    wl = load("workload_admitted")
+    wl["status"] = {"conditions": [{"type": "QuotaReserved", "status": "False"}]}
+    wl["metadata"]["labels"].update(labels)
+    return wl
+
+
+def test_workload_metadata_wins_over_pod_template_and_bad_values_are_normalised() -> None:
+    wl = pending_workload(**{"m2g.io/flex-tier": "7", "m2g.io/workload-kind": "weird"})
+    wl["metadata"]["annotations"] = {"m2g.io/estimated-kw": "-3",
+                                     "m2g.io/expected-runtime-seconds": "abc",
+                                     "m2g.io/last-checkpoint-time": "2026-11-29T22:50:18Z",
+                                     "m2g.io/checkpoint-interval-seconds": "600"}
+    v = cv.workload(wl, NOW, local_queues={"rec/default": "cq-from-lq"}).view
+    assert v.flex_tier == 3 and v.kind is WorkloadKind.UNSPECIFIED
+    assert v.estimated_kw == 0.0 and v.expected_runtime_seconds == 0
+    assert v.checkpoint.interval_seconds == 600 and v.checkpoint.last_age_seconds == 120
+    assert v.cluster_queue == "cq-from-lq"
+    assert v.wait_seconds == 600
+    bad = pending_workload(**{"m2g.io/flex-tier": "two", "m2g.io/workload-kind": "inference"})
+    v2 = cv.workload(bad, NOW).view
+    assert v2.flex_tier == 0 and v2.kind is WorkloadKind.INFERENCE
+
+
+@pytest.mark.parametrize(("conds", "active", "phase"), [
+    ([], True, Phase.PENDING),
+    ([("QuotaReserved", "True")], True, Phase.RESERVED),
+    ([("QuotaReserved", "True"), ("Admitted", "True")], True, Phase.ADMITTED),
+    ([("QuotaReserved", "True"), ("Admitted", "True")], False, Phase.INACTIVE),
+    ([("Finished", "True")], False, Phase.FINISHED),
+])
+def test_workload_phase(conds: list[tuple[str, str]], active: bool, phase: Phase) -> None:
+    wl = {"spec": {"active": active},
+          "status": {"conditions": [{"type": t, "status": s} for t, s in conds]}}
+    assert cv.workload_phase(wl) is phase
+
+
+def test_m2g_check_and_shed_annotations() -> None:
+    wl = load("workload_admitted")
+    wl["status"]["admissionChecks"] = [
+        {"name": "other", "state": "Ready", "message": ""},
+        {"name": "m2g", "state": "Retry", "message": "grid event", "lastTransitionTime": "x"}]
+    wl["metadata"]["annotations"] = {"m2g.io/shed-at": "2026-11-29T22:45:00Z"}
+    checks = cv.check_names([{"metadata": {"name": "m2g"},
+                               "spec": {"controllerName": "m2g.io/policy"}},
+                              {"metadata": {"name": "other"}, "spec": {"controllerName": "x"}}])
+    assert checks == frozenset({"m2g"})
+    st = cv.workload(wl, NOW, checks=checks)
+    assert (st.check, st.check_state, st.check_message) == ("m2g", CheckState.RETRY, "grid event")
+    assert st.shed_by_m2g and st.shed_at == datetime(2026, 11, 29, 22, 45, tzinfo=UTC)
+
+
+def test_recorded_cluster_queue_and_base_annotation() -> None:
+    cq = load("clusterqueue")
+    q = cv.cluster_queue(cq)
+    assert q.name == "rec-cq" and q.stop_policy == "None" and q.used_gpus == 8
+    assert [(f.flavor, f.resource, f.nominal, f.base) for f in q.quotas] == \
+        [("gb200", "nvidia.com/gpu", 8, 8)]
+    assert q.weight is None and q.cohort == ""
+    cq["metadata"]["annotations"] = {"m2g.io/base-quota.gb200": "16",
+                                     "m2g.io/quota-changed-at": "2026-11-29T22:40:00Z"}
+    cq["spec"]["fairSharing"] = {"weight": "500m"}
+    q = cv.cluster_queue(cq)
+    assert q.quotas[0].base == 16 and q.weight == 0.5
+    assert q.last_quota_change == datetime(2026, 11, 29, 22, 40, tzinfo=UTC)
+
+
+def test_resource_flavor_domain() -> None:
+    rf = load("resourceflavor")
+    assert cv.resource_flavor(rf).domain == ""  # only a GPU product label: the site
+    rf["spec"]["nodeLabels"] = {"m2g.io/block": "block-00", "m2g.io/power-domain": "pd-00"}
+    assert cv.resource_flavor(rf).domain == "pd-00"
+    rf["spec"]["nodeLabels"]["m2g.io/rack"] = "rack-001"
+    assert cv.resource_flavor(rf).domain == "rack-001"
+
+
+# ---- m2g CRs -----------------------------------------------------------------------------
+
+
+def test_grid_event_intervals_and_payloads() -> None:
+    ev = {"metadata": {"name": "dr-1"}, "spec": {
+        "programName": "utility-dr", "eventID": "ev-42", "targetReductionPercent": 20,
+        "intervals": [
+            {"start": "2026-11-29T23:00:00Z", "duration": "PT1H",
+             "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": 1500}},
+            {"start": "2026-11-30T00:00:00Z", "duration": "PT30M",
+             "payload": {"type": "SIMPLE", "value": 9}},
+            {"start": "garbage", "duration": "PT1H", "payload": {"type": "SIMPLE", "value": 1}}]},
+        "status": {"observedBaselineKw": 2000}}
+    a, b = cv.grid_events(ev)
+    assert (a.id, a.program, a.payload, a.target_kw) == \
+        ("ev-42/0", "utility-dr", GridPayload.IMPORT_CAPACITY_LIMIT, 1500)
+    assert a.end - a.start == timedelta(hours=1)
+    assert (b.payload, b.level, b.target_kw) == (GridPayload.SIMPLE, 3, 0.0)
+    assert b.reduction_pct == 20 and b.baseline_kw == 2000 and b.target() == 1600
+
+
+def test_iso_durations() -> None:
+    assert cv.parse_duration("P1DT2H30M") == timedelta(days=1, hours=2, minutes=30)
+    assert cv.parse_duration("PT90S") == timedelta(seconds=90)
+    assert cv.parse_duration("P") is None and cv.parse_duration("1h") is None
+
+
+def test_maintenance_window() -> None:
+    mw = {"metadata": {"name": "mw"}, "spec": {
+        "start": "2026-11-30T01:00:00Z", "end": "2026-11-30T03:00:00Z",
+        "scope": {"racks": ["rack-000"], "blocks": ["block-01"]}, "reason": "PDU swap"}}
+    w = cv.maintenance_window(mw)
+    assert w is not None and w.racks == ("rack-000",) and w.blocks == ("block-01",)
+    mw["spec"]["end"] = mw["spec"]["start"]
+    assert cv.maintenance_window(mw) is None
+
+
+def test_quantities() -> None:
+    assert cv.quantity("4") == 4 and cv.quantity("500m") == 0.5 and cv.quantity("2Ki") == 2048
+    assert cv.quantity("nonsense") == 0 and cv.quantity(True) == 0
+    assert cv.quantity(float("nan")) == 0
+
+
+# ---- the snapshot ------------------------------------------------------------------------
+
+
+def fresh(value: float) -> SignalReading:
+    return SignalReading(value, 5.0, 120.0, Freshness.FRESH, value)
+
+
+def test_build_snapshot() -> None:
+    nodes = {f"n{i}": kwok_node(f"n{i}", rack="rack-000" if i < 2 else "rack-001")
+             for i in range(3)}
+    nodes["cpu"] = {"metadata": {"name": "cpu", "labels": {}},
+                    "status": {"allocatable": {"cpu": "8"}}}
+    pod = load("pod_running")
+    pod["spec"]["nodeName"] = "n0"
+    domains = {
+        "site": {"metadata": {"name": "dc1"}, "spec": {"level": "Site", "budgetKw": 900,
+                                                       "inletLimitC": 30}},
+        "pd-00": {"metadata": {"name": "pd-00"}, "spec": {"budgetKw": 300, "rackCapKw": 120}},
+    }
+    readings = Readings(
+        now=0.0,
+        nodes={"n1": NodeReadings("n1", fresh(0), fresh(0), fresh(79),
+                                  xid_gpus=("0", "1", "2"))},
+        racks={"rack-000": RackReadings("rack-000", fresh(100.0), fresh(27.0), fresh(30.0))},
+        domains={"pd-00": DomainReadings("pd-00", fresh(250.0))}, status={})
+    objs = cv.ClusterObjects(
+        nodes=nodes, pods={"rec/p": pod}, power_domains=domains,
+        workloads={"rec/w": load("workload_admitted")},
+        cluster_queues={"rec-cq": load("clusterqueue")},
+        resource_flavors={"gb200": load("resourceflavor")},
+        local_queues={"rec/default": load("localqueue")})
+    snap = cv.build_snapshot(objs, readings, NOW)
+    f = snap.factory
+    assert snap.now == NOW and f.site == "dc1" and f.site_budget_kw == 900
+    assert f.site_limit_c == 30
+    assert [n.name for n in f.nodes] == ["n0", "n1", "n2"]  # the CPU node is left out
+    assert f.nodes[0].gpus_allocated == 4 and f.nodes[1].unhealthy_gpus == 3
+    r0, r1 = f.racks
+    assert (r0.name, r0.block, r0.power_domain, r0.cap_kw) == \
+        ("rack-000", "block-00", "pd-00", 120)
+    assert r0.power_kw.value == 100.0 and not r0.power_kw.stale and r0.limit_c == 32.0
+    assert r1.power_kw.stale and r1.inlet_c.stale  # no reading: missing, never a number
+    assert [(p.name, p.budget_kw, p.draw_kw.value) for p in f.power_domains] == \
+        [("pd-00", 300, 250.0)]
+    assert [w.key for w in snap.workloads] == ["rec/job-rec-a255b"]
+    assert snap.queues[0].name == "rec-cq" and snap.flavors[0].name == "gb200"
+
+
+def test_build_snapshot_without_readings_or_objects() -> None:
+    snap = cv.build_snapshot(cv.ClusterObjects(), None, NOW)
+    assert snap.factory.site == "site" and snap.factory.site_budget_kw == 0
+    assert snap.workloads == () and snap.factory.racks == ()
