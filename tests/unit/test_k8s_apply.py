@@ -1,0 +1,190 @@
+"""m2g.k8s.apply against the in-memory FakeKube: idempotence, conflicts, dry run."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from m2g.k8s.apply import MAX_CHECK_MESSAGE, Applier
+from m2g.k8s.client import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    EVENTS,
+    POLICIES,
+    WORKLOADS,
+    Conflict,
+    PermanentError,
+)
+from m2g.planner.types import (
+    CheckState,
+    CheckUpdate,
+    Plan,
+    QuotaUpdate,
+    ShedAction,
+    StopUpdate,
+    WeightUpdate,
+)
+from tests.unit.k8s_fakes import FakeKube
+
+T0 = datetime(2026, 11, 29, 23, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def setup(dry_run: bool = False) -> tuple[FakeKube, Applier, Clock]:
+    kube, clock = FakeKube(), Clock()
+    kube.put(WORKLOADS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                         "metadata": {"name": "w", "namespace": "ns", "uid": "u1"},
+                         "spec": {"active": True},
+                         "status": {"admissionChecks": [
+                             {"name": "other", "state": "Pending", "message": ""},
+                             {"name": "m2g", "state": "Pending", "message": "",
+                              "lastTransitionTime": "2026-11-29T22:00:00Z"}]}})
+    kube.put(CLUSTER_QUEUES, {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [
+        {"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [
+            {"name": "a", "resources": [{"name": "cpu", "nominalQuota": "10"},
+                                        {"name": "nvidia.com/gpu", "nominalQuota": "72"}]},
+            {"name": "b", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "36"}]}]}]}})
+    return kube, Applier(kube, dry_run=dry_run, clock=clock), clock
+
+
+def check(kube: FakeKube, name: str = "m2g") -> dict[str, Any]:
+    entries = kube.stored(WORKLOADS, "w", "ns")["status"]["admissionChecks"]
+    return next(e for e in entries if e["name"] == name)
+
+
+async def test_check_update_is_idempotent_and_keeps_transition_time() -> None:
+    kube, ap, clock = setup()
+    u = CheckUpdate("ns", "w", "m2g", CheckState.RETRY, "grid event", requeue_after_seconds=600)
+    assert await ap.apply_check(u)
+    assert check(kube) == {"name": "m2g", "state": "Retry", "message": "grid event",
+                           "requeueAfterSeconds": 600,
+                           "lastTransitionTime": "2026-11-29T23:00:00Z"}
+    assert check(kube, "other")["state"] == "Pending"  # others' entries untouched
+    writes = len(kube.writes())
+    assert not await ap.apply_check(u)  # same again: nothing written
+    assert len(kube.writes()) == writes
+    clock.now += timedelta(minutes=5)
+    assert await ap.apply_check(CheckUpdate("ns", "w", "m2g", CheckState.RETRY, "still"))
+    assert check(kube)["lastTransitionTime"] == "2026-11-29T23:00:00Z"  # same state
+    assert "requeueAfterSeconds" not in check(kube)
+    assert await ap.apply_check(CheckUpdate("ns", "w", "m2g", CheckState.READY, "x" * 40000))
+    assert check(kube)["lastTransitionTime"] == "2026-11-29T23:05:00Z"
+    assert len(check(kube)["message"].encode()) <= MAX_CHECK_MESSAGE
+
+
+async def test_quota_records_base_once_and_removes_it_on_restore() -> None:
+    kube, ap, _ = setup()
+    assert await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 48, 72, "derate"))
+    cq = kube.stored(CLUSTER_QUEUES, "cq")
+    flavors = cq["spec"]["resourceGroups"][0]["flavors"]
+    assert flavors[0]["resources"] == [{"name": "cpu", "nominalQuota": "10"},
+                                       {"name": "nvidia.com/gpu", "nominalQuota": "48"}]
+    assert flavors[1]["resources"][0]["nominalQuota"] == "36"
+    assert cq["metadata"]["annotations"]["m2g.io/base-quota.a"] == "72"
+    assert await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 24, 72, "more"))
+    assert kube.stored(CLUSTER_QUEUES, "cq")["metadata"]["annotations"][
+        "m2g.io/base-quota.a"] == "72"  # the platform's value, not m2g's 48
+    assert not await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 24, 72, "same"))
+    assert await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 72, 72, "restore"))
+    annotations = kube.stored(CLUSTER_QUEUES, "cq")["metadata"]["annotations"]
+    assert "m2g.io/base-quota.a" not in annotations
+    assert annotations["m2g.io/quota-changed-at"] == "2026-11-29T23:00:00Z"
+
+
+async def test_quota_retries_on_conflict_and_reports_unknown_flavor() -> None:
+    kube, ap, _ = setup()
+    kube.fail_next = [Conflict("modified", 409, "Conflict")] * 2
+    assert await ap.apply_quota(QuotaUpdate("cq", "b", "nvidia.com/gpu", 18, 36, "derate"))
+    assert kube.stored(CLUSTER_QUEUES, "cq")["spec"]["resourceGroups"][0]["flavors"][1][
+        "resources"][0]["nominalQuota"] == "18"
+    result = await ap.apply_plan(Plan(quotas=(
+        QuotaUpdate("cq", "zzz", "nvidia.com/gpu", 1, 1, "x"),)))
+    assert len(result.errors) == 1 and isinstance(result.errors[0][1], PermanentError)
+
+
+async def test_stop_weight_and_shed_restore() -> None:
+    kube, ap, _ = setup()
+    plan = Plan(stops=(StopUpdate("cq", "Hold", "maintenance"),),
+                weights=(WeightUpdate("cq", 1.5, "night"),),
+                sheds=(ShedAction("ns", "w", False, 120.0, "grid event ev-1"),))
+    result = await ap.apply_plan(plan)
+    assert not result.errors and result.written == 3
+    cq = kube.stored(CLUSTER_QUEUES, "cq")
+    assert cq["spec"]["stopPolicy"] == "Hold" and cq["spec"]["fairSharing"]["weight"] == "1.5"
+    wl = kube.stored(WORKLOADS, "w", "ns")
+    assert wl["spec"]["active"] is False
+    assert wl["metadata"]["annotations"] == {"m2g.io/shed-at": "2026-11-29T23:00:00Z",
+                                             "m2g.io/shed-reason": "grid event ev-1"}
+    events = [o for (plural, _, _), o in kube.objects.items() if plural == EVENTS.plural]
+    assert [(e["reason"], e["type"], e["regarding"]["name"]) for e in events] == \
+        [("Shed", "Warning", "w")]
+    again = await ap.apply_plan(plan)
+    assert again.written == 0  # idempotent
+    await ap.apply_shed(ShedAction("ns", "w", True, 120.0, "event over"))
+    wl = kube.stored(WORKLOADS, "w", "ns")
+    assert wl["spec"]["active"] is True and wl["metadata"]["annotations"] == {}
+
+
+async def test_restore_leaves_workloads_m2g_did_not_shed() -> None:
+    kube, ap, _ = setup()
+    await kube.patch(WORKLOADS, "w", {"spec": {"active": False}}, namespace="ns")
+    assert not await ap.apply_shed(ShedAction("ns", "w", True, 0, "restore"))
+    assert kube.stored(WORKLOADS, "w", "ns")["spec"]["active"] is False
+
+
+async def test_dry_run_writes_only_events() -> None:
+    kube, ap, _ = setup(dry_run=True)
+    before = {k: dict(v) for k, v in kube.objects.items()}
+    result = await ap.apply_plan(Plan(
+        checks=(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"),),
+        quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 1, 72, "x"),),
+        sheds=(ShedAction("ns", "w", False, 1, "x"),)))
+    assert [r.action for r in result.records] == ["quota", "check", "shed"]
+    assert not any(r.written for r in result.records)
+    assert {v for v, _, _ in kube.writes()} == set()
+    assert kube.objects == before
+    await ap.emit_event(kube.stored(WORKLOADS, "w", "ns"), "WouldShed", "shadow")
+    assert any(p == EVENTS.plural for p, _, _ in kube.objects)
+
+
+async def test_admission_check_created_and_kept_active() -> None:
+    kube, ap, _ = setup()
+    assert await ap.ensure_admission_check_active("m2g")
+    ac = kube.stored(ADMISSION_CHECKS, "m2g")
+    assert ac["spec"]["controllerName"] == "m2g.io/policy"
+    assert ac["status"]["conditions"][0]["status"] == "True"
+    assert not await ap.ensure_admission_check_active("m2g")
+    kube.put(ADMISSION_CHECKS, {"metadata": {"name": "theirs"},
+                                "spec": {"controllerName": "kueue.x-k8s.io/provisioning"}})
+    try:
+        await ap.ensure_admission_check_active("theirs")
+    except PermanentError as exc:
+        assert "provisioning" in str(exc)
+    else:
+        raise AssertionError("expected PermanentError")
+
+
+async def test_policy_status_conditions() -> None:
+    kube, ap, clock = setup()
+    kube.put(POLICIES, {"metadata": {"name": "p", "generation": 3}, "spec": {}})
+    assert await ap.set_policy_status("p", accepted=False, ready=False, reason="CompileError",
+                                      message="undeclared reference to 'x'")
+    conds = {c["type"]: c for c in kube.stored(POLICIES, "p")["status"]["conditions"]}
+    assert conds["Accepted"]["status"] == "False" and conds["Ready"]["observedGeneration"] == 3
+    assert not await ap.set_policy_status("p", accepted=False, ready=False,
+                                          reason="CompileError",
+                                          message="undeclared reference to 'x'")
+    clock.now += timedelta(minutes=1)
+    assert await ap.set_policy_status("p", accepted=True, ready=True, reason="Compiled",
+                                      message="ok")
+    conds = {c["type"]: c for c in kube.stored(POLICIES, "p")["status"]["conditions"]}
+    assert conds["Ready"]["lastTransitionTime"] == "2026-11-29T23:01:00Z"
+    assert not await ap.set_policy_status("missing", accepted=True, ready=True, reason="R",
+                                          message="")
