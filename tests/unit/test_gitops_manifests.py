@@ -263,8 +263,10 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
     assert grants == want
     lease = next(d for d in docs if d["kind"] == "Role")
     assert lease["metadata"]["namespace"] == "m2g-system"
-    assert lease["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                               "verbs": ["get", "create", "update"]}]
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": ["m2g-controller"], "verbs": ["get", "update"]}]
 
 
 # ---- the Grafana dashboard ------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""kubectl-driven helpers for the GitOps manifest tests (tests/e2e/test_manifests_*.py).
+
+The manifests are rendered with ``kubectl kustomize`` and applied with
+``kubectl apply --server-side``, exactly as docs/deploy.md tells a user to. ``Applied`` records
+which objects existed before and deletes only the ones the test created, so objects the factory
+generator made (ResourceFlavor gb200, Topology nvl72) and anything else already there survive.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e_helpers import REPO
+
+from localcp.paths import binary
+
+Obj = dict[str, Any]
+
+# Deletion order: dependents first (LocalQueues before their namespace and ClusterQueue, ...).
+DELETE_ORDER = ["LocalQueue", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "Service",
+                "ServiceMonitor", "ConfigMap", "RoleBinding", "Role", "ServiceAccount",
+                "Namespace", "ClusterQueue", "Cohort", "AdmissionCheck",
+                "WorkloadPriorityClass", "ResourceFlavor", "Topology", "Policy",
+                "ClusterRoleBinding", "ClusterRole", "CustomResourceDefinition"]
+
+
+def kubectl_path() -> str:
+    local = binary("kubectl")
+    found = str(local) if local.exists() else shutil.which("kubectl")
+    if found is None:
+        pytest.skip("no kubectl (build it: kind-e2e/tools/build.sh kubectl)")
+    return found
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None,
+            check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([kubectl_path(), f"--kubeconfig={kubeconfig}", *args], input=stdin,
+                         capture_output=True, text=True, check=False, timeout=timeout)
+    if check and out.returncode != 0:
+        pytest.fail(f"kubectl {' '.join(args)} failed ({out.returncode}):\n{out.stderr}",
+                    pytrace=False)
+    return out
+
+
+def render(folder: str) -> str:
+    """``kubectl kustomize <repo>/<folder>`` (no cluster needed)."""
+    out = subprocess.run([kubectl_path(), "kustomize", str(REPO / folder)],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def objects(text: str) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def ref(obj: Obj) -> list[str]:
+    """kubectl arguments naming ``obj``: ``kind.group/name`` and ``-n ns`` when namespaced."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    kind = obj["kind"].lower() + (f".{group}" if group else "")
+    args = [f"{kind}/{obj['metadata']['name']}"]
+    if obj["metadata"].get("namespace"):
+        args += ["-n", obj["metadata"]["namespace"]]
+    return args
+
+
+def exists(kubeconfig: Path, obj: Obj) -> bool:
+    return kubectl(kubeconfig, "get", *ref(obj), "-o", "name", check=False).returncode == 0
+
+
+def get(kubeconfig: Path, obj: Obj) -> Obj:
+    out = kubectl(kubeconfig, "get", *ref(obj), "-o", "yaml")
+    got: Obj = yaml.safe_load(out.stdout)
+    return got
+
+
+@dataclass
+class Applied:
+    """Server-side apply rendered manifests; ``delete()`` removes what was not there before."""
+
+    kubeconfig: Path
+    created: list[Obj] = field(default_factory=list)
+
+    def apply(self, text: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        for obj in objects(text):
+            if not exists(self.kubeconfig, obj) and not any(
+                    ref(obj) == ref(c) for c in self.created):
+                self.created.append(obj)
+        return kubectl(self.kubeconfig, "apply", "--server-side", *extra, "-f", "-",
+                       stdin=text)
+
+    def delete(self) -> None:
+        rank = {k: i for i, k in enumerate(DELETE_ORDER)}
+        for obj in sorted(self.created, key=lambda o: rank.get(o["kind"], -1)):
+            kubectl(self.kubeconfig, "delete", *ref(obj), "--ignore-not-found",
+                    "--wait=true", "--timeout=120s", check=False)
+        self.created.clear()
+
+
+def generations(kubeconfig: Path, text: str) -> dict[str, tuple[Any, Any]]:
+    """metadata.generation (spec changes) of every object, by kubectl name."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for obj in objects(text):
+        live = get(kubeconfig, obj)["metadata"]
+        out[" ".join(ref(obj))] = (live.get("generation"), live.get("uid"))
+    return out
+
+
+def in_sync(kubeconfig: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """``kubectl diff --server-side``: exit 0 when the cluster already matches the manifests."""
+    return kubectl(kubeconfig, "diff", "--server-side", "-f", "-", stdin=text, check=False)
