@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import yaml
 from e2e_helpers import REPO
-
 from localcp.paths import binary
 
 Obj = dict[str, Any]
