@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from m2g.k8s.apply import MAX_CHECK_MESSAGE, Applier
 from m2g.k8s.client import (
@@ -13,6 +13,7 @@ from m2g.k8s.client import (
     POLICIES,
     WORKLOADS,
     Conflict,
+    Kube,
     PermanentError,
 )
 from m2g.planner.types import (
@@ -51,7 +52,7 @@ def setup(dry_run: bool = False) -> tuple[FakeKube, Applier, Clock]:
             {"name": "a", "resources": [{"name": "cpu", "nominalQuota": "10"},
                                         {"name": "nvidia.com/gpu", "nominalQuota": "72"}]},
             {"name": "b", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "36"}]}]}]}})
-    return kube, Applier(kube, dry_run=dry_run, clock=clock), clock
+    return kube, Applier(cast(Kube, kube), dry_run=dry_run, clock=clock), clock
 
 
 def check(kube: FakeKube, name: str = "m2g") -> dict[str, Any]:

@@ -213,7 +213,7 @@ def test_iso_durations() -> None:
 
 
 def test_maintenance_window() -> None:
-    mw = {"metadata": {"name": "mw"}, "spec": {
+    mw: dict[str, Any] = {"metadata": {"name": "mw"}, "spec": {
         "start": "2026-11-30T01:00:00Z", "end": "2026-11-30T03:00:00Z",
         "scope": {"racks": ["rack-000"], "blocks": ["block-01"]}, "reason": "PDU swap"}}
     w = cv.maintenance_window(mw)
