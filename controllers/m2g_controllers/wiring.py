@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from m2g.planner.types import CheckState, ClusterSnapshot, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
+from m2g.signals.readings import Readings
 from m2g_controllers.policies import LoadResult
 
 log = logging.getLogger("m2g.wiring")
@@ -49,7 +50,9 @@ class K8sCluster:
     """Watch caches + signal reader + applier behind the manager's Cluster protocol."""
 
     def __init__(self, kube: k.Kube, *, prometheus: str | None = None,
-                 signal_config: SignalConfig | None = None, instance: str = "m2g") -> None:
+                 signal_config: SignalConfig | None = None, instance: str = "m2g",
+                 readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None
+                 ) -> None:
         self.kube = kube
         self.caches = {name: WatchCache(kube, res, params=POD_SELECTOR if name == "pods"
                                         else None) for name, res in WATCHED.items()}
@@ -58,6 +61,7 @@ class K8sCluster:
         self._prometheus = prometheus
         self._signal_config = signal_config or SignalConfig()
         self._http: httpx.AsyncClient | None = None
+        self._read_override = readings  # another signal source (tests, replay); else Prometheus
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies]
@@ -80,7 +84,9 @@ class K8sCluster:
         objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
         return build_snapshot(objs, await self._readings(), now)
 
-    async def _readings(self) -> Any:
+    async def _readings(self) -> Readings | None:
+        if self._read_override is not None:
+            return await self._read_override(self)
         if not self._prometheus:
             return None
         if self._http is None:

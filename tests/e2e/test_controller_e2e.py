@@ -1,0 +1,366 @@
+"""The m2g controllers against real Kueue: admission checks, derating, shedding, bad policy pushes.
+
+Each test runs the real control loop (m2g_controllers: watch caches, planner, applier) in this
+process against the local control plane. Power comes from a small model of the rack draw —
+idle kW plus 1.3 kW per GPU of every running pod on the rack, read from the same pod cache — so
+shedding closes the loop the way the telemetry simulator does, without a Prometheus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e_helpers import REPO, Cluster, Obj, condition, unique
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from m2g.k8s import client as k
+from m2g.k8s.convert import allocated_gpus
+from m2g.planner.config import PlannerConfig
+from m2g.policy import make_runtime
+from m2g.signals.readings import RackReadings, Readings, SignalReading
+from m2g_controllers.manager import Manager
+from m2g_controllers.metrics import Metrics
+from m2g_controllers.policies import PolicyStore
+from m2g_controllers.wiring import K8sCluster
+
+pytestmark = pytest.mark.e2e
+
+GPU = "nvidia.com/gpu"
+CHECK = "m2g-e2e"
+IDLE_KW, KW_PER_GPU = 20.0, 1.3
+RACK_LABEL = "m2g.io/rack"
+
+POLICIES = {
+    "dr.yaml": """
+apiVersion: m2g.io/v1alpha1
+kind: Policy
+metadata: {name: e2e-dr}
+spec:
+  stage: Admission
+  rules:
+    - name: defer-flexible
+      when: "grid.event.active && workload.flexTier >= 2"
+      decision: Defer
+      requeueAfter: "30"
+      messageExpression: "'grid event ' + grid.event.id + ' is active: flex tier ' + string(workload.flexTier) + ' waits'"
+""",
+    "capacity.yaml": """
+apiVersion: m2g.io/v1alpha1
+kind: Policy
+metadata: {name: e2e-capacity}
+spec:
+  stage: Capacity
+  rules:
+    - {name: healthy, when: "true", quota: "flavor.healthyGpus", message: "healthy GPUs"}
+""",
+    "shed.yaml": """
+apiVersion: m2g.io/v1alpha1
+kind: Policy
+metadata: {name: e2e-shed}
+spec:
+  stage: Preemption
+  rules:
+    - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
+""",
+}
+
+
+# ---- setup helpers ---------------------------------------------------------------------
+
+def install_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((REPO / "deploy" / "crds").glob("m2g.io_*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        crds = [ext.read_custom_resource_definition(yaml.safe_load(p.read_text())["metadata"][
+            "name"]) for p in (REPO / "deploy" / "crds").glob("m2g.io_*.yaml")]
+        if all(any(c.type == "Established" and c.status == "True"
+                   for c in (crd.status.conditions or [])) for crd in crds):
+            return
+        time.sleep(0.5)
+    raise AssertionError("m2g CRDs not Established in 30 s")
+
+
+def factory_flavor(cluster: Cluster) -> str:
+    """The ResourceFlavor of the small factory (its nodes' GPU product)."""
+    flavors = cluster.custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2",
+                                                        "resourceflavors")["items"]
+    names = [f["metadata"]["name"] for f in flavors if f["metadata"]["name"] == "gb200"]
+    assert names, "the small factory's ResourceFlavor gb200 is missing"
+    return names[0]
+
+
+def make_queue(cluster: Cluster, namespace: str, flavor: str, gpus: int) -> str:
+    cq = unique("e2e-m2g-cq")
+    cluster.create_kueue("clusterqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": cq},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": [{
+                "name": flavor, "resources": [
+                    {"name": "cpu", "nominalQuota": "1000"},
+                    {"name": "memory", "nominalQuota": "10000Gi"},
+                    {"name": GPU, "nominalQuota": str(gpus)}]}]}],
+        },
+    })
+    cluster.create_kueue("localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "default", "namespace": namespace},
+        "spec": {"clusterQueue": cq}}, namespace=namespace)
+    return cq
+
+
+def job(name: str, gpus: int, tier: int) -> Obj:
+    """A Job of ``gpus`` GPUs as pods of one 4-GPU tray each."""
+    pods = max(1, gpus // 4)
+    per_pod = gpus // pods
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
+            "metadata": {"labels": {"m2g.io/flex-tier": str(tier),
+                                    "m2g.io/workload-kind": "training"},
+                         "annotations": {"m2g.io/estimated-kw": str(per_pod * pods * KW_PER_GPU)}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "registry.invalid/fake:1",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: str(per_pod)},
+                              "limits": {GPU: str(per_pod)}}}]}}},
+    }
+
+
+def workload_of(cluster: Cluster, namespace: str, job_name: str) -> Obj | None:
+    for wl in cluster.workloads(namespace):
+        owners = wl["metadata"].get("ownerReferences") or []
+        if any(o.get("name") == job_name for o in owners):
+            return wl
+    return None
+
+
+def check_state(wl: Obj | None) -> str:
+    for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        if entry.get("name") == CHECK:
+            return str(entry.get("state"))
+    return ""
+
+
+async def until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await asyncio.to_thread(check)
+        if last:
+            return last
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def modelled_power(rack_of_node: dict[str, str]) -> Callable[[K8sCluster], Any]:
+    """Rack kW = idle + 1.3 kW per GPU of the running pods on the rack."""
+    async def read(cluster: K8sCluster) -> Readings:
+        per_node = allocated_gpus(cluster.caches["pods"].view().values())
+        racks: dict[str, float] = {r: IDLE_KW for r in set(rack_of_node.values())}
+        for node, gpus in per_node.items():
+            if node in rack_of_node:
+                racks[rack_of_node[node]] += gpus * KW_PER_GPU
+        fresh = {r: RackReadings(r, SignalReading.of(kw, 1.0, 120.0),
+                                 SignalReading.of(24.0, 1.0, 120.0),
+                                 SignalReading.missing(120.0)) for r, kw in racks.items()}
+        return Readings(time.time(), {}, fresh, {}, {})
+    return read
+
+
+@contextlib.asynccontextmanager
+async def running_m2g(kubeconfig: Path, policy_dir: Path | None,
+                      power: Callable[[K8sCluster], Any] | None = None,
+                      config: PlannerConfig | None = None) -> AsyncIterator[Manager]:
+    kube = await k.connect(kubeconfig)
+    cluster = K8sCluster(kube, readings=power)
+    manager = Manager(cluster, PolicyStore(make_runtime()), Metrics(),
+                      config=config or PlannerConfig(check_name=CHECK), resync_seconds=1.0,
+                      policy_dir=policy_dir)
+    stop = asyncio.Event()
+    await cluster.start(manager.kick)
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        yield manager
+    finally:
+        stop.set()
+        manager.kick()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(task, 10)
+        await cluster.stop()
+        await kube.close()
+
+
+@pytest.fixture
+def policy_dir(tmp_path: Path) -> Path:
+    for name, text in POLICIES.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.fixture
+def m2g_crds(api: client.ApiClient) -> None:
+    install_crds(api)
+
+
+def grid_event(cluster: Cluster, target_kw: float, minutes: int = 60) -> str:
+    name = unique("e2e-dr")
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    spec = {"programName": "e2e", "eventID": name,
+            "intervals": [{"start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           "duration": f"PT{minutes}M",
+                           "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": target_kw}}]}
+    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "gridevents", {
+        "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
+        "spec": spec})
+    cluster.cleanup.append(lambda: _delete(cluster, "gridevents", name))
+    return name
+
+
+def _delete(cluster: Cluster, plural: str, name: str) -> None:
+    with contextlib.suppress(ApiException):
+        cluster.custom.delete_cluster_custom_object("m2g.io", "v1alpha1", plural, name)
+
+
+# ---- the scenarios ------------------------------------------------------------------------
+
+async def test_grid_event_defers_flexible_work_and_admits_firm_work(
+        kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
+        m2g_crds: None) -> None:
+    make_queue(cluster, namespace, factory_flavor(cluster), 64)
+    event = grid_event(cluster, target_kw=10_000.0)
+    async with running_m2g(kubeconfig, policy_dir):
+        cluster.batch.create_namespaced_job(namespace, job("firm", 8, tier=0))
+        cluster.batch.create_namespaced_job(namespace, job("flex", 8, tier=2))
+        admitted = await until("the firm job's workload to be admitted", lambda: (
+            (wl := workload_of(cluster, namespace, "firm")) and condition(wl, "Admitted")
+            and condition(wl, "Admitted")["status"] == "True" and wl))
+        assert check_state(admitted) == "Ready"
+        flex = await until("m2g to defer the flexible job", lambda: (
+            (wl := workload_of(cluster, namespace, "flex")) and check_state(wl) in
+            ("Retry", "Pending") and "grid event" in str(wl.get("status")) and wl))
+        assert event in str(flex["status"])
+        adm = condition(flex, "Admitted")
+        assert adm is None or adm["status"] != "True"
+
+
+async def test_node_failure_derates_the_queue(
+        kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
+        m2g_crds: None) -> None:
+    flavor = factory_flavor(cluster)
+    nodes = [n for n in cluster.core.list_node(label_selector="m2g.io/factory=small").items]
+    assert len(nodes) >= 18
+    total = sum(int(n.status.allocatable.get(GPU, "0")) for n in nodes)
+    cq = make_queue(cluster, namespace, flavor, total)
+    victim = nodes[0].metadata.name
+    async with running_m2g(kubeconfig, policy_dir) as manager:
+        await until("a first reconcile", lambda: manager.state.reconciles > 0)
+        cluster.core.patch_node(victim, {"spec": {"taints": [
+            {"key": "nvidia.com/gpu-xid", "value": "79", "effect": "NoSchedule"}]}})
+        try:
+            def quota() -> int:
+                obj = cluster.custom.get_cluster_custom_object(
+                    "kueue.x-k8s.io", "v1beta2", "clusterqueues", cq)
+                res = obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+                return int(next(r for r in res if r["name"] == GPU)["nominalQuota"])
+            derated = await until("the ClusterQueue's GPU quota to drop",
+                                  lambda: quota() < total and quota(), timeout=30)
+            gpus_per_node = int(nodes[0].status.allocatable[GPU])
+            assert derated == total - gpus_per_node  # only this queue shares the flavor
+        finally:
+            cluster.core.patch_node(victim, {"spec": {"taints": None}})
+
+
+async def test_grid_event_sheds_flexible_running_work_then_restores_it(
+        kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
+        m2g_crds: None) -> None:
+    make_queue(cluster, namespace, factory_flavor(cluster), 144)
+    racks = {n.metadata.name: n.metadata.labels[RACK_LABEL]
+             for n in cluster.core.list_node(label_selector="m2g.io/factory=small").items}
+    # a site budget: one PowerDomain of level Site
+    site = unique("e2e-site")
+    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "powerdomains", {
+        "apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain", "metadata": {"name": site},
+        "spec": {"level": "Site", "budgetKw": 1000}})
+    cluster.cleanup.append(lambda: _delete(cluster, "powerdomains", site))
+    cfg = PlannerConfig(check_name=CHECK, ramp_kw_per_second=1000.0, settle_seconds=5.0)
+    async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), cfg):
+        for name, tier in (("firm", 0), ("flex1", 1), ("flex3", 3)):
+            cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=tier))
+        await until("three workloads admitted", lambda: len([
+            w for w in cluster.workloads(namespace)
+            if (c := condition(w, "Admitted")) and c["status"] == "True"]) == 3)
+        # 2 racks idle 40 kW + 48 GPUs x 1.3 = 102.4 kW; a limit of 85 kW is 17.4 kW short:
+        # the tier-3 job (16 GPUs, 20.8 kW) alone covers it
+        grid_event(cluster, target_kw=85.0)
+        shed = await until("m2g to shed the tier-3 workload", lambda: (
+            (wl := workload_of(cluster, namespace, "flex3")) and
+            wl["spec"].get("active") is False and wl))
+        assert "m2g.io/shed-at" in shed["metadata"].get("annotations", {})
+        firm = workload_of(cluster, namespace, "firm")
+        assert firm is not None and firm["spec"].get("active", True) is True
+        flex1 = workload_of(cluster, namespace, "flex1")
+        assert flex1 is not None and flex1["spec"].get("active", True) is True  # one was enough
+        # the event ends: m2g brings the work back
+        for ev in cluster.custom.list_cluster_custom_object(
+                "m2g.io", "v1alpha1", "gridevents")["items"]:
+            if ev["spec"].get("programName") == "e2e":
+                _delete(cluster, "gridevents", ev["metadata"]["name"])
+        await until("m2g to restore the shed workload", lambda: (
+            (wl := workload_of(cluster, namespace, "flex3")) and
+            wl["spec"].get("active", True) is True and wl), timeout=60)
+
+
+async def test_broken_policy_push_keeps_the_last_good_set(
+        kubeconfig: Path, cluster: Cluster, namespace: str, m2g_crds: None) -> None:
+    make_queue(cluster, namespace, factory_flavor(cluster), 64)
+    good = unique("e2e-policy")
+    body = yaml.safe_load(POLICIES["dr.yaml"])
+    body["metadata"]["name"] = good
+    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "policies", body)
+    cluster.cleanup.append(lambda: _delete(cluster, "policies", good))
+    event = grid_event(cluster, target_kw=10_000.0)
+    async with running_m2g(kubeconfig, None) as manager:
+        await until("the policy to be Accepted", lambda: any(
+            c.get("type") == "Accepted" and c.get("status") == "True"
+            for c in (cluster.custom.get_cluster_custom_object(
+                "m2g.io", "v1alpha1", "policies", good).get("status") or {}).get(
+                "conditions") or []))
+        broken = unique("e2e-broken")
+        bad = yaml.safe_load(POLICIES["dr.yaml"])
+        bad["metadata"]["name"] = broken
+        bad["spec"]["rules"][0]["when"] = "workload.gpus * 1.5 > 2.0"  # int * double
+        cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "policies", bad)
+        cluster.cleanup.append(lambda: _delete(cluster, "policies", broken))
+
+        def rejected() -> Obj | None:
+            obj = cluster.custom.get_cluster_custom_object("m2g.io", "v1alpha1", "policies",
+                                                           broken)
+            conds = (obj.get("status") or {}).get("conditions") or []
+            return next((c for c in conds if c.get("type") == "Accepted"
+                         and c.get("status") == "False"), None)
+        cond = await until("the broken Policy to be rejected in its status", rejected)
+        assert "no matching overload" in cond["message"]
+        assert manager.store.policy_set is not None
+        assert manager.store.policy_set.names() == [good]  # the last good set is in force
+        cluster.batch.create_namespaced_job(namespace, job("flex", 8, tier=2))
+        await until("the good set (still in force) to defer the flexible job", lambda: (
+            (wl := workload_of(cluster, namespace, "flex")) and event in str(wl.get("status"))))
