@@ -255,7 +255,7 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
         ("kueue.x-k8s.io", "admissionchecks/status"): {"patch", "update"},
         ("events.k8s.io", "events"): {"create", "patch"},
         ("kai.scheduler", "topologies"): read | {"create", "patch", "update"},
-        ("kai.scheduler", "queues"): read | {"create", "patch", "update"},
+        ("scheduling.run.ai", "queues"): read | {"create", "patch", "update"},
     }
     for res in ("gridevents", "maintenancewindows", "powerdomains", "policies"):
         want[("m2g.io", res)] = read
