@@ -512,6 +512,13 @@ async def test_two_electors_one_leader_and_takeover(kube: k.Kube, namespace: str
         lease = await kube.get(k.LEASES, "m2g-e2e", namespace)
         assert lease["spec"]["holderIdentity"] == follower.identity
         assert int(lease["spec"]["leaseTransitions"]) == transitions + 1
+        stop_a.set()
+        stop_b.set()
+        await asyncio.gather(*tasks)
+        await follower.release()  # on shutdown: the next one need not wait for expiry
+        lease = await kube.get(k.LEASES, "m2g-e2e", namespace)
+        assert lease["spec"].get("holderIdentity", "") == "" and not follower.is_leader
+        assert await leader.step()  # the old leader comes back at once
     finally:
         stop_a.set()
         stop_b.set()

@@ -123,3 +123,27 @@ def test_a_failing_subscriber_does_not_stop_the_cache() -> None:
     assert good == ["n"]
     assert cache.resource_version == "4"
     assert object_key(obj("x", 1, ns="y")) == "y/x"
+
+
+async def test_list_is_paginated() -> None:
+    class Paged(FakeWatchApi):
+        def __init__(self) -> None:
+            super().__init__([], [])
+            self.seen: list[dict[str, Any]] = []
+
+        async def list(self, res: Any, namespace: str | None = None,
+                       params: Any = None) -> dict[str, Any]:
+            self.seen.append(dict(params or {}))
+            self.list_calls += 1
+            if "continue" not in (params or {}):
+                return {"metadata": {"resourceVersion": "7", "continue": "page2"},
+                        "items": [obj("a", 1), obj("b", 2)]}
+            return {"metadata": {"resourceVersion": "7"}, "items": [obj("c", 3)]}
+
+    api = Paged()
+    cache = WatchCache(api, NODES, page_size=2, params={"labelSelector": "x"})
+    await cache.relist()
+    assert sorted(cache.view()) == ["a", "b", "c"] and cache.lists == 1
+    assert cache.resource_version == "7"
+    assert api.seen == [{"labelSelector": "x", "limit": 2},
+                        {"labelSelector": "x", "limit": 2, "continue": "page2"}]

@@ -21,6 +21,7 @@ been. Errors of one change do not stop the others; they are returned in ``ApplyR
 from __future__ import annotations
 
 import copy
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ from m2g.planner.types import (
     StopUpdate,
     WeightUpdate,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_CHECK_MESSAGE = 32 * 1024
 MAX_EVENT_NOTE = 1024
@@ -298,8 +301,11 @@ class Applier:
             return False
         await self.kube.patch(WORKLOADS, a.name, body, namespace=a.namespace,
                               field_manager=self.field_manager)
-        await self.emit_event(wl, "Restored" if a.active else "Shed", a.reason,
-                              "Normal" if a.active else "Warning")
+        try:  # the Event is best effort: the change itself is made
+            await self.emit_event(wl, "Restored" if a.active else "Shed", a.reason,
+                                  "Normal" if a.active else "Warning")
+        except KubeError as exc:
+            log.warning("event for %s %s: %s", verb, target, exc)
         return True
 
     # ---- events and Policy status ----------------------------------------------------

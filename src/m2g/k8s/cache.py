@@ -7,6 +7,7 @@
   events were lost: the cache lists again and reports the difference to its subscribers.
   (kr8s's own ``async_watch`` retries at the same version forever, and never lists; hence
   ``Kube.watch``.)
+* The LIST is paginated (``limit``/``continue``); an expired continue token is a 410 too.
 * Other retryable errors back off (doubling, capped) and re-watch; permanent ones (a missing
   CRD, 403) are kept in ``last_error`` and retried slowly, so a CRD installed later is picked up.
 
@@ -59,7 +60,8 @@ class WatchCache:
 
     def __init__(self, api: WatchApi, resource: Resource, *, namespace: str | None = None,
                  params: Mapping[str, Any] | None = None, watch_timeout: int = 300,
-                 backoff: float = 0.5, max_backoff: float = 30.0) -> None:
+                 backoff: float = 0.5, max_backoff: float = 30.0,
+                 page_size: int = 500) -> None:
         self.api = api
         self.resource = resource
         self.namespace = namespace
@@ -67,6 +69,7 @@ class WatchCache:
         self.watch_timeout = watch_timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.page_size = page_size
         self.resource_version = ""
         self.synced = asyncio.Event()  # set after the first successful LIST
         self.changed = asyncio.Event()
@@ -136,12 +139,21 @@ class WatchCache:
 
     async def relist(self) -> None:
         """LIST and replace the contents, notifying the differences."""
-        data = await self.api.list(self.resource, self.namespace, self.params or None)
+        fresh: dict[str, Obj] = {}
+        token = ""
+        while True:  # paginated: a large factory's pods arrive in pages of ``page_size``
+            params = {**self.params, "limit": self.page_size, **({"continue": token} if token
+                                                                  else {})}
+            data = await self.api.list(self.resource, self.namespace, params)
+            fresh.update((object_key(o), o) for o in data.get("items") or [])
+            meta = data.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                break
         self.lists += 1
-        fresh = {object_key(o): o for o in data.get("items") or []}
         old = self._items
         self._items = fresh
-        self.resource_version = str((data.get("metadata") or {}).get("resourceVersion", ""))
+        self.resource_version = str(meta.get("resourceVersion", ""))
         for key, obj in old.items():
             if key not in fresh:
                 self._notify("DELETED", key, obj)
