@@ -62,6 +62,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+async def kick_on_leadership(elector: LeaderElector, manager: Manager,
+                             stop: asyncio.Event) -> None:
+    """Reconcile at once when this replica becomes the leader (not at the next resync)."""
+    while not stop.is_set():
+        await elector.leading.wait()
+        manager.kick()
+        while elector.is_leader and not stop.is_set():
+            await asyncio.sleep(0.5)
+
+
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     kube = await k.connect(args.kubeconfig, args.context)
     cluster = K8sCluster(kube, prometheus=args.prometheus, instance=args.identity)
@@ -81,6 +91,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
         log.info("caches synced; shadow=%s leader-elect=%s", args.shadow, bool(elector))
         if elector is not None:
             tasks.append(asyncio.create_task(elector.run(stop)))
+            tasks.append(asyncio.create_task(kick_on_leadership(elector, manager, stop)))
         manager.kick()
         await manager.run(stop)
     finally:
