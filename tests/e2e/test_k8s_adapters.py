@@ -166,7 +166,7 @@ def is_true(wl: Obj | None, kind: str) -> bool:
 
 
 async def admitted_workload(kube: k.Kube, cluster: Cluster, namespace: str, check: str,
-                            ap: Applier) -> Obj:
+                            ap: Applier, pod_set_updates: tuple[Obj, ...] = ()) -> Obj:
     """Create a Job, wait for its Workload to reserve quota with m2g's check Pending, set the
     check Ready and wait for Kueue to admit it."""
     cluster.batch.create_namespaced_job(namespace, gpu_job("train", pods=2, gpus=4))
@@ -178,7 +178,10 @@ async def admitted_workload(kube: k.Kube, cluster: Cluster, namespace: str, chec
 
     wl = await until("quota reserved with m2g's check Pending", reserved)
     name = wl["metadata"]["name"]
-    await ap.apply_check(CheckUpdate(namespace, name, check, CheckState.READY, "power ok"))
+    ready = CheckUpdate(namespace, name, check, CheckState.READY, "power ok",
+                        pod_set_updates=pod_set_updates)
+    assert await ap.apply_check(ready)
+    assert not await ap.apply_check(ready)  # the server's copy equals ours: nothing to write
 
     async def admitted() -> Obj | None:
         w = await kube.get(k.WORKLOADS, name, namespace)
@@ -347,9 +350,28 @@ async def test_check_ready_admits_and_quota_patch(kube: k.Kube, cluster: Cluster
         return is_true(obj, "Active")
 
     await until("the ClusterQueue to be Active (the check is Active)", cq_active)
-    wl = await admitted_workload(kube, cluster, namespace, check, ap)
+    updates = ({"name": "main", "labels": {"m2g.io/admitted-by": "m2g"},
+                "nodeSelector": {"m2g.io/rack": "rack-001"}, "annotations": {}},)
+    wl = await admitted_workload(kube, cluster, namespace, check, ap, updates)
     entry = next(e for e in wl["status"]["admissionChecks"] if e["name"] == check)
     assert entry["state"] == "Ready" and entry["message"] == "power ok"
+
+    def pods_placed() -> list[Any] | None:  # Kueue merged m2g's podSetUpdates into the pods
+        pods = cluster.core.list_namespaced_pod(namespace, label_selector="job-name=train")
+        ok = len(pods.items) == 2 and all(
+            p.metadata.labels.get("m2g.io/admitted-by") == "m2g"
+            and (p.spec.node_selector or {}).get("m2g.io/rack") == "rack-001"
+            for p in pods.items)
+        return list(pods.items) if ok else None
+
+    pods = wait_until("pods with m2g's label and node selector", pods_placed, timeout=30)
+    bound = wait_until("pods bound", lambda: all(
+        cluster.core.read_namespaced_pod(p.metadata.name, namespace).spec.node_name
+        for p in pods), timeout=30)
+    assert bound
+    for p in pods:
+        node = cluster.core.read_namespaced_pod(p.metadata.name, namespace).spec.node_name
+        assert node.startswith("small-r001-")
 
     result = await ap.apply_plan(Plan(quotas=(QuotaUpdate(cq, flavor, GPU, 8, 16, "derate"),)))
     assert not result.errors and result.written == 1

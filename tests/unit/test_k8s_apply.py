@@ -189,3 +189,29 @@ async def test_policy_status_conditions() -> None:
     assert conds["Ready"]["lastTransitionTime"] == "2026-11-29T23:01:00Z"
     assert not await ap.set_policy_status("missing", accepted=True, ready=True, reason="R",
                                           message="")
+
+
+async def test_pod_set_updates_are_pruned_so_reapplying_is_a_no_op() -> None:
+    kube, ap, _ = setup()
+    u = CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok", pod_set_updates=(
+        {"name": "main", "labels": {"m2g.io/rack": "rack-000"}, "annotations": {},
+         "tolerations": []},))
+    assert await ap.apply_check(u)
+    assert check(kube)["podSetUpdates"] == [{"name": "main",
+                                             "labels": {"m2g.io/rack": "rack-000"}}]
+    assert not await ap.apply_check(u)
+
+
+async def test_apply_status_of_an_m2g_object() -> None:
+    from m2g.k8s.client import GRID_EVENTS
+
+    kube, ap, _ = setup()
+    kube.put(GRID_EVENTS, {"metadata": {"name": "ev"}, "spec": {"eventID": "e"}})
+    status = {"phase": "Active", "observedBaselineKw": 1200.0}
+    assert await ap.apply_status(GRID_EVENTS, "ev", status)
+    assert kube.stored(GRID_EVENTS, "ev")["status"] == status
+    assert not await ap.apply_status(GRID_EVENTS, "ev", {"phase": "Active"})
+    shadow = Applier(cast(Kube, kube), dry_run=True)
+    assert not await shadow.apply_status(GRID_EVENTS, "ev", {"phase": "Completed"})
+    assert kube.stored(GRID_EVENTS, "ev")["status"]["phase"] == "Active"
+    assert shadow.records[-1].detail == "phase" and not shadow.records[-1].written

@@ -41,6 +41,7 @@ from m2g.k8s.client import (
     NotFound,
     Obj,
     PermanentError,
+    Resource,
 )
 from m2g.k8s.convert import (
     QUOTA_CHANGED_AT,
@@ -95,6 +96,16 @@ def _cut(text: str, limit: int) -> str:
 def _weight_text(weight: float) -> str:
     text = f"{weight:.3f}".rstrip("0").rstrip(".")
     return text or "0"
+
+
+def _pruned(value: Any) -> Any:
+    """Drop empty maps/lists (the API server does too), so comparisons with it are exact."""
+    if isinstance(value, Mapping):
+        out = {k: _pruned(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in ({}, [], None)}
+    if isinstance(value, list | tuple):
+        return [_pruned(v) for v in value]
+    return value
 
 
 def _micro_time(value: datetime) -> str:
@@ -154,8 +165,9 @@ class Applier:
         entry: Obj = {"name": u.check, "state": str(u.state), "message": message}
         if u.requeue_after_seconds is not None:
             entry["requeueAfterSeconds"] = int(u.requeue_after_seconds)
-        if u.pod_set_updates:
-            entry["podSetUpdates"] = [dict(p) for p in u.pod_set_updates]
+        updates = [_pruned(dict(p)) for p in u.pod_set_updates]
+        if updates:
+            entry["podSetUpdates"] = updates
         same = current is not None and all(current.get(k) == v for k, v in entry.items()) \
             and ("requeueAfterSeconds" in entry or "requeueAfterSeconds" not in current) \
             and ("podSetUpdates" in entry or not current.get("podSetUpdates"))
@@ -308,7 +320,25 @@ class Applier:
             log.warning("event for %s %s: %s", verb, target, exc)
         return True
 
-    # ---- events and Policy status ----------------------------------------------------
+    # ---- events and status ------------------------------------------------------------
+
+    async def apply_status(self, res: Resource, name: str, status: Mapping[str, Any], *,
+                           namespace: str | None = None) -> bool:
+        """Server-side apply ``status`` fields m2g owns on any object with a status subresource
+        (e.g. GridEvent ``observedBaselineKw``/``phase``); False when they already say this."""
+        obj = await self.kube.get(res, name, namespace)
+        current = obj.get("status") or {}
+        same = all(current.get(k) == v for k, v in status.items())
+        target = f"{namespace}/{name}" if namespace else name
+        if not self._record(None, f"status {res.plural}", target,
+                            ", ".join(sorted(status)), not same):
+            return False
+        meta: Obj = {"name": name, **({"namespace": namespace} if namespace else {})}
+        await self.kube.apply(res, name, {"apiVersion": res.api_version, "kind": res.kind,
+                                          "metadata": meta, "status": dict(status)},
+                              namespace=namespace, subresource="status",
+                              field_manager=self.field_manager)
+        return True
 
     async def emit_event(self, involved: Mapping[str, Any], reason: str, message: str,
                          type: str = "Normal", action: str = "Reconcile") -> Obj:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,7 +304,9 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
     """A ``Kube`` for the cluster kubectl would talk to (see ``resolve_kubeconfig``)."""
     path = resolve_kubeconfig(kubeconfig)
     try:
-        api = await kr8s.asyncio.api(kubeconfig=path, context=context)
+        with warnings.catch_warnings():  # kr8s warns about any server newer than it knows
+            warnings.filterwarnings("ignore", message="Kubernetes version", category=UserWarning)
+            api = await kr8s.asyncio.api(kubeconfig=path, context=context)
     except (ValueError, KeyError, OSError) as exc:
         where = path or "in-cluster service account"
         raise PermanentError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
