@@ -242,6 +242,13 @@ def _gpu_counts(nodes: Iterable[Node]) -> dict[str, Any]:
             "free_gpus": sum(n.free_gpus for n in nodes)}
 
 
+def rack_alarm(rack: Rack) -> bool:
+    """The facility's alarm bit, or a fresh inlet reading at or over the rack's limit."""
+    over = (not rack.inlet_c.stale and rack.inlet_c.value is not None and rack.limit_c > 0
+            and rack.inlet_c.value >= rack.limit_c)
+    return rack.thermal_alarm or over
+
+
 def _rack_view(snap: FactorySnapshot, rack: Rack, kind: DomainKind, name: str) -> DomainView:
     nodes = snap.nodes_of(rack.name)
     draw = rack.power_kw.or_else(rack.cap_kw)  # stale power: assume the rack is at its cap
@@ -249,7 +256,7 @@ def _rack_view(snap: FactorySnapshot, rack: Rack, kind: DomainKind, name: str) -
     return DomainView(
         name=name, parent=rack.block if kind is DomainKind.RACK else rack.name, kind=kind,
         power=DomainPower(draw_kw=draw, cap_kw=rack.cap_kw),
-        thermal=DomainThermal(inlet_c=inlet, limit_c=rack.limit_c, alarm=rack.thermal_alarm),
+        thermal=DomainThermal(inlet_c=inlet, limit_c=rack.limit_c, alarm=rack_alarm(rack)),
         maintenance=_maintenance(snap, nodes), **_gpu_counts(nodes),
     )
 
