@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import csv
 import re
-from pathlib import Path
-
 import pytest
 
 from m2g.templates import WorkloadTemplate
+from m2g.testing.scenarios import SHARED
 from tests.unit.templates_helpers import shipped
 
-SWEEP = Path("/work/shared/data/emerald-dr-2025/dvfs_sweep.csv")
+SWEEP = SHARED / "data" / "emerald-dr-2025" / "dvfs_sweep.csv"
 GB300_GPU_KW = 1.4  # GPU power limit used to scale the sweep (docs/templates.md#power)
 UNCAPPED_W = 400  # the sweep's highest cap (A100 limit)
 
