@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import re
+
 import pytest
 
 from m2g.templates import WorkloadTemplate
