@@ -2,7 +2,10 @@
 PodDisruptionBudget, NetworkPolicy, metrics Service, Policy objects) apply cleanly with
 server-side apply and a second apply changes nothing; the Deployment's pods are accepted under
 the restricted Pod Security profile of m2g-system; the shadow and monitoring overlays are
-accepted too (the ServiceMonitor only where the Prometheus Operator's CRD is installed).
+accepted too (the ServiceMonitor only where the Prometheus Operator's CRD is installed:
+``M2G_E2E_EXTRA_CRDS=/folder`` installs the CRDs of that folder's *.yaml files first and leaves
+them installed, as in test_templates_dryrun.py; e.g. prometheus-operator's
+``example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml``).
 
 The pods do not run: the Deployment keeps m2g off GPU nodes, and the factory has only those.
 """
@@ -10,6 +13,7 @@ The pods do not run: the Deployment keeps m2g off GPU nodes, and the factory has
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,7 +85,19 @@ def test_shadow_overlay_is_accepted(kubeconfig: Path, deployed: str) -> None:
     kubectl(kubeconfig, "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=text)
 
 
+def install_extra_crds(kubeconfig: Path, folder: Path) -> None:
+    for path in sorted(folder.glob("*.yaml")):
+        crds = [o for o in objects(path.read_text()) if o["kind"] == "CustomResourceDefinition"]
+        for crd in crds:
+            kubectl(kubeconfig, "apply", "--server-side", "-f", "-", stdin=json.dumps(crd))
+            kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+                    f"crd/{crd['metadata']['name']}")
+
+
 def test_monitoring_component_is_accepted(kubeconfig: Path, deployed: str) -> None:
+    extra = os.environ.get("M2G_E2E_EXTRA_CRDS")
+    if extra:
+        install_extra_crds(kubeconfig, Path(extra))
     docs = objects(render("deploy/overlays/monitoring"))
     dashboard = [o for o in docs if o["kind"] == "ConfigMap"]
     assert len(dashboard) == 1
