@@ -24,7 +24,7 @@ Obj = dict[str, Any]
 # Deletion order: dependents first (LocalQueues before their namespace and ClusterQueue, ...).
 DELETE_ORDER = ["LocalQueue", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "Service",
                 "ServiceMonitor", "ConfigMap", "RoleBinding", "Role", "ServiceAccount",
-                "Namespace", "ClusterQueue", "Cohort", "AdmissionCheck",
+                "Namespace", "PriorityClass", "ClusterQueue", "Cohort", "AdmissionCheck",
                 "WorkloadPriorityClass", "ResourceFlavor", "Topology", "Policy",
                 "ClusterRoleBinding", "ClusterRole", "CustomResourceDefinition"]
 

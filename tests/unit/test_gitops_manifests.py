@@ -183,6 +183,7 @@ def test_controller_deployment(deploy_objs: list[Obj]) -> None:
     assert dep["spec"]["replicas"] == 2
     pod = dep["spec"]["template"]
     assert pod["spec"]["serviceAccountName"] == "m2g"
+    assert pod["spec"]["priorityClassName"] in by_kind(deploy_objs, "PriorityClass")
     (container,) = pod["spec"]["containers"]
     cmd = container["command"]
     assert cmd[:2] == ["m2g", "run"] and "--leader-elect" in cmd and "--shadow" not in cmd
