@@ -545,3 +545,73 @@ async def test_two_electors_one_leader_and_takeover(kube: k.Kube, namespace: str
         stop_a.set()
         stop_b.set()
         await asyncio.gather(*tasks)
+
+
+# ---- errors and conflicts against the real server ----------------------------------------
+
+
+async def test_quota_patch_conflict_is_retried(kube: k.Kube, cluster: Cluster,
+                                               namespace: str) -> None:
+    """Someone else writes the ClusterQueue between m2g's read and its patch: the
+    resourceVersion precondition makes the API server answer 409, and m2g re-reads and wins."""
+    check = unique("m2g-e2e")
+    flavor, cq = queues_with_check(cluster, namespace, check, gpus=16)
+    real_get = kube.get
+    interfered = []
+
+    async def get_then_interfere(res: k.Resource, name: str, namespace: str | None = None,
+                                 subresource: str | None = None) -> Obj:
+        obj = await real_get(res, name, namespace, subresource)
+        if res is k.CLUSTER_QUEUES and not interfered:
+            interfered.append(name)
+            await kube.patch(k.CLUSTER_QUEUES, name,
+                             {"metadata": {"labels": {"someone": "else"}}})
+        return obj
+
+    kube.get = get_then_interfere  # type: ignore[method-assign]
+    try:
+        assert await Applier(kube).apply_quota(QuotaUpdate(cq, flavor, GPU, 12, 16, "derate"))
+    finally:
+        kube.get = real_get  # type: ignore[method-assign]
+    assert interfered == [cq]
+    obj = await kube.get(k.CLUSTER_QUEUES, cq)
+    assert obj["metadata"]["labels"]["someone"] == "else"  # their write survived
+    assert obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] \
+        == "12"
+    stale = {"metadata": {"resourceVersion": "1"}, "spec": {"stopPolicy": "Hold"}}
+    with pytest.raises(k.Conflict):
+        await kube.patch(k.CLUSTER_QUEUES, cq, stale)
+
+
+async def test_reject_deactivates_the_workload(kube: k.Kube, cluster: Cluster,
+                                               namespace: str) -> None:
+    check = unique("m2g-e2e")
+    queues_with_check(cluster, namespace, check, gpus=16)
+    ap = Applier(kube)
+    await ap.ensure_admission_check_active(check)
+    cluster.batch.create_namespaced_job(namespace, gpu_job("reject", pods=1, gpus=4))
+    wl = await until("the check Pending", lambda: until_true(
+        check_state(first_workload(cluster, namespace), check) == "Pending"))
+    assert wl
+    name = (first_workload(cluster, namespace) or {})["metadata"]["name"]
+    await ap.apply_check(CheckUpdate(namespace, name, check, CheckState.REJECTED,
+                                     "needs more than the whole site budget"))
+
+    async def deactivated() -> Obj | None:
+        w = await kube.get(k.WORKLOADS, name, namespace)
+        return w if w["spec"].get("active") is False and not is_true(w, "QuotaReserved") \
+            else None
+
+    w = await until("Kueue to deactivate the rejected workload", deactivated)
+    assert "m2g.io/shed-at" not in (w["metadata"].get("annotations") or {})  # not m2g's shed
+
+
+async def test_unreachable_server_is_retryable(kubeconfig: Path, tmp_path: Path) -> None:
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = "https://127.0.0.1:1"  # nothing listens on port 1
+    closed = tmp_path / "kubeconfig"
+    closed.write_text(yaml.safe_dump(config))
+    with pytest.raises(k.RetryableError) as info:  # kr8s asks for /version on connect
+        await k.connect(closed, timeout=5)
+    assert "ConnectError" in str(info.value) and "\n" not in str(info.value)

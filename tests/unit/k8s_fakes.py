@@ -39,7 +39,7 @@ class FakeKube:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.rv = 100
         self.calls: list[tuple[str, str, str]] = []  # (verb, plural, name)
-        self.fail_next: list[KubeError] = []  # raised by the next calls, in order
+        self.fail_next: list[KubeError | None] = []  # raised by the next calls, in order
 
     def _key(self, res: Resource, name: str, namespace: str | None) -> tuple[str, str, str]:
         return (res.plural, namespace or "", name)
@@ -53,7 +53,9 @@ class FakeKube:
     def _check(self, verb: str, res: Resource, name: str) -> None:
         self.calls.append((verb, res.plural, name))
         if self.fail_next:
-            raise self.fail_next.pop(0)
+            err = self.fail_next.pop(0)
+            if err is not None:  # None: let this call through
+                raise err
 
     def put(self, res: Resource, obj: Obj) -> Obj:
         meta = obj["metadata"]

@@ -147,7 +147,7 @@ async def test_dry_run_writes_only_events() -> None:
         checks=(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"),),
         quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 1, 72, "x"),),
         sheds=(ShedAction("ns", "w", False, 1, "x"),)))
-    assert [r.action for r in result.records] == ["quota", "check", "shed"]
+    assert [r.action for r in result.records] == ["quota", "shed", "check"]
     assert not any(r.written for r in result.records)
     assert {v for v, _, _ in kube.writes()} == set()
     assert kube.objects == before
@@ -215,3 +215,28 @@ async def test_apply_status_of_an_m2g_object() -> None:
     assert not await shadow.apply_status(GRID_EVENTS, "ev", {"phase": "Completed"})
     assert kube.stored(GRID_EVENTS, "ev")["status"]["phase"] == "Active"
     assert shadow.records[-1].detail == "phase" and not shadow.records[-1].written
+
+
+async def test_a_retried_quota_change_is_recorded_once() -> None:
+    kube, ap, _ = setup()
+    kube.fail_next = [None, Conflict("modified", 409, "Conflict")]  # the patch conflicts once
+    result = await ap.apply_plan(Plan(quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 8, 72,
+                                                          "derate"),)))
+    assert not result.errors and result.written == 1 and len(result.records) == 1
+
+
+async def test_many_workload_changes_in_parallel_each_once() -> None:
+    kube, _, _ = setup()
+    for i in range(40):
+        kube.put(WORKLOADS, {"metadata": {"name": f"w{i}", "namespace": "ns"},
+                             "spec": {"active": True}, "status": {}})
+    ap = Applier(cast(Kube, kube), parallel=8)
+    plan = Plan(checks=tuple(CheckUpdate("ns", f"w{i}", "m2g", CheckState.READY, "ok")
+                             for i in range(20)),
+                sheds=tuple(ShedAction("ns", f"w{i}", False, 1.0, "grid")
+                            for i in range(20, 40)))
+    result = await ap.apply_plan(plan)
+    assert not result.errors and result.written == 40
+    assert sorted(r.target for r in result.records) == sorted(f"ns/w{i}" for i in range(40))
+    assert all(kube.stored(WORKLOADS, f"w{i}", "ns")["spec"]["active"] is False
+               for i in range(20, 40))

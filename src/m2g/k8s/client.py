@@ -303,10 +303,12 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
                   context: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Kube:
     """A ``Kube`` for the cluster kubectl would talk to (see ``resolve_kubeconfig``)."""
     path = resolve_kubeconfig(kubeconfig)
-    try:
-        with warnings.catch_warnings():  # kr8s warns about any server newer than it knows
+    try:  # kr8s reads the credentials and asks the server for its version here
+        with warnings.catch_warnings(), _translated("GET", "/version"):
             warnings.filterwarnings("ignore", message="Kubernetes version", category=UserWarning)
             api = await kr8s.asyncio.api(kubeconfig=path, context=context)
+    except KubeError:
+        raise
     except (ValueError, KeyError, OSError) as exc:
         where = path or "in-cluster service account"
         raise PermanentError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
