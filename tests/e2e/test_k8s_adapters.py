@@ -615,3 +615,28 @@ async def test_unreachable_server_is_retryable(kubeconfig: Path, tmp_path: Path)
     with pytest.raises(k.RetryableError) as info:  # kr8s asks for /version on connect
         await k.connect(closed, timeout=5)
     assert "ConnectError" in str(info.value) and "\n" not in str(info.value)
+
+
+async def test_context_is_honoured(kubeconfig: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubeconfig whose current context points nowhere: ``context=`` picks the good one, and
+    ``$KUBECONFIG`` is found like kubectl finds it."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    good = config["current-context"]
+    broken = {"name": "broken", "cluster": {**config["clusters"][0]["cluster"],
+                                            "server": "https://127.0.0.1:1"}}
+    config["clusters"].append(broken)
+    config["contexts"].append({"name": "broken", "context": {
+        **config["contexts"][0]["context"], "cluster": "broken"}})
+    config["current-context"] = "broken"
+    path = tmp_path / "two-contexts"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    kb = await k.connect(context=good)
+    try:
+        nodes = await kb.list(k.NODES)
+        assert any(n["metadata"]["name"].startswith("small-") for n in nodes["items"])
+    finally:
+        await kb.close()
+    with pytest.raises(k.RetryableError):
+        await k.connect()  # the current context: unreachable
