@@ -280,3 +280,17 @@ def test_build_snapshot_without_readings_or_objects() -> None:
     snap = cv.build_snapshot(cv.ClusterObjects(), None, NOW)
     assert snap.factory.site == "site" and snap.factory.site_budget_kw == 0
     assert snap.workloads == () and snap.factory.racks == ()
+
+
+def test_convert_stays_pure() -> None:
+    """No I/O modules in m2g.k8s.convert (import-linter's contract covers model/policy/planner
+    only)."""
+    import ast
+
+    tree = ast.parse(Path(cv.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"kr8s", "kubernetes", "httpx", "asyncio", "typer", "rich"}
+    assert "m2g.k8s.client" not in Path(cv.__file__).read_text()
