@@ -200,8 +200,8 @@ def test_crds_validate(cluster: Cluster, m2g_crds: None) -> None:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "Policy":
                 doc["metadata"]["name"] = unique("e2e-dry")  # dry run: nothing is created
-                cluster.custom.create_cluster_custom_object(
-                    *M2G, "policies", doc, dry_run="All")
+                cluster.custom.create_cluster_custom_object(  # unknown fields are errors
+                    *M2G, "policies", doc, dry_run="All", field_validation="Strict")
     bad: list[tuple[str, Obj]] = [
         ("policies", {"apiVersion": "m2g.io/v1alpha1", "kind": "Policy",
                       "metadata": {"name": "bad-stage"},
@@ -221,14 +221,18 @@ def test_crds_validate(cluster: Cluster, m2g_crds: None) -> None:
                                 "spec": {"start": "2026-11-30T02:00:00Z",
                                          "end": "2026-11-30T01:00:00Z",
                                          "scope": {"racks": ["rack-000"]}}}),
+        ("policies", {"apiVersion": "m2g.io/v1alpha1", "kind": "Policy",
+                      "metadata": {"name": "unknown-field"},
+                      "spec": {"stage": "Admission", "rulez": [], "rules": [{"name": "r"}]}}),
         ("powerdomains", {"apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain",
                           "metadata": {"name": "bad-budget"},
                           "spec": {"level": "Site", "budgetKw": -1}}),
     ]
     for plural, body in bad:
         with pytest.raises(ApiException) as info:
-            cluster.custom.create_cluster_custom_object(*M2G, plural, body, dry_run="All")
-        assert info.value.status == 422, body["metadata"]["name"]
+            cluster.custom.create_cluster_custom_object(*M2G, plural, body, dry_run="All",
+                                                        field_validation="Strict")
+        assert info.value.status in (400, 422), body["metadata"]["name"]  # 400: unknown field
 
 
 # ---- the watch cache ---------------------------------------------------------------------
