@@ -8,18 +8,24 @@ generator made (ResourceFlavor gb200, Topology nvl72) and anything else already 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
 import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from e2e_helpers import REPO
+from e2e_helpers import REPO, wait_until
 from localcp.paths import binary
 
 Obj = dict[str, Any]
+QUEUES = ("prod-training", "research", "inference")  # kueue-config's tenant ClusterQueues
 
 # Deletion order: dependents first (LocalQueues before their namespace and ClusterQueue, ...).
 DELETE_ORDER = ["LocalQueue", "Deployment", "PodDisruptionBudget", "NetworkPolicy", "Service",
@@ -114,3 +120,81 @@ def generations(kubeconfig: Path, text: str) -> dict[str, tuple[Any, Any]]:
 def in_sync(kubeconfig: Path, text: str) -> subprocess.CompletedProcess[str]:
     """``kubectl diff --server-side``: exit 0 when the cluster already matches the manifests."""
     return kubectl(kubeconfig, "diff", "--server-side", "-f", "-", stdin=text, check=False)
+
+
+def sa_kubeconfig(kubeconfig: Path, path: Path, namespace: str = "m2g-system",
+                  name: str = "m2g") -> Path:
+    """A kubeconfig at ``path`` that authenticates as the ServiceAccount with a short-lived
+    token from the TokenRequest API (what a pod of the Deployment gets)."""
+    token = kubectl(kubeconfig, "create", "token", name, "-n", namespace,
+                    "--duration=30m").stdout.strip()
+    admin = yaml.safe_load(kubectl(kubeconfig, "config", "view", "--minify", "--raw",
+                                   "-o", "yaml").stdout)
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": "c", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": name}}]}))
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status), resp.read().decode()
+    except OSError:
+        return 0, ""
+
+
+@contextlib.contextmanager
+def controller(kubeconfig: Path, log: Path, *args: str) -> Iterator[str]:
+    """``m2g run --kubeconfig <kubeconfig> --leader-elect ... <args>`` in a subprocess, as the
+    Deployment runs it; yields its base URL once /readyz answers 200; stopped afterwards."""
+    port = _free_port()
+    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", "run",
+           "--kubeconfig", str(kubeconfig), "--leader-elect", "--lease-namespace", "m2g-system",
+           "--metrics-host", "127.0.0.1", "--metrics-port", str(port), *args]
+    url = f"http://127.0.0.1:{port}"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_until("m2g run to be ready", lambda: proc.poll() is None and http_get(
+            f"{url}/readyz")[0] == 200, timeout=60)
+        yield url
+        assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def denied_lines(log: Path) -> list[str]:
+    """Lines of a controller log that show a request the API server refused (401/403)."""
+    return [line for line in log.read_text().splitlines()
+            if " 403 " in line or "Forbidden" in line or "forbidden" in line
+            or " 401 " in line]
+
+
+def job(name: str, namespace: str) -> dict[str, Any]:
+    """A 1-pod, 4-GPU Job for a tenant's LocalQueue "default", placed in one rack."""
+    pod = {"metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology":
+                                        "m2g.io/rack"}},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": "busybox",
+               "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "4"},
+                             "limits": {"nvidia.com/gpu": "4"}}}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"kueue.x-k8s.io/queue-name": "default",
+                                    "kueue.x-k8s.io/priority-class": "m2g-fine-tuning"}},
+            "spec": {"parallelism": 1, "completions": 1, "suspend": True, "template": pod}}

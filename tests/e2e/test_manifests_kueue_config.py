@@ -17,14 +17,22 @@ from typing import Any
 
 import pytest
 from e2e_helpers import condition, unique, wait_until
-from manifests_helpers import Applied, generations, in_sync, kubectl, objects, render
+from manifests_helpers import (
+    QUEUES,
+    Applied,
+    generations,
+    in_sync,
+    job,
+    kubectl,
+    objects,
+    render,
+)
 
 pytestmark = pytest.mark.e2e
 
 OVERLAY = "kueue-config/overlays/nvl72"
 SHADOW = "kueue-config/overlays/nvl72-shadow"
 CHECK = "m2g-policy"
-QUEUES = ("prod-training", "research", "inference")
 
 
 @pytest.fixture(scope="module")
@@ -85,20 +93,6 @@ def test_queues_wait_for_m2g_and_admit_once_its_check_is_active(
         wait_until(f"{name} to be Active", lambda n=name: (
             (c := condition(cq(kubeconfig, n), "Active")) and c["status"] == "True"),
             timeout=30)
-
-
-def job(name: str, namespace: str) -> dict[str, Any]:
-    pod = {"metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology":
-                                        "m2g.io/rack"}},
-           "spec": {"restartPolicy": "Never", "containers": [{
-               "name": "main", "image": "busybox",
-               "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "4"},
-                             "limits": {"nvidia.com/gpu": "4"}}}]}}
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"kueue.x-k8s.io/queue-name": "default",
-                                    "kueue.x-k8s.io/priority-class": "m2g-fine-tuning"}},
-            "spec": {"parallelism": 1, "completions": 1, "suspend": True, "template": pod}}
 
 
 def test_a_tenant_job_waits_for_m2gs_answer(kubeconfig: Path, overlay: str) -> None:

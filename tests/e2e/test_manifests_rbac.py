@@ -11,18 +11,23 @@ server authenticates and authorizes exactly what a pod of the Deployment would.
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from e2e_helpers import unique, wait_until
-from manifests_helpers import Applied, kubectl, objects, render
+from manifests_helpers import (
+    Applied,
+    controller,
+    denied_lines,
+    http_get,
+    kubectl,
+    objects,
+    render,
+)
+from manifests_helpers import sa_kubeconfig as sa_kubeconfig_file
 
 pytestmark = pytest.mark.e2e
 
@@ -45,17 +50,7 @@ def sa_kubeconfig(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) ->
                 "RoleBinding"}
         docs = [o for o in objects(render("deploy/controller")) if o["kind"] in keep]
         applied.apply(yaml.safe_dump_all(docs))
-        token = kubectl(kubeconfig, "create", "token", "m2g", "-n", NS,
-                        "--duration=20m").stdout.strip()
-        admin = yaml.safe_load(kubectl(kubeconfig, "config", "view", "--minify", "--raw",
-                                       "-o", "yaml").stdout)
-        cluster = admin["clusters"][0]["cluster"]
-        path = tmp_path_factory.mktemp("rbac") / "m2g.kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "m2g",
-            "clusters": [{"name": "c", "cluster": cluster}],
-            "users": [{"name": "m2g", "user": {"token": token}}],
-            "contexts": [{"name": "m2g", "context": {"cluster": "c", "user": "m2g"}}]}))
+        path = sa_kubeconfig_file(kubeconfig, tmp_path_factory.mktemp("rbac") / "m2g.kubeconfig")
         who = kubectl(path, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
         assert who.stdout == SA
         yield path
@@ -151,59 +146,28 @@ def test_real_requests(sa_kubeconfig: Path) -> None:
         assert out.returncode != 0 and "forbidden" in out.stderr.lower(), args
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status), resp.read().decode()
-    except OSError:
-        return 0, ""
-
-
 def test_the_controller_runs_with_it(kubeconfig: Path, sa_kubeconfig: Path,
                                      tmp_path: Path) -> None:
     """``m2g run`` as the ServiceAccount: Lease, AdmissionCheck Active, /readyz, no 403."""
-    check, port = unique("m2g-rbac-e2e"), _free_port()
+    check = unique("m2g-rbac-e2e")
     lease = "leases.coordination.k8s.io/m2g-controller"
     had_lease = kubectl(kubeconfig, "get", lease, "-n", NS, check=False).returncode == 0
     log = tmp_path / "m2g.log"
-    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", "run",
-           "--kubeconfig", str(sa_kubeconfig), "--leader-elect", "--lease-namespace", NS,
-           "--identity", "e2e-rbac", "--check-name", check, "--metrics-host", "127.0.0.1",
-           "--metrics-port", str(port)]
-    with log.open("w") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
-        wait_until("m2g run to be ready", lambda: proc.poll() is None and _get(
-            f"http://127.0.0.1:{port}/readyz")[0] == 200, timeout=60)
-        wait_until("m2g to lead", lambda: "m2g_leader 1.0" in _get(
-            f"http://127.0.0.1:{port}/metrics")[1], timeout=60)
-        holder = kubectl(kubeconfig, "get", lease, "-n", NS, "-o",
-                         "jsonpath={.spec.holderIdentity}").stdout
-        assert holder == "e2e-rbac"
-        wait_until(f"AdmissionCheck {check} to be Active", lambda: kubectl(
-            kubeconfig, "get", f"admissionchecks.kueue.x-k8s.io/{check}", "-o",
-            "jsonpath={.status.conditions[?(@.type=='Active')].status}",
-            check=False).stdout == "True", timeout=60)
-        time.sleep(2)  # a few more reconciles
-        assert proc.poll() is None, log.read_text()[-3000:]
+        with controller(sa_kubeconfig, log, "--identity", "e2e-rbac", "--check-name", check) as url:
+            wait_until("m2g to lead", lambda: "m2g_leader 1.0" in http_get(
+                f"{url}/metrics")[1], timeout=60)
+            holder = kubectl(kubeconfig, "get", lease, "-n", NS, "-o",
+                             "jsonpath={.spec.holderIdentity}").stdout
+            assert holder == "e2e-rbac"
+            wait_until(f"AdmissionCheck {check} to be Active", lambda: kubectl(
+                kubeconfig, "get", f"admissionchecks.kueue.x-k8s.io/{check}", "-o",
+                "jsonpath={.status.conditions[?(@.type=='Active')].status}",
+                check=False).stdout == "True", timeout=60)
+            time.sleep(2)  # a few more reconciles
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         kubectl(kubeconfig, "delete", f"admissionchecks.kueue.x-k8s.io/{check}",
                 "--ignore-not-found", check=False)
         if not had_lease:
             kubectl(kubeconfig, "delete", lease, "-n", NS, "--ignore-not-found", check=False)
-    text = log.read_text()
-    denied = [line for line in text.splitlines() if "403" in line or "orbidden" in line]
-    assert not denied, denied[:5]
+    assert not denied_lines(log), denied_lines(log)[:5]
