@@ -408,7 +408,7 @@ async def test_retry_requeues_a_reserved_workload(kube: k.Kube, cluster: Cluster
     wl = await until("quota reserved with the check Pending", reserved)
     name = wl["metadata"]["name"]
     await ap.apply_check(CheckUpdate(namespace, name, check, CheckState.RETRY,
-                                     "grid event ev-1 active", requeue_after_seconds=3))
+                                     "grid event ev-1 active", requeue_after_seconds=8))
     # Kueue v0.19.2 first records requeueAt = lastTransitionTime + requeueAfterSeconds and
     # keeps the reservation until then; only afterwards does it evict (reason AdmissionCheck),
     # release the quota, reset the check to Pending and queue the workload again.
@@ -520,8 +520,8 @@ async def test_policy_status(kube: k.Kube, cluster: Cluster, m2g_crds: None) -> 
 
 
 async def test_two_electors_one_leader_and_takeover(kube: k.Kube, namespace: str) -> None:
-    a, b = (LeaderElector(kube, "m2g-e2e", namespace, ident, lease_duration=3,
-                          renew_deadline=2, retry_period=0.3) for ident in ("a", "b"))
+    a, b = (LeaderElector(kube, "m2g-e2e", namespace, ident, lease_duration=6,
+                          renew_deadline=4, retry_period=0.5) for ident in ("a", "b"))
     stop_a, stop_b = asyncio.Event(), asyncio.Event()
     tasks = [asyncio.create_task(a.run(stop_a)), asyncio.create_task(b.run(stop_b))]
     try:
