@@ -3,7 +3,8 @@
 Kueue adds m2g's check as Pending once a workload has quota reserved; m2g answers Ready (with
 podSetUpdates), Retry (Kueue releases the quota and requeues after ``requeueAfterSeconds``) or
 Rejected (Kueue deactivates the workload). A Defer maps to Retry rather than to a Pending that
-holds quota, so a deferred workload never blocks others.
+holds quota. Kueue v0.19 keeps the quota until ``requeueAfterSeconds`` has passed, so m2g caps
+it (``max_retry_hold_seconds``) and states the policy's full wait in the message.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder,
         out.append(CheckUpdate(
             namespace=w.namespace, name=w.name, check=config.check_name,
             state=_STATE[res.decision], message=message(res),
-            requeue_after_seconds=res.requeue_after_seconds,
+            requeue_after_seconds=None if res.requeue_after_seconds is None else min(
+                res.requeue_after_seconds, config.max_retry_hold_seconds),
             pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
         ))
     return out

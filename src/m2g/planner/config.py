@@ -23,5 +23,9 @@ class PlannerConfig:
     settle_seconds: float = 60.0
     #: Restore only while the site stays this fraction below its target after the restore.
     restore_margin: float = 0.05
+    #: Kueue v0.19 keeps a workload's quota reserved until a Retry's requeueAfterSeconds has
+    #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
+    #: wait is in the message) and a deferred workload blocks others no longer than this.
+    max_retry_hold_seconds: int = 60
     #: kW per GPU for a workload that states no estimate (GB300 at training load, docs/signals.md).
     default_kw_per_gpu: float = 1.34
