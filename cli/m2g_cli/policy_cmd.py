@@ -15,8 +15,9 @@ import typer
 from pydantic import ValidationError
 
 from m2g.model.inputs import PolicyInput
-from m2g.policy import Evaluator, PolicySetError, Stage, build, read_dir
+from m2g.policy import Evaluator, PolicySet, PolicySetError, Stage, build, read_dir
 from m2g.policy.errors import EngineUnavailable
+from m2g.policy.loader import Sources
 from m2g.policy.runtime import ENGINES, Runtime, make_runtime
 from m2g.policy.testing import evaluate_stage, input_error_text, run_tests
 
@@ -41,6 +42,17 @@ def _runtime(engine: str | None, code: int) -> Runtime:
         raise typer.Exit(code) from None
 
 
+def _build_or_exit(sources: Sources, runtime: Runtime, summary: str) -> PolicySet:
+    """The policy set, or every problem on stdout (one line each) and exit 1."""
+    try:
+        return build(sources, runtime)
+    except PolicySetError as exc:
+        for problem in exc.problems:
+            typer.echo(problem.render())
+        _err(f"{len(exc.problems)} {summary}")
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def lint(
     directory: Annotated[Path, typer.Argument(help="Folder (or file) of policies and tests")],
@@ -49,13 +61,7 @@ def lint(
     """Parse, type-check and compile every policy; one line per problem (FILE:LINE: policy/rule)."""
     runtime = _runtime(engine, 1)
     sources = read_dir(directory)
-    try:
-        pset = build(sources, runtime)
-    except PolicySetError as exc:
-        for problem in exc.problems:
-            typer.echo(problem.render())
-        _err(f"{len(exc.problems)} problem(s) in {directory}")
-        raise typer.Exit(1) from None
+    pset = _build_or_exit(sources, runtime, f"problem(s) in {directory}")
     _err(f"ok: {len(pset.policies)} policies and {len(sources.tests)} test files in "
          f"{sources.files} files ({runtime.name})")
 
@@ -69,13 +75,8 @@ def test(
     """Run every PolicyTest under DIRECTORY against the policies under it."""
     runtime = _runtime(engine, 1)
     sources = read_dir(directory)
-    try:
-        pset = build(sources, runtime)
-    except PolicySetError as exc:
-        for problem in exc.problems:
-            typer.echo(problem.render())
-        _err(f"policies under {directory} do not load; no test ran")
-        raise typer.Exit(1) from None
+    pset = _build_or_exit(sources, runtime, f"problem(s): policies under {directory} do not "
+                                            "load; no test ran")
     results = run_tests(pset, sources.tests)
     for res in results:
         if not res.passed:

@@ -237,6 +237,17 @@ def grid_event(cluster: Cluster, target_kw: float, minutes: int = 60) -> str:
     return name
 
 
+def site_with_budget(cluster: Cluster, budget_kw: float) -> dict[str, str]:
+    """A site budget (a PowerDomain of level Site); returns node → rack of the factory."""
+    site = unique("e2e-site")
+    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "powerdomains", {
+        "apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain", "metadata": {"name": site},
+        "spec": {"level": "Site", "budgetKw": budget_kw}})
+    cluster.cleanup.append(lambda: _delete(cluster, "powerdomains", site))
+    return {n.metadata.name: n.metadata.labels[RACK_LABEL]
+            for n in cluster.core.list_node(label_selector="m2g.io/factory=small").items}
+
+
 def _delete(cluster: Cluster, plural: str, name: str) -> None:
     with contextlib.suppress(ApiException):
         cluster.custom.delete_cluster_custom_object("m2g.io", "v1alpha1", plural, name)
@@ -295,14 +306,7 @@ async def test_grid_event_sheds_flexible_running_work_then_restores_it(
         kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
         m2g_crds: None) -> None:
     make_queue(cluster, namespace, factory_flavor(cluster), 144)
-    racks = {n.metadata.name: n.metadata.labels[RACK_LABEL]
-             for n in cluster.core.list_node(label_selector="m2g.io/factory=small").items}
-    # a site budget: one PowerDomain of level Site
-    site = unique("e2e-site")
-    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "powerdomains", {
-        "apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain", "metadata": {"name": site},
-        "spec": {"level": "Site", "budgetKw": 1000}})
-    cluster.cleanup.append(lambda: _delete(cluster, "powerdomains", site))
+    racks = site_with_budget(cluster, 1000.0)
     cfg = PlannerConfig(check_name=CHECK, ramp_kw_per_second=1000.0, settle_seconds=5.0)
     async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), cfg):
         for name, tier in (("firm", 0), ("flex1", 1), ("flex3", 3)):
@@ -372,13 +376,7 @@ async def test_restart_mid_shed_converges_without_duplicate_actions(
         kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
         m2g_crds: None) -> None:
     make_queue(cluster, namespace, factory_flavor(cluster), 144)
-    racks = {n.metadata.name: n.metadata.labels[RACK_LABEL]
-             for n in cluster.core.list_node(label_selector="m2g.io/factory=small").items}
-    site = unique("e2e-site")
-    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "powerdomains", {
-        "apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain", "metadata": {"name": site},
-        "spec": {"level": "Site", "budgetKw": 1000}})
-    cluster.cleanup.append(lambda: _delete(cluster, "powerdomains", site))
+    racks = site_with_budget(cluster, 1000.0)
     # a slow ramp: one 20.8 kW workload per ~10 s, so the restart lands between two sheds
     slow = PlannerConfig(check_name=CHECK, ramp_kw_per_second=2.1, max_step_kw=25.0,
                          settle_seconds=3.0)
