@@ -1,23 +1,37 @@
-"""Batch evaluation: many workloads against one snapshot, one CEL evaluation per policy.
+"""Batch evaluation: many workloads against one snapshot, one CEL evaluation for many policies.
 
-Why: cel-expr-python converts a Python input into CEL values on first access, per activation.
-The factory part of the input (``domains`` above all) is the same for every workload of a
-reconcile, yet converting it costs more than all the rules together (docs/benchmarks.md). So the
-workloads that share a snapshot and a ClusterQueue go into one list, and each policy becomes one
-fused expression mapped over it::
+Why (numbers in docs/benchmarks.md): cel-expr-python converts a Python input into CEL values on
+first access, per activation, at roughly a microsecond per value, and the factory part of an input
+(``domains``, ``topology``) holds hundreds of values. So:
 
-    m2g__items.map(it, BIND(workload, queue of it,
-                            M1 ? (M2 ? BIND_VARS([W1 ? [true, slots...] : [], ...]) : []) : []))
+* the snapshot (everything but the workload and its queue) gets one long-lived activation,
+  cached by ``PolicyInput.batch_key`` (Snapshots): its CEL values are converted once, not once
+  per decision or per batch;
+* the workloads that share it are passed as one list, returned by the function ``m2g__items()``
+  (a function, not a variable, so the activation outlives the batch);
+* the policies of the stages asked for become one expression mapped over that list::
 
-``workload`` and ``queue`` are bound to each item's own, so every rule reads the item as it would
-read a single input. Ternaries keep CEL's short-circuit order, so a fused result equals the
-per-input one.
-A policy whose fused evaluation fails (any runtime error, for any item) is evaluated again per
-input by m2g.policy.fired.walk_policy, which reports each error where it belongs.
+      [[G1, G2]].map(m2g__g, m2g__items().map(m2g__it, BIND(workload, queue of it,
+          [m2g__g[0] && M1 ? BIND_SHARED([W1 ? BIND_SLOTS([true, slots...]) : [], ...]) : [],
+           m2g__g[1] && ...])))[0]
+
+  ``G`` is the conjunction of a policy's match conditions that read neither ``workload`` nor
+  ``queue``: evaluated once per batch, not once per item. A policy variable is bound where it is
+  needed: around the policy when two or more rules test it, else around the one rule whose
+  ``when`` tests it, else inside the fired branch (a variable used only by a message costs
+  nothing until the rule fires). Ternaries keep CEL's short-circuit order, so a fused result
+  equals the per-input one.
+
+Fallbacks, each to a slower form with the same answers: the combined expression fails to compile
+(cel-expr-python's parser stops at 32 levels) or raises for some item → one expression per
+policy → one per rule → m2g.policy.fired.walk_policy per input, which reports each error where
+it belongs.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,28 +39,97 @@ from typing import Any
 from m2g.model.inputs import PolicyInput
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
 from m2g.policy.fired import Err, Hit, payload, slots, walk_policy
+from m2g.policy.inline import bind_grouped, mentions, needed
 from m2g.policy.runtime import BATCH_ITEMS, CelCompileError, CelEvalError, Program, Runtime
 
-
-def _over_items(body: str) -> str:
-    """Map ``body`` over the batch, binding ``workload`` and ``queue`` to each item's own."""
-    return (f"{BATCH_ITEMS}.map(m2g__it, [m2g__it.w].map(workload, "
-            f"[m2g__it.q].map(queue, {body})[0])[0])")
+_ITEM_VARIABLES = ("workload", "queue")
+_ERRORS = (CelEvalError, TypeError, ValueError, IndexError)
+_BUDGET = "Iteration budget exceeded"
 
 
-def _rule_source(rule: CompiledRule) -> str:
-    parts = ", ".join(["true", *(f"({prog.bare})" for _, prog in slots(rule))])
-    return f"(({rule.when.bare}) ? [{parts}] : [])"
+def _over_items(body: str, queue: bool) -> str:
+    """Map ``body`` over the batch. Each item is the workload's data, so the iteration variable
+    is ``workload``; its queue is at ``m2g__q``, bound to ``queue`` when ``queue`` is read."""
+    if queue:
+        body = f"[workload.m2g__q].map(queue, {body})[0]"
+    return f"{BATCH_ITEMS}().map(workload, {body})"
+
+
+def _needs(policy: CompiledPolicy, prog: Program) -> set[str]:
+    return needed(prog.bare, policy.variables)
+
+
+def _rule_source(policy: CompiledPolicy, index: int, rule: CompiledRule, outer: set[str]) -> str:
+    """One rule (bare), binding the variables its ``when`` needs around it and those only its
+    payload needs inside the fired branch."""
+    when_vars = _needs(policy, rule.when) - outer
+    progs = [prog for _, prog in slots(rule)]
+    slot_vars = set().union(*(_needs(policy, p) for p in progs)) - outer - when_vars
+    fired = bind_grouped("[" + ", ".join(["true", *(f"({p.bare})" for p in progs)]) + "]",
+                         slot_vars, policy.variables, f"s{index}_")
+    return bind_grouped(f"({rule.when.bare}) ? {fired} : []", when_vars, policy.variables,
+                        f"w{index}_")
+
+
+def split_match(policy: CompiledPolicy) -> tuple[list[Program], list[Program]]:
+    """(the leading match conditions that read no item variable, the rest). Only a leading run
+    can be decided once per snapshot: a later one is reached only after the item's own."""
+    progs = [p for _, p in policy.match]
+    n = 0
+    while n < len(progs) and not mentions(progs[n].source, _ITEM_VARIABLES):
+        n += 1
+    return progs[:n], progs[n:]
+
+
+def _policy_body(policy: CompiledPolicy, conditions: Sequence[Program]) -> str:
+    """The per-item expression of one policy under ``conditions`` (match conditions): a list
+    with one cell per rule, or []."""
+    counts: dict[str, int] = {}
+    for rule in policy.rules:
+        for name in _needs(policy, rule.when):
+            counts[name] = counts.get(name, 0) + 1
+    outer = {n for n, c in counts.items() if c > 1}
+    outer |= set().union(*(policy.variables.deps[n] for n in outer))
+    body = "[" + ", ".join(_rule_source(policy, i, r, outer)
+                           for i, r in enumerate(policy.rules)) + "]"
+    body = bind_grouped(body, outer, policy.variables, "o")
+    # A match condition binds what it uses itself. "!(M) ? [] : BODY", not "(M) ? BODY : []":
+    # CEL's else branch needs no parentheses, and each one is a level for the parser.
+    for prog in reversed(conditions):
+        body = f"!({prog.source}) ? [] : {body}"
+    return body
+
+
+def gate_source(policy: CompiledPolicy) -> str | None:
+    """A policy's match conditions that read neither workload nor queue, as one expression
+    (in order, short-circuit), or None when it has none: they hold for a whole snapshot."""
+    indep, _ = split_match(policy)
+    if not indep:
+        return None
+    return "".join(f"!({p.source}) ? false : " for p in indep) + "true"
+
+
+def combined_source(policies: Sequence[CompiledPolicy]) -> str:
+    """One expression for all ``policies``, whose snapshot-only match conditions (gate_source)
+    are known to hold: per item, a list with one row per policy."""
+    bodies = [_policy_body(p, split_match(p)[1]) for p in policies]
+    return _over_items("[" + ", ".join(bodies) + "]", _reads_queue(policies))
+
+
+def _reads_queue(policies: Sequence[CompiledPolicy]) -> bool:
+    return any(mentions(prog.source, ("queue",)) for p in policies for prog in _programs(p))
+
+
+def _programs(policy: CompiledPolicy) -> list[Program]:
+    return [*(p for _, p in policy.match),
+            *(p for r in policy.rules for p in (r.when, *(q for _, q in slots(r))))]
 
 
 def fused_source(policy: CompiledPolicy) -> str:
-    """The one expression that evaluates every rule of ``policy`` for every batch item, with
-    each policy variable bound once per item (m2g.policy.inline), inside the match conditions."""
-    body = "[" + ", ".join(_rule_source(r) for r in policy.rules) + "]"
-    body = policy.variables.bind_all(body)
-    for _, prog in reversed(policy.match):  # a match condition binds what it uses itself
-        body = f"(({prog.source}) ? {body} : [])"
-    return _over_items(body)
+    """The one expression that evaluates every rule of ``policy`` for every batch item, every
+    match condition included: per item, a list with the policy's row."""
+    body = _policy_body(policy, [p for _, p in policy.match])
+    return _over_items(f"[{body}]", _reads_queue([policy]))
 
 
 def fused_rule_source(policy: CompiledPolicy, rule: CompiledRule) -> str:
@@ -56,7 +139,7 @@ def fused_rule_source(policy: CompiledPolicy, rule: CompiledRule) -> str:
     body = f"(({rule.when.source}) ? [{parts}] : [])"
     for _, prog in reversed(policy.match):
         body = f"(({prog.source}) ? {body} : [])"
-    return _over_items(body)
+    return _over_items(body, _reads_queue([policy]))
 
 
 @dataclass(frozen=True)
@@ -67,17 +150,75 @@ class Fused:
     per_rule: tuple[Program, ...] = ()
 
 
+@dataclass(frozen=True)
+class Combined:
+    """One program for several policies (those whose own fused expression compiles whole)."""
+
+    program: Program
+    policies: tuple[CompiledPolicy, ...]
+
+
 class FusedCache:
-    """Fused programs per policy, compiled on first use (None: this runtime does not batch)."""
+    """Fused programs per policy and per policy list, compiled on first use (None: this runtime
+    does not batch, or the expression does not compile)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._programs: dict[str, Fused | None] = {}
+        self._combined: dict[tuple[str, ...], Combined | None] = {}
+        self._gates: dict[str, Program | None] = {}
+        self._chunk: dict[int, int] = {}
+        self.snapshots = Snapshots(runtime)
+        self.batches = runtime.compile_batch("[]") is not None
+
+    def run(self, program: Program, act: Any, items: list[Any]) -> list[Any]:
+        """Run a batch program over ``items``, in chunks small enough for cel-expr-python's
+        iteration budget (10,000 comprehension steps per evaluation; every bound variable is
+        one): a chunk that exceeds it is halved, and the size that worked is remembered."""
+        size = self._chunk.get(id(program), len(items))
+        out: list[Any] = []
+        i = 0
+        while i < len(items):
+            part = items[i:i + size]
+            try:
+                out += self._runtime.run_batch(program, act, part)
+            except CelEvalError as exc:
+                if _BUDGET not in str(exc) or size == 1:
+                    raise
+                size = max(1, size // 2)
+                self._chunk[id(program)] = size
+                continue
+            i += len(part)
+        return out
 
     def get(self, policy: CompiledPolicy) -> Fused | None:
         if policy.name not in self._programs:
             self._programs[policy.name] = self._compile(policy)
         return self._programs[policy.name]
+
+    def gate(self, policy: CompiledPolicy) -> Program | None:
+        """The policy's snapshot-only match conditions as one program (None: it has none)."""
+        if policy.name not in self._gates:
+            source = gate_source(policy)
+            self._gates[policy.name] = (None if source is None
+                                        else self._runtime.compile(source))
+        return self._gates[policy.name]
+
+    def combined(self, policies: Sequence[CompiledPolicy]) -> Combined | None:
+        """One program for those of ``policies`` whose own fused expression compiles whole
+        (the caller has checked their gates)."""
+        key = tuple(p.name for p in policies)
+        if key not in self._combined:
+            members = tuple(p for p in policies
+                            if (f := self.get(p)) is not None and f.whole is not None)
+            prog = None
+            if members:
+                try:
+                    prog = self._runtime.compile_batch(combined_source(members))
+                except CelCompileError:
+                    prog = None
+            self._combined[key] = None if prog is None else Combined(prog, members)
+        return self._combined[key]
 
     def _compile(self, policy: CompiledPolicy) -> Fused | None:
         try:
@@ -91,6 +232,57 @@ class FusedCache:
         except CelCompileError:
             return None
         return Fused(None, tuple(p for p in progs if p is not None))
+
+
+class Snapshots:
+    """One activation per snapshot (``PolicyInput.batch_key``), kept for the last few snapshots.
+
+    The entry holds the snapshot's objects, so the ids in the key stay theirs while it lives.
+    """
+
+    def __init__(self, runtime: Runtime, size: int = 8) -> None:
+        self._runtime = runtime
+        self._size = size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[Any, ...], Snapshot] = OrderedDict()
+
+    def get(self, inp: PolicyInput) -> Snapshot:
+        """The snapshot of ``inp``: its shared plain data and activation."""
+        key = inp.batch_key()
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit
+        shared = inp.shared_data()
+        refs = (inp.site, inp.grid, inp.flavor, inp.domain, tuple(inp.domains.values()))
+        entry = Snapshot(refs, shared, self._runtime.activation(shared), {})
+        with self._lock:
+            self._entries[key] = entry
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return entry
+
+
+@dataclass
+class Snapshot:
+    """A snapshot's plain data, its activation, and its policies' gate results (True, False,
+    or None when the gate raised: that policy is then evaluated on its own)."""
+
+    refs: Any
+    shared: dict[str, Any]
+    activation: Any
+    gates: dict[str, bool | None]
+
+    def gate(self, cache: FusedCache, policy: CompiledPolicy) -> bool | None:
+        if policy.name not in self.gates:
+            prog = cache.gate(policy)
+            try:
+                held = True if prog is None else prog.run(self.activation) is True
+                self.gates[policy.name] = held
+            except CelEvalError:
+                self.gates[policy.name] = None
+        return self.gates[policy.name]
 
 
 def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
@@ -108,37 +300,56 @@ def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
 
 
 def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: FusedCache,
-               shared: dict[str, Any], inputs: Sequence[PolicyInput]) -> list[list[Hit | Err]]:
-    """For each input (all sharing ``shared`` data), the hits and errors of every policy."""
+               inputs: Sequence[PolicyInput]) -> list[list[Hit | Err]]:
+    """For each input (all sharing one snapshot), the hits and errors of every policy."""
+    snap = cache.snapshots.get(inputs[0])
+    shared, snap_act = snap.shared, snap.activation
+    plain = [(inp.workload_data(), inp.queue_data()) for inp in inputs]
+    items = [{**w, "m2g__q": q} for w, q in plain]
+    done: dict[str, list[list[Hit | Err]]] = {}
+    live = []
+    for policy in policies:
+        gate = snap.gate(cache, policy) if cache.batches else None
+        if gate is False:  # a match condition is false for the whole snapshot
+            done[policy.name] = [[] for _ in inputs]
+        elif gate is True:
+            live.append(policy)
+    comb = cache.combined(live) if live else None
+    if comb is not None:
+        try:
+            rows = cache.run(comb.program, snap_act, items)
+            decoded = [[_decode(p, row[k]) for row in rows] for k, p in enumerate(comb.policies)]
+            done.update({p.name: d for p, d in zip(comb.policies, decoded, strict=True)})
+        except _ERRORS:
+            pass
     per_item: list[list[Hit | Err]] = [[] for _ in inputs]
-    workloads = [inp.workload_data() for inp in inputs]
-    queues = [inp.queue_data() for inp in inputs]
-    batch_act = runtime.activation(
-        {**shared, BATCH_ITEMS: [{"w": w, "q": q} for w, q in zip(workloads, queues, strict=True)]})
     item_acts: list[Any] = [None] * len(inputs)
     for policy in policies:
-        decoded = _run_fused(cache.get(policy), policy, batch_act)
-        if decoded is None:
-            for i, w in enumerate(workloads):
+        result = done.get(policy.name)
+        if result is None:
+            result = _run_fused(cache, policy, snap_act, items)
+        if result is None:
+            result = []
+            for i, (w, q) in enumerate(plain):
                 if item_acts[i] is None:
-                    item_acts[i] = runtime.activation({**shared, "workload": w, "queue": queues[i]})
-                per_item[i] += walk_policy(policy, item_acts[i])
-        else:
-            for i, hits in enumerate(decoded):
-                per_item[i] += hits
+                    item_acts[i] = runtime.activation({**shared, "workload": w, "queue": q})
+                result.append(walk_policy(policy, item_acts[i]))
+        for i, hits in enumerate(result):
+            per_item[i] += hits
     return per_item
 
 
-def _run_fused(fused: Fused | None, policy: CompiledPolicy,
-               act: Any) -> list[list[Hit | Err]] | None:
+def _run_fused(cache: FusedCache, policy: CompiledPolicy, act: Any,
+               items: list[Any]) -> list[list[Hit | Err]] | None:
     """Every item's hits from fused evaluation; None when it must be redone per item."""
+    fused = cache.get(policy)
     if fused is None:
         return None
     try:
         if fused.whole is not None:
-            return [_decode(policy, row) for row in fused.whole.run(act)]
-        columns = [prog.run(act) for prog in fused.per_rule]
+            return [_decode(policy, row[0]) for row in cache.run(fused.whole, act, items)]
+        columns = [cache.run(prog, act, items) for prog in fused.per_rule]
         rows = [[col[i] for col in columns] for i in range(len(columns[0]))]
         return [_decode(policy, [] if all(not c for c in row) else row) for row in rows]
-    except (CelEvalError, TypeError, ValueError, IndexError):
+    except _ERRORS:
         return None

@@ -228,8 +228,7 @@ class Evaluator:
         out: list[Fired] = [[] for _ in inputs]
         for idx in groups.values():
             batch = [inputs[i] for i in idx]
-            fired = fired_many(policies, self._runtime, self._fused, batch[0].shared_data(),
-                               batch)
+            fired = fired_many(policies, self._runtime, self._fused, batch)
             for i, items in zip(idx, fired, strict=True):
                 out[i] = items
         return out

@@ -94,3 +94,85 @@ class Variables:
     def bind_all(self, body: str) -> str:
         """``body`` with every variable bound (the batch form)."""
         return bind(body, self.order, self.bare)
+
+
+_USED = re.compile(PREFIX + r"([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def strip_strings(source: str) -> str:
+    """``source`` with the contents of its string literals removed (to look for identifiers)."""
+    out: list[str] = []
+    i = 0
+    while i < len(source):
+        if source[i] in "'\"":
+            end = _string_end(source, i)
+            out.append("''")
+            i = end
+            continue
+        out.append(source[i])
+        i += 1
+    return "".join(out)
+
+
+def mentions(source: str, names: tuple[str, ...]) -> bool:
+    """Whether ``source`` uses any of the identifiers ``names`` (outside string literals)."""
+    code = strip_strings(source)
+    return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", code) for n in names)
+
+
+def needed(bare: str, variables: Variables) -> set[str]:
+    """The variables a bare (rewritten, unbound) text needs, with their dependencies."""
+    out: set[str] = set()
+    for name in _USED.findall(strip_strings(bare)):
+        if name in variables.deps:
+            out |= {name} | variables.deps[name]
+    return out
+
+
+def substitute(source: str, mapping: dict[str, str]) -> str:
+    """Replace the identifiers ``m2g__v_NAME`` (outside string literals) by ``mapping[NAME]``."""
+    if not mapping:
+        return source
+    out: list[str] = []
+    i = 0
+    while i < len(source):
+        ch = source[i]
+        if ch in "'\"":
+            end = _string_end(source, i)
+            out.append(source[i:end])
+            i = end
+            continue
+        m = _USED.match(source, i)
+        before_ok = i == 0 or not (source[i - 1].isalnum() or source[i - 1] in "_.")
+        if m and before_ok and m.group(1) in mapping:
+            out.append(mapping[m.group(1)])
+            i = m.end()
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def bind_grouped(body: str, names: set[str], variables: Variables, tag: str) -> str:
+    """``body`` with ``names`` bound, variables that do not depend on each other bound together
+    (``[[A, B]].map(m2g__TAG0, ...)[0]``, read as ``m2g__TAG0[1]``): one nesting level per
+    level of dependency, not per variable, for cel-expr-python's parser (32 levels at most;
+    each binding takes two)."""
+    levels: dict[str, int] = {}
+    for name in variables.order:
+        if name in names:
+            below = [levels[d] + 1 for d in variables.deps[name] if d in levels]
+            levels[name] = max(below, default=0)
+    groups = [[n for n in variables.order if levels.get(n) == lv]
+              for lv in range(max(levels.values(), default=-1) + 1)]
+    mapping = {n: f"m2g__{tag}{lv}[{i}]" for lv, g in enumerate(groups) if len(g) > 1
+               for i, n in enumerate(g)}
+    body = substitute(body, mapping)
+    for lv in reversed(range(len(groups))):
+        group = groups[lv]
+        texts = [substitute(variables.bare[n], mapping) for n in group]
+        if len(group) == 1:
+            body = f"[{texts[0]}].map({PREFIX}{group[0]}, {body})[0]"
+        else:
+            body = f"[[{', '.join(texts)}]].map(m2g__{tag}{lv}, {body})[0]"
+    return body

@@ -10,6 +10,7 @@ the policy test suite can run on both and their answers can be compared.
 from __future__ import annotations
 
 import importlib.util
+import threading
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -20,7 +21,8 @@ CEL_PYTHON = "cel-python"
 ENGINES = (CEL_EXPR_PYTHON, CEL_PYTHON)
 _MODULES = {CEL_EXPR_PYTHON: "cel_expr_python", CEL_PYTHON: "celpy"}
 
-#: The list a batch expression maps over (one workload per item; see m2g.policy.batch).
+#: The function a batch expression calls for the list it maps over (one workload per item; see
+#: m2g.policy.batch). A function, not a variable: the snapshot's activation outlives a batch.
 BATCH_ITEMS = "m2g__items"
 
 #: The top-level CEL variables every expression may read.
@@ -60,7 +62,10 @@ class Runtime(Protocol):
         """Convert input data once per decision; reuse it for every expression."""
 
     def compile_batch(self, source: str) -> Program | None:
-        """Compile an unchecked batch expression (over ``m2g__items``); None: not supported."""
+        """Compile an unchecked batch expression (over ``m2g__items()``); None: not supported."""
+
+    def run_batch(self, program: Program, activation: Any, items: list[Any]) -> Any:
+        """Run a batch program with ``m2g__items()`` returning ``items``."""
 
 
 def available_engines() -> list[str]:
@@ -124,9 +129,18 @@ class CelExprRuntime:
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise EngineUnavailable(f"{CEL_EXPR_PYTHON} is not importable: {exc}") from None
         self._cel = cel
-        variables = {name: cel.Type.DYN for name in (*INPUT_VARIABLES, BATCH_ITEMS)}
+        variables = {name: cel.Type.DYN for name in INPUT_VARIABLES}
         variables["now"] = cel.Type.TIMESTAMP
-        self._env = cel.NewEnv(variables=variables)
+        # The batch reaches CEL through a function, so that one activation (and the CEL values
+        # converted from its snapshot, which cost far more than the rules) serves many batches.
+        self._items: list[Any] = []
+        self._lock = threading.Lock()
+        items = cel.FunctionDecl(BATCH_ITEMS, [cel.Overload(
+            f"{BATCH_ITEMS}_0", cel.Type.List(cel.Type.DYN), [], False, impl=self._batch)])
+        self._env = cel.NewEnv(variables=variables, functions=[items])
+
+    def _batch(self) -> list[Any]:
+        return self._items
 
     def compile(self, source: str, bare: str | None = None) -> Program:
         try:
@@ -140,6 +154,14 @@ class CelExprRuntime:
         except Exception as exc:
             raise CelCompileError(first_line(str(exc))) from None
         return _CelExprProgram(expr, self._cel.Type.ERROR, source)
+
+    def run_batch(self, program: Program, activation: Any, items: list[Any]) -> Any:
+        with self._lock:
+            self._items = items
+            try:
+                return program.run(activation)
+            finally:
+                self._items = []
 
     def activation(self, data: dict[str, Any]) -> Any:
         return self._env.Activation(data=data)
@@ -195,6 +217,9 @@ class CelPyRuntime:
 
     def compile_batch(self, source: str) -> Program | None:
         return None  # the interpreter gains nothing from batching
+
+    def run_batch(self, program: Program, activation: Any, items: list[Any]) -> Any:
+        raise NotImplementedError("cel-python does not batch")
 
     def activation(self, data: dict[str, Any]) -> Any:
         from celpy import celtypes
