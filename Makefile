@@ -45,9 +45,12 @@ test: lint policy-test test-unit test-e2e
 bench: $(STAMP)
 	$(PY) bench/policy_bench.py
 
-## demo: the main job
+## demo: the main job — control plane + small factory, simulator, Prometheus, `m2g run`, a
+## workload mix, a grid event; shows what m2g deferred, shed and restored (docs/quickstart.md).
+## Runs in $${M2G_RUN:-~/.cache/m2g/run-demo}; M2G_DEMO_KEEP=1 leaves it running.
 demo: $(STAMP)
 	$(VENV)/bin/m2g policy test policies/
+	M2G_RUN="$${M2G_RUN:-$$HOME/.cache/m2g/run-demo}" $(PY) demo/run_demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

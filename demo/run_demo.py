@@ -98,6 +98,8 @@ class Demo:
     actions: dict[str, list[Action]] = field(default_factory=dict)
     submitted: dict[str, datetime] = field(default_factory=dict)
     last_draw: float = -100.0
+    draw_before: float = 0.0
+    under_at: datetime | None = None
     last_draw_at: float = 0.0
 
     @property
@@ -271,7 +273,7 @@ def poll(d: Demo) -> None:
         job = job_name(e["workload"])
         d.actions.setdefault(f"{e['namespace']}/{job}", []).append(
             Action(e["reason"], e["time"], e["note"]))
-        say(d, f"m2g {e['reason']:<9} {e['namespace']}/{job}: {e['note'][:150]}", e["time"])
+        say(d, f"m2g {e['reason']:<9} {e['namespace']}/{job}: {e['note'][:170]}", e["time"])
     draw = site_draw(d)
     now = time.monotonic()
     if draw is not None and abs(draw - d.last_draw) >= 2.0 and now - d.last_draw_at >= 3:
@@ -349,6 +351,7 @@ def phase_workloads(d: Demo) -> None:
 def fire_event(d: Demo) -> float:
     draw = site_draw(d) or 0.0
     d.target_kw = float(math.floor(draw * (1 - CUT)))
+    d.draw_before = draw
     start = datetime.now(UTC).replace(microsecond=0)
     d.event_name = f"demo-dr-{start:%H%M%S}"
     d.event_start, d.event_end = start, start + EVENT_LENGTH
@@ -376,7 +379,9 @@ def phase_event(d: Demo) -> None:
     left = (d.event_end - datetime.now(UTC)).total_seconds()
     wait_for(d, "the site draw to fall under the grid limit", lambda: under_target(d),
              max(30.0, left), "m2g run", m2g_log(d))
+    d.under_at = datetime.now(UTC)
     say(d, f"site draw under the {d.target_kw:.0f} kW limit; firm and tier-1 work kept running")
+    show(d, ["signals", "--prometheus", d.prom], f"signals --prometheus {d.prom}")
     wait_for(d, "the grid event to end", lambda: not event_active(d), left + 5, "m2g run",
              m2g_log(d))
 
@@ -417,53 +422,68 @@ def steps(d: Demo) -> list[datetime]:
     return out
 
 
-def describe(d: Demo, a: Action, key: str, starts: list[datetime]) -> tuple[str, str]:
-    """(what m2g did, latency) of one action."""
+def secs(a: datetime, b: datetime) -> str:
+    return f"{(b - a).total_seconds():.1f}s"
+
+
+def describe(d: Demo, a: Action, key: str, starts: list[datetime],
+             before: list[Action]) -> tuple[str, str]:
+    """(what m2g did, latency) of one action; ``before``: the workload's earlier actions."""
     assert d.event_start is not None and d.event_end is not None
     if a.reason == "Shed":
         step = 1 + sum(1 for s in starts[1:] if s <= a.at)
         kw = a.note.split(" kW", 1)[0].removeprefix("shed ")
-        return (f"shed {kw} kW (step {step})",
-                f"{(a.at - d.event_start).total_seconds():.1f}s after the event started")
+        return f"shed {kw} kW (step {step})", f"{secs(d.event_start, a.at)} after event start"
     if a.reason == "Restored":
-        return "restored", f"{(a.at - d.event_end).total_seconds():.1f}s after the event ended"
-    since = d.submitted.get(key, d.t0)
-    if d.event_end <= a.at and a.reason == "Admitted" and any_action(d, "Deferred", key):
-        return "admitted after the event", \
-            f"{(a.at - d.event_end).total_seconds():.1f}s after the event ended"
-    if a.reason == "Admitted" and any_action(d, "Restored", key):
-        return "re-admitted", ""
-    return a.reason.lower(), f"{(a.at - since).total_seconds():.1f}s after submission"
+        return "restored", f"{secs(d.event_end, a.at)} after event end"
+    if a.reason == "Deferred":
+        return "deferred (grid event)", \
+            f"{secs(d.submitted.get(key, d.t0), a.at)} after submission"
+    restored = [b for b in before if b.reason == "Restored"]
+    if restored:
+        return "running again", f"{secs(restored[-1].at, a.at)} after restore (Kueue)"
+    if any(b.reason == "Deferred" for b in before):
+        return "admitted after the event", f"{secs(d.event_end, a.at)} after event end"
+    return a.reason.lower(), f"{secs(d.submitted.get(key, d.t0), a.at)} after submission"
+
+
+def untouched(s: Spec) -> str:
+    if s.tier == 0:
+        return "untouched: tier 0 never shed"
+    return "kept running (tier 1)"
 
 
 def summary(d: Demo) -> None:
     section("5. Summary: what m2g did")
     starts = steps(d)
-    print(f"\n  {'WORKLOAD':<26} {'TIER':>4} {'GPUS':>4} {'EST KW':>6}  {'WHAT M2G DID':<28} "
-          f"{'WHEN':>8}  LATENCY")
+    print(f"\n  {'WORKLOAD':<27} {'TIER':>4} {'GPUS':>4} {'EST KW':>6}  {'WHAT M2G DID':<28} "
+          f"{'WHEN':>7}  LATENCY")
     for s in (*MIX, LATE):
         key = f"{s.namespace}/{s.name}"
         acts = sorted(d.actions.get(key, []), key=lambda a: a.at)
-        if s.tier == 0 and not any(a.reason in ("Shed", "Deferred") for a in acts):
-            acts = acts[:1]
-        first = True
-        for a in acts or [Action("-", d.t0, "")]:
-            what, latency = describe(d, a, key, starts) if acts else ("nothing", "")
-            head = (f"{key:<26} {s.tier:>4} {s.gpus:>4} {s.estimated_kw:>6.1f}" if first
-                    else " " * 43)
-            print(f"  {head}  {what:<28} {clock(d, a.at)[1:-1]:>8}  {latency}")
-            first = False
-        if s.tier == 0:
-            print(f"  {'':<43}  {'untouched by the grid event':<28}")
-    print(f"\n  Grid event {d.event_name}: limit {d.target_kw:.0f} kW from "
-          f"{clock(d, d.event_start)[1:-1]} to {clock(d, d.event_end)[1:-1]}; "
-          f"{len(starts)} shed step(s) at "
-          + ", ".join(clock(d, t)[1:-1] for t in starts))
+        rows = [(*describe(d, a, key, starts, acts[:i]), clock(d, a.at)[1:-1].strip())
+                for i, a in enumerate(acts)]
+        if not any(a.reason in ("Shed", "Deferred") for a in acts):
+            rows.append((untouched(s), "", ""))
+        for i, (what, latency, when) in enumerate(rows or [("nothing", "", "")]):
+            head = f"{key:<27} {s.tier:>4} {s.gpus:>4} {s.estimated_kw:>6.1f}" if i == 0 \
+                else " " * 44
+            print(f"  {head}  {what:<28} {when:>7}  {latency}")
+    assert d.event_start is not None and d.event_end is not None
+    print(f"\n  Grid event {d.event_name}: limit {d.target_kw:.0f} kW (draw was "
+          f"{d.draw_before:.0f} kW) from {clock(d, d.event_start)[1:-1].strip()} to "
+          f"{clock(d, d.event_end)[1:-1].strip()}; {len(starts)} shed step(s) at "
+          + ", ".join(clock(d, t)[1:-1].strip() for t in starts)
+          + (f"; under the limit at {clock(d, d.under_at)[1:-1].strip()} "
+             f"({secs(d.event_start, d.under_at)} after event start)" if d.under_at else ""))
 
 
 def next_steps(d: Demo) -> None:
     section("Where to look next")
     kc = f"KUBECONFIG={d.kubeconfig}"
+    if not d.keep:
+        print("\n  (the demo stops everything when it ends: run `M2G_DEMO_KEEP=1 make demo` to "
+              "keep it all running and try these)")
     print(f"""
   export {kc}
   .venv/bin/m2g workloads -o wide                  # m2g's check state and message per workload
