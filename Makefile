@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv test test-unit test-e2e lint policy-test demo bench up down status clean
+.PHONY: venv test test-unit test-e2e lint policy-test demo bench bench-controller up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 $(STAMP): pyproject.toml
@@ -41,9 +41,17 @@ test-e2e: $(STAMP)
 ## test: the full suite, as CI runs it
 test: lint policy-test test-unit test-e2e
 
-## bench: benchmarks (scripts, never timed assertions)
+## bench: benchmarks (scripts, never timed assertions): the policy engine, then the controller
 bench: $(STAMP)
 	$(PY) bench/policy_bench.py
+	$(MAKE) bench-controller
+
+## bench-controller: GridEvent -> sheds visible, on the 100-rack factory with 2,000 workloads
+## (docs/benchmarks.md). Builds the control plane if needed and runs it in its own M2G_RUN
+## (~/.cache/m2g/run-bench-large), stopped at the end. BENCH_ARGS: e.g. --factory small.
+bench-controller: $(STAMP)
+	$(PY) kind-e2e/localcp build
+	$(PY) bench/controller_latency.py --up --down $(BENCH_ARGS)
 
 ## demo: the main job — control plane + small factory, simulator, Prometheus, `m2g run`, a
 ## workload mix, a grid event; shows what m2g deferred, shed and restored (docs/quickstart.md).

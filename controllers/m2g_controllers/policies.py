@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from m2g.policy import Evaluator, PolicySet, PolicySetError, Problem, build, read_dir, read_texts
+from m2g.policy.loader import yaml_files
 from m2g.policy.objects import policy_texts
 from m2g.policy.runtime import Runtime
 
@@ -59,12 +60,29 @@ class PolicyStore:
         return self.last
 
     def load_dir(self, path: Path) -> LoadResult:
+        """Build the folder's set, unless its files are byte-for-byte the last good set's
+        (every reconcile calls this: compiling the CEL each time cost 0.1–0.3 s)."""
+        digest = _dir_digest(path)
+        if digest and digest == self._digest and self.evaluator is not None:
+            self.last = LoadResult(True, False)
+            return self.last
         try:
             pset = build(read_dir(path), self._runtime)
         except PolicySetError as exc:
             self.last = LoadResult(False, False, tuple(exc.problems))
             return self.last
         changed = self.evaluator is None or pset.names() != self.evaluator.policy_set.names()
-        self.evaluator = Evaluator(pset)
+        self.evaluator, self._digest = Evaluator(pset), digest
         self.last = LoadResult(True, changed)
         return self.last
+
+
+def _dir_digest(path: Path) -> str:
+    """A digest of every policy file under ``path`` (names and bytes); "" when unreadable."""
+    h = hashlib.sha256(b"dir\0")
+    try:
+        for f in yaml_files(path):
+            h.update(str(f.relative_to(path)).encode() + b"\0" + f.read_bytes() + b"\0")
+    except OSError:
+        return ""
+    return h.hexdigest()

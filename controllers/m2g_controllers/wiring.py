@@ -18,8 +18,8 @@ import httpx
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.convert import ClusterObjects, build_snapshot
-from m2g.planner.types import CheckState, ClusterSnapshot, Plan
+from m2g.k8s.convert import ClusterObjects, NodeMemo, build_snapshot
+from m2g.planner.types import CheckState, CheckUpdate, ClusterSnapshot, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
@@ -62,6 +62,7 @@ class K8sCluster:
         self._signal_config = signal_config or SignalConfig()
         self._http: httpx.AsyncClient | None = None
         self._read_override = readings  # another signal source (tests, replay); else Prometheus
+        self._node_memo: NodeMemo = {}  # unchanged nodes are not converted again
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies]
@@ -82,7 +83,7 @@ class K8sCluster:
 
     async def snapshot(self, now: datetime) -> ClusterSnapshot:
         objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
-        return build_snapshot(objs, await self._readings(), now)
+        return build_snapshot(objs, await self._readings(), now, memo=self._node_memo)
 
     async def _readings(self) -> Readings | None:
         if self._read_override is not None:
@@ -114,20 +115,26 @@ class K8sCluster:
         return lines
 
     async def _check_events(self, plan: Plan, result: ApplyResult, shadow: bool) -> None:
+        """One Event per check written, up to ``applier.parallel`` at once (2,000 admissions
+        one after the other would hold the reconcile for minutes)."""
         written = {r.target for r in result.records if r.action == "check" and (
             r.written or shadow)}
-        for c in plan.checks:
-            target = f"{c.namespace}/{c.name}"
-            wl = self.caches["workloads"].get(target)
-            if target not in written or wl is None:
-                continue
+        gate = asyncio.Semaphore(max(1, self.applier.parallel))
+
+        async def one(c: CheckUpdate, wl: k.Obj) -> None:
             reason, kind = _REASONS[c.state]
             prefix = "[shadow] " if shadow else ""
-            try:
-                await self.applier.emit_event(wl, reason, prefix + c.message, kind,
-                                              action="AdmissionCheck")
-            except k.KubeError as exc:  # an Event is best effort
-                log.info("event for %s not written: %s", target, exc)
+            async with gate:
+                try:
+                    await self.applier.emit_event(wl, reason, prefix + c.message, kind,
+                                                  action="AdmissionCheck")
+                except k.KubeError as exc:  # an Event is best effort
+                    log.info("event for %s/%s not written: %s", c.namespace, c.name, exc)
+
+        todo = [(c, wl) for c in plan.checks
+                if f"{c.namespace}/{c.name}" in written
+                and (wl := self.caches["workloads"].get(f"{c.namespace}/{c.name}")) is not None]
+        await asyncio.gather(*(one(c, wl) for c, wl in todo))
 
     async def policy_status(self, result: LoadResult) -> None:
         bad = {p.file.removeprefix("Policy/") for p in result.problems}

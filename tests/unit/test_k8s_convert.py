@@ -294,3 +294,27 @@ def test_convert_stays_pure() -> None:
                  if isinstance(node, ast.ImportFrom)}
     assert not imported & {"kr8s", "kubernetes", "httpx", "asyncio", "typer", "rich"}
     assert "m2g.k8s.client" not in Path(cv.__file__).read_text()
+
+
+def test_node_memo_reuses_unchanged_nodes_only() -> None:
+    nodes = {f"n{i}": kwok_node(f"n{i}") for i in range(2)}
+    for i, n in enumerate(nodes.values()):
+        n["metadata"]["resourceVersion"] = str(10 + i)
+    pod = load("pod_running")
+    pod["spec"]["nodeName"] = "n0"
+    memo: cv.NodeMemo = {}
+    first = cv.build_snapshot(cv.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
+                              memo=memo)
+    assert set(memo) == {"n0", "n1"}
+    again = cv.build_snapshot(cv.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
+                              memo=memo)
+    assert again == first and all(a is b for a, b in zip(again.factory.nodes,
+                                                         first.factory.nodes, strict=True))
+    # a new resourceVersion or other allocated GPUs convert the node again
+    cordoned = copy.deepcopy(nodes)
+    cordoned["n1"]["spec"] = {"unschedulable": True}
+    cordoned["n1"]["metadata"]["resourceVersion"] = "12"
+    snap = cv.build_snapshot(cv.ClusterObjects(nodes=cordoned), None, NOW, memo=memo)
+    by_name = {n.name: n for n in snap.factory.nodes}
+    assert by_name["n0"].gpus_allocated == 0 and by_name["n1"].reasons == ("Cordoned",)
+    assert snap == cv.build_snapshot(cv.ClusterObjects(nodes=cordoned), None, NOW)

@@ -154,12 +154,15 @@ class Applier:
             await step(f"quota {q.cluster_queue}", self.apply_quota(q, result))
         for s in plan.stops:
             await step(f"stop {s.cluster_queue}", self.apply_stop(s, result))
+        events: list[tuple[Obj, ShedAction]] = []  # shed Events wait until every shed is made
         per_workload: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
-            (f"shed {a.namespace}/{a.name}", partial(self.apply_shed, a, result))
+            (f"shed {a.namespace}/{a.name}", partial(self.apply_shed, a, result, events))
             for a in plan.sheds]
         per_workload += [(f"check {c.namespace}/{c.name}", partial(self.apply_check, c, result))
                          for c in plan.checks]
         await self._bounded(step, per_workload)
+        await self._bounded(step, [(f"event {a.namespace}/{a.name}", partial(
+            self._shed_event, wl, a)) for wl, a in events])
         for w in plan.weights:
             await step(f"weight {w.cluster_queue}", self.apply_weight(w, result))
         return result
@@ -317,8 +320,10 @@ class Applier:
 
     # ---- workloads -------------------------------------------------------------------
 
-    async def apply_shed(self, a: ShedAction, result: ApplyResult | None = None) -> bool:
-        """Deactivate (shed) or reactivate (restore) a Workload."""
+    async def apply_shed(self, a: ShedAction, result: ApplyResult | None = None,
+                         events: list[tuple[Obj, ShedAction]] | None = None) -> bool:
+        """Deactivate (shed) or reactivate (restore) a Workload; its Event is written at once,
+        or appended to ``events`` for the caller to write later."""
         target = f"{a.namespace}/{a.name}"
         wl = await self.kube.get(WORKLOADS, a.name, a.namespace)
         active = (wl.get("spec") or {}).get("active", True) is not False
@@ -337,11 +342,19 @@ class Applier:
             return False
         await self.kube.patch(WORKLOADS, a.name, body, namespace=a.namespace,
                               field_manager=self.field_manager)
+        if events is not None:
+            events.append((wl, a))
+        else:
+            await self._shed_event(wl, a)
+        return True
+
+    async def _shed_event(self, wl: Obj, a: ShedAction) -> bool:
         try:  # the Event is best effort: the change itself is made
             await self.emit_event(wl, "Restored" if a.active else "Shed", a.reason,
                                   "Normal" if a.active else "Warning")
         except KubeError as exc:
-            log.warning("event for %s %s: %s", verb, target, exc)
+            log.warning("event for %s %s/%s: %s", "restore" if a.active else "shed",
+                        a.namespace, a.name, exc)
         return True
 
     # ---- events and status ------------------------------------------------------------

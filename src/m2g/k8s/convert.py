@@ -106,6 +106,8 @@ def quantity(value: Any) -> float:
         return 0.0
     if isinstance(value, int | float):
         return float(value) if math.isfinite(value) else 0.0
+    if isinstance(value, str) and value.isdigit():  # the common case ("4"), without Decimal
+        return float(value)
     m = _QTY.match(str(value).strip())
     if not m:
         return 0.0
@@ -524,23 +526,43 @@ def reading(sig: SignalReading | None) -> Reading:
     return Reading(sig.value, sig.age_seconds, sig.max_age_seconds)
 
 
+#: Node name → ((resourceVersion, allocated GPUs, XID GPUs), the converted Node).
+NodeMemo = dict[str, tuple[tuple[str, int, int], Node]]
+
+
 def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
                    site: str = "site", rack_cap_kw: float = DEFAULT_RACK_CAP_KW,
-                   inlet_limit_c: float = DEFAULT_INLET_LIMIT_C) -> ClusterSnapshot:
-    """Everything one reconcile decides on, from cache views and signal readings."""
+                   inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
+                   memo: NodeMemo | None = None) -> ClusterSnapshot:
+    """Everything one reconcile decides on, from cache views and signal readings.
+
+    ``memo`` (the caller keeps it between calls): a node whose resourceVersion, allocated and
+    XID GPUs are unchanged is not converted again — on a 100-rack factory the 1,800 node
+    conversions were most of a snapshot (docs/benchmarks.md, "Controller latency")."""
     allocated = allocated_gpus(objs.pods.values())
     node_objs = sorted((o for o in objs.nodes.values() if is_gpu_node(o)),
                        key=lambda o: str(_meta(o).get("name", "")))
     nodes: list[Node] = []
     rack_labels: dict[str, dict[str, str]] = {}
+    fresh: NodeMemo = {}
     for o in node_objs:
         name = str(_meta(o).get("name", ""))
         xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
-        n = node(o, allocated.get(name, 0), xid)
+        key = (str(_meta(o).get("resourceVersion") or ""), allocated.get(name, 0), xid)
+        hit = memo.get(name) if memo is not None and key[0] else None
+        n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
+        fresh[name] = (key, n)
         if not n.rack:
             continue
         nodes.append(n)
-        rack_labels.setdefault(n.rack, dict(_meta(o).get("labels") or {}))
+        if n.rack not in rack_labels:
+            rack_labels[n.rack] = dict(_meta(o).get("labels") or {})
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
+    members_of: dict[str, list[Node]] = {}
+    for n in nodes:
+        members_of.setdefault(n.rack, []).append(n)
 
     specs = sorted((power_domain(o) for o in objs.power_domains.values()),
                    key=lambda d: d.domain.name)
@@ -548,8 +570,8 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     domain_specs = [d for d in specs if d.level != SITE_LEVEL]
 
     racks: list[Rack] = []
-    for rack_name in sorted({n.rack for n in nodes}):
-        members = [n for n in nodes if n.rack == rack_name]
+    for rack_name in sorted(members_of):
+        members = members_of[rack_name]
         labels = rack_labels[rack_name]
         owner = next((d for d in domain_specs if d.selects(rack_name, labels)), None)
         pd = Counter(n.power_domain for n in members if n.power_domain).most_common(1)

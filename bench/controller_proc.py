@@ -1,0 +1,160 @@
+"""The m2g controller as its own process, for bench/controller_latency.py.
+
+Builds the same objects as ``m2g_controllers.run`` (K8sCluster, Manager, PolicyStore, Metrics,
+HealthServer) but reads power from a model instead of Prometheus: rack kW = idle + 1.3 kW per
+GPU of the non-finished pods bound to the rack's nodes, from the controller's own pod cache
+(the model of tests/e2e/test_controller_e2e.py). So shedding closes the loop without a
+telemetry stack, and the process's RSS is the controller's alone.
+
+Each reconcile is logged as one JSON line on stderr:
+``{"reconcile": n, "total_s", "snapshot_s", "apply_s", "plan_s", "sheds", "checks",
+"workloads", "pods"}`` (plan_s = total − snapshot − apply: policies, planning, metrics).
+
+    python bench/controller_proc.py --kubeconfig K --policies DIR --metrics-port P \
+        [--resync-seconds S] [--check-name NAME] [--ramp-kw-per-second R] [--max-step-kw M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+
+from m2g.k8s import client as k
+from m2g.k8s.convert import allocated_gpus
+from m2g.model import labels as L
+from m2g.planner.config import PlannerConfig
+from m2g.planner.types import ClusterSnapshot, Plan
+from m2g.policy import make_runtime
+from m2g.signals.readings import RackReadings, Readings, SignalReading
+from m2g_controllers.health import HealthServer
+from m2g_controllers.manager import Manager
+from m2g_controllers.metrics import Metrics
+from m2g_controllers.policies import PolicyStore
+from m2g_controllers.wiring import K8sCluster
+
+IDLE_KW = 20.0
+KW_PER_GPU = 1.3
+
+
+def modelled_power() -> Callable[[K8sCluster], Awaitable[Readings]]:
+    """Rack kW = idle + 1.3 kW per GPU of the pods bound to the rack (fresh readings)."""
+    racks_of: dict[str, str] = {}
+    seen_generation = -1
+
+    async def read(cluster: K8sCluster) -> Readings:
+        nonlocal seen_generation
+        nodes = cluster.caches["nodes"]
+        if nodes.generation != seen_generation:  # node labels rarely change: map once
+            seen_generation = nodes.generation
+            racks_of.clear()
+            for name, obj in nodes.view().items():
+                rack = ((obj.get("metadata") or {}).get("labels") or {}).get(L.RACK)
+                if rack:
+                    racks_of[name] = str(rack)
+        racks = dict.fromkeys(set(racks_of.values()), IDLE_KW)
+        for node, gpus in allocated_gpus(cluster.caches["pods"].view().values()).items():
+            if node in racks_of:
+                racks[racks_of[node]] += gpus * KW_PER_GPU
+        fresh = {r: RackReadings(r, SignalReading.of(kw, 1.0, 120.0),
+                                 SignalReading.of(24.0, 1.0, 120.0),
+                                 SignalReading.missing(120.0)) for r, kw in racks.items()}
+        return Readings(time.time(), {}, fresh, {}, {})
+    return read
+
+
+class TimedCluster(K8sCluster):
+    """K8sCluster that remembers how long the last snapshot and apply took."""
+
+    snapshot_s = 0.0
+    apply_s = 0.0
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        t = time.perf_counter()
+        try:
+            return await super().snapshot(now)
+        finally:
+            self.snapshot_s = time.perf_counter() - t
+
+    async def apply(self, plan: Plan, *, shadow: bool) -> list[str]:
+        t = time.perf_counter()
+        try:
+            return await super().apply(plan, shadow=shadow)
+        finally:
+            self.apply_s = time.perf_counter() - t
+
+
+class TimedManager(Manager):
+    """Manager that logs each reconcile's duration and its parts as a JSON line."""
+
+    async def reconcile(self) -> Plan | None:
+        cluster = self.cluster
+        assert isinstance(cluster, TimedCluster)
+        cluster.snapshot_s = cluster.apply_s = 0.0
+        t = time.perf_counter()
+        plan = await super().reconcile()
+        total = time.perf_counter() - t
+        print(json.dumps({
+            "reconcile": self.state.reconciles, "at": time.time(), "total_s": round(total, 4),
+            "snapshot_s": round(cluster.snapshot_s, 4), "apply_s": round(cluster.apply_s, 4),
+            "plan_s": round(total - cluster.snapshot_s - cluster.apply_s, 4),
+            "sheds": len(plan.sheds) if plan else 0, "checks": len(plan.checks) if plan else 0,
+            "workloads": len(cluster.caches["workloads"]), "pods": len(cluster.caches["pods"]),
+        }), file=sys.stderr, flush=True)
+        return plan
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    kube = await k.connect(args.kubeconfig)
+    cluster = TimedCluster(kube, readings=modelled_power(), instance="m2g-bench")
+    metrics = Metrics()
+    config = PlannerConfig(check_name=args.check_name,
+                           ramp_kw_per_second=args.ramp_kw_per_second,
+                           max_step_kw=args.max_step_kw)
+    manager = TimedManager(cluster, PolicyStore(make_runtime()), metrics, config=config,
+                           resync_seconds=args.resync_seconds, policy_dir=args.policies)
+    health = HealthServer(metrics.registry, manager.ready, "127.0.0.1", args.metrics_port)
+    await health.start()
+    try:
+        await cluster.start(manager.kick, timeout=300)
+        print(json.dumps({"synced": True, "port": health.port}), file=sys.stderr, flush=True)
+        manager.kick()
+        await manager.run(stop)
+    finally:
+        await cluster.stop()
+        await health.stop()
+        await kube.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--policies", type=Path, required=True)
+    p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--resync-seconds", type=float, default=10.0)
+    p.add_argument("--check-name", default="m2g-bench")
+    p.add_argument("--ramp-kw-per-second", type=float, default=PlannerConfig.ramp_kw_per_second)
+    p.add_argument("--max-step-kw", type=float, default=PlannerConfig.max_step_kw)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(args, stop)
+
+    asyncio.run(go())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
