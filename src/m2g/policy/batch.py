@@ -33,14 +33,21 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from m2g.model.inputs import PolicyInput
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
 from m2g.policy.fired import Err, Hit, payload, slots, walk_policy
 from m2g.policy.inline import bind_grouped, mentions, needed
-from m2g.policy.runtime import BATCH_ITEMS, CelCompileError, CelEvalError, Program, Runtime
+from m2g.policy.runtime import (
+    BATCH_ITEMS,
+    HOISTED,
+    CelCompileError,
+    CelEvalError,
+    Program,
+    Runtime,
+)
 
 _ITEM_VARIABLES = ("workload", "queue")
 _ERRORS = (CelEvalError, TypeError, ValueError, IndexError)
@@ -59,16 +66,17 @@ def _needs(policy: CompiledPolicy, prog: Program) -> set[str]:
     return needed(prog.bare, policy.variables)
 
 
-def _rule_source(policy: CompiledPolicy, index: int, rule: CompiledRule, outer: set[str]) -> str:
+def _rule_source(policy: CompiledPolicy, index: int, rule: CompiledRule, outer: set[str],
+                 hoisted: dict[str, str]) -> str:
     """One rule (bare), binding the variables its ``when`` needs around it and those only its
-    payload needs inside the fired branch."""
+    payload needs inside the fired branch (hoisted ones are read from ``m2g__h``)."""
     when_vars = _needs(policy, rule.when) - outer
     progs = [prog for _, prog in slots(rule)]
     slot_vars = set().union(*(_needs(policy, p) for p in progs)) - outer - when_vars
     fired = bind_grouped("[" + ", ".join(["true", *(f"({p.bare})" for p in progs)]) + "]",
-                         slot_vars, policy.variables, f"s{index}_")
+                         slot_vars, policy.variables, f"s{index}_", hoisted)
     return bind_grouped(f"({rule.when.bare}) ? {fired} : []", when_vars, policy.variables,
-                        f"w{index}_")
+                        f"w{index}_", hoisted)
 
 
 def split_match(policy: CompiledPolicy) -> tuple[list[Program], list[Program]]:
@@ -81,18 +89,21 @@ def split_match(policy: CompiledPolicy) -> tuple[list[Program], list[Program]]:
     return progs[:n], progs[n:]
 
 
-def _policy_body(policy: CompiledPolicy, conditions: Sequence[Program]) -> str:
+def _policy_body(policy: CompiledPolicy, conditions: Sequence[Program],
+                 hoisted: Sequence[str] = ()) -> str:
     """The per-item expression of one policy under ``conditions`` (match conditions): a list
-    with one cell per rule, or []."""
+    with one cell per rule, or []. The ``hoisted`` variables are read from ``m2g__h``."""
+    fixed = {n: f"m2g__h[{policy.name!r}][{i}]" for i, n in enumerate(hoisted)}
     counts: dict[str, int] = {}
     for rule in policy.rules:
-        for name in _needs(policy, rule.when):
+        for name in _needs(policy, rule.when) - fixed.keys():
             counts[name] = counts.get(name, 0) + 1
     outer = {n for n, c in counts.items() if c > 1}
     outer |= set().union(*(policy.variables.deps[n] for n in outer))
-    body = "[" + ", ".join(_rule_source(policy, i, r, outer)
+    outer -= fixed.keys()
+    body = "[" + ", ".join(_rule_source(policy, i, r, outer, fixed)
                            for i, r in enumerate(policy.rules)) + "]"
-    body = bind_grouped(body, outer, policy.variables, "o")
+    body = bind_grouped(body, outer, policy.variables, "o", fixed)
     # A match condition binds what it uses itself. "!(M) ? [] : BODY", not "(M) ? BODY : []":
     # CEL's else branch needs no parentheses, and each one is a level for the parser.
     for prog in reversed(conditions):
@@ -109,10 +120,30 @@ def gate_source(policy: CompiledPolicy) -> str | None:
     return "".join(f"!({p.source}) ? false : " for p in indep) + "true"
 
 
-def combined_source(policies: Sequence[CompiledPolicy]) -> str:
+def hoistable(policy: CompiledPolicy) -> list[str]:
+    """The policy's variables that read neither workload nor queue, in declaration order: their
+    value is the same for a whole snapshot."""
+    out: list[str] = []
+    for name in policy.variables.order:
+        if (not mentions(policy.variables.bare[name], _ITEM_VARIABLES)
+                and all(d in out for d in policy.variables.deps[name])):
+            out.append(name)
+    return out
+
+
+def hoist_source(policy: CompiledPolicy, name: str) -> str:
+    """An expression for the value of one variable (binding what it needs)."""
+    return bind_grouped(f"m2g__v_{name}", {name} | policy.variables.deps[name],
+                        policy.variables, "h")
+
+
+def combined_source(policies: Sequence[CompiledPolicy],
+                    hoisted: dict[str, tuple[str, ...]] | None = None) -> str:
     """One expression for all ``policies``, whose snapshot-only match conditions (gate_source)
-    are known to hold: per item, a list with one row per policy."""
-    bodies = [_policy_body(p, split_match(p)[1]) for p in policies]
+    are known to hold: per item, a list with one row per policy. ``hoisted[policy]`` names the
+    variables already computed for the snapshot, read from ``m2g__h[policy]``."""
+    hoisted = hoisted or {}
+    bodies = [_policy_body(p, split_match(p)[1], hoisted.get(p.name, ())) for p in policies]
     return _over_items("[" + ", ".join(bodies) + "]", _reads_queue(policies))
 
 
@@ -165,8 +196,9 @@ class FusedCache:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._programs: dict[str, Fused | None] = {}
-        self._combined: dict[tuple[str, ...], Combined | None] = {}
+        self._combined: dict[tuple[tuple[str, ...], ...], Combined | None] = {}
         self._gates: dict[str, Program | None] = {}
+        self._hoists: dict[str, list[tuple[str, Program]]] = {}
         self._chunk: dict[int, int] = {}
         self.snapshots = Snapshots(runtime)
         self.batches = runtime.compile_batch("[]") is not None
@@ -204,20 +236,42 @@ class FusedCache:
                                         else self._runtime.compile(source))
         return self._gates[policy.name]
 
-    def combined(self, policies: Sequence[CompiledPolicy]) -> Combined | None:
-        """One program for those of ``policies`` whose own fused expression compiles whole
-        (the caller has checked their gates)."""
-        key = tuple(p.name for p in policies)
-        if key not in self._combined:
-            members = tuple(p for p in policies
-                            if (f := self.get(p)) is not None and f.whole is not None)
-            prog = None
-            if members:
+    def hoists(self, policy: CompiledPolicy) -> list[tuple[str, Program]]:
+        """Programs for the policy's snapshot-wide variables (see hoistable)."""
+        if policy.name not in self._hoists:
+            out = []
+            for name in hoistable(policy):
                 try:
-                    prog = self._runtime.compile_batch(combined_source(members))
+                    prog = self._runtime.compile_batch(hoist_source(policy, name))
                 except CelCompileError:
-                    prog = None
-            self._combined[key] = None if prog is None else Combined(prog, members)
+                    break
+                if prog is None:
+                    break
+                out.append((name, prog))
+            self._hoists[policy.name] = out
+        return self._hoists[policy.name]
+
+    def combined(self, policies: Sequence[CompiledPolicy],
+                 hoisted: dict[str, tuple[str, ...]] | None = None) -> Combined | None:
+        """One program for those of ``policies`` whose own fused expression compiles whole
+        (the caller has checked their gates), reading ``hoisted`` variables from ``m2g__h``."""
+        hoisted = hoisted or {}
+        key = tuple((p.name, *hoisted.get(p.name, ())) for p in policies)
+        if key not in self._combined:
+            # All of them if that compiles, else those whose own fused expression does.
+            self._combined[key] = None
+            tries = [tuple(policies), tuple(p for p in policies if (f := self.get(p)) is not None
+                                            and f.whole is not None)]
+            for members in tries:
+                if not members:
+                    continue
+                try:
+                    prog = self._runtime.compile_batch(combined_source(members, hoisted))
+                except CelCompileError:
+                    continue
+                if prog is not None:
+                    self._combined[key] = Combined(prog, members)
+                break
         return self._combined[key]
 
     def _compile(self, policy: CompiledPolicy) -> Fused | None:
@@ -256,7 +310,7 @@ class Snapshots:
                 return hit
         shared = inp.shared_data()
         refs = (inp.site, inp.grid, inp.flavor, inp.domain, tuple(inp.domains.values()))
-        entry = Snapshot(refs, shared, self._runtime.activation(shared), {})
+        entry = Snapshot(refs, shared, self._runtime.activation(shared))
         with self._lock:
             self._entries[key] = entry
             while len(self._entries) > self._size:
@@ -266,23 +320,53 @@ class Snapshots:
 
 @dataclass
 class Snapshot:
-    """A snapshot's plain data, its activation, and its policies' gate results (True, False,
-    or None when the gate raised: that policy is then evaluated on its own)."""
+    """A snapshot's plain data and activations, its policies' gate results (True, False, or
+    None when the gate raised: that policy is then evaluated on its own) and hoisted variables.
+
+    ``base`` serves gates and hoisted variables; ``activation`` (the batch one) also carries
+    their values as ``m2g__h``, and is rebuilt when a policy not seen before adds some."""
 
     refs: Any
     shared: dict[str, Any]
-    activation: Any
-    gates: dict[str, bool | None]
+    base: Any
+    gates: dict[str, bool | None] = field(default_factory=dict)
+    hoisted: dict[str, tuple[tuple[str, ...], list[Any]]] = field(default_factory=dict)
+    _activation: Any = None
 
     def gate(self, cache: FusedCache, policy: CompiledPolicy) -> bool | None:
         if policy.name not in self.gates:
             prog = cache.gate(policy)
             try:
-                held = True if prog is None else prog.run(self.activation) is True
+                held = True if prog is None else prog.run(self.base) is True
                 self.gates[policy.name] = held
             except CelEvalError:
                 self.gates[policy.name] = None
         return self.gates[policy.name]
+
+    def hoist(self, cache: FusedCache, policy: CompiledPolicy) -> tuple[str, ...]:
+        """The names of the policy's variables computed for this snapshot (those that raise
+        are left to each item)."""
+        if policy.name not in self.hoisted:
+            names: list[str] = []
+            values: list[Any] = []
+            for name, prog in cache.hoists(policy):
+                if not policy.variables.deps[name] <= set(names):
+                    continue
+                try:
+                    values.append(prog.run(self.base))
+                except CelEvalError:
+                    continue
+                names.append(name)
+            self.hoisted[policy.name] = (tuple(names), values)
+            if names:
+                self._activation = None
+        return self.hoisted[policy.name][0]
+
+    def activation(self, runtime: Runtime) -> Any:
+        if self._activation is None:
+            values = {name: vals for name, (_, vals) in self.hoisted.items()}
+            self._activation = runtime.activation({**self.shared, HOISTED: values})
+        return self._activation
 
 
 def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
@@ -299,22 +383,36 @@ def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
     return out
 
 
+def plan(cache: FusedCache, snap: Snapshot, policies: Sequence[CompiledPolicy]
+         ) -> tuple[list[CompiledPolicy], Combined | None]:
+    """(the policies whose gate is false for this snapshot, the combined program for those
+    whose gate holds). The rest (gate raised, or left out of the combined program) are
+    evaluated on their own."""
+    if not cache.batches:
+        return [], None
+    idle, live = [], []
+    for policy in policies:
+        gate = snap.gate(cache, policy)
+        if gate is False:
+            idle.append(policy)
+        elif gate is True:
+            live.append(policy)
+    hoisted = {p.name: snap.hoist(cache, p) for p in live}
+    return idle, (cache.combined(live, hoisted) if live else None)
+
+
 def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: FusedCache,
                inputs: Sequence[PolicyInput]) -> list[list[Hit | Err]]:
     """For each input (all sharing one snapshot), the hits and errors of every policy."""
     snap = cache.snapshots.get(inputs[0])
-    shared, snap_act = snap.shared, snap.activation
+    shared = snap.shared
     plain = [(inp.workload_data(), inp.queue_data()) for inp in inputs]
     items = [{**w, "m2g__q": q} for w, q in plain]
     done: dict[str, list[list[Hit | Err]]] = {}
-    live = []
-    for policy in policies:
-        gate = snap.gate(cache, policy) if cache.batches else None
-        if gate is False:  # a match condition is false for the whole snapshot
-            done[policy.name] = [[] for _ in inputs]
-        elif gate is True:
-            live.append(policy)
-    comb = cache.combined(live) if live else None
+    idle, comb = plan(cache, snap, policies)
+    for policy in idle:  # a match condition is false for the whole snapshot
+        done[policy.name] = [[] for _ in inputs]
+    snap_act = snap.activation(runtime)
     if comb is not None:
         try:
             rows = cache.run(comb.program, snap_act, items)

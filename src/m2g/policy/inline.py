@@ -153,11 +153,15 @@ def substitute(source: str, mapping: dict[str, str]) -> str:
     return "".join(out)
 
 
-def bind_grouped(body: str, names: set[str], variables: Variables, tag: str) -> str:
+def bind_grouped(body: str, names: set[str], variables: Variables, tag: str,
+                 fixed: dict[str, str] | None = None) -> str:
     """``body`` with ``names`` bound, variables that do not depend on each other bound together
     (``[[A, B]].map(m2g__TAG0, ...)[0]``, read as ``m2g__TAG0[1]``): one nesting level per
     level of dependency, not per variable, for cel-expr-python's parser (32 levels at most;
-    each binding takes two)."""
+    each binding takes two). ``fixed`` maps variables computed elsewhere to the text that
+    reads them (hoisted variables: m2g.policy.batch)."""
+    fixed = fixed or {}
+    names = names - fixed.keys()
     levels: dict[str, int] = {}
     for name in variables.order:
         if name in names:
@@ -165,8 +169,8 @@ def bind_grouped(body: str, names: set[str], variables: Variables, tag: str) -> 
             levels[name] = max(below, default=0)
     groups = [[n for n in variables.order if levels.get(n) == lv]
               for lv in range(max(levels.values(), default=-1) + 1)]
-    mapping = {n: f"m2g__{tag}{lv}[{i}]" for lv, g in enumerate(groups) if len(g) > 1
-               for i, n in enumerate(g)}
+    mapping = {**fixed, **{n: f"m2g__{tag}{lv}[{i}]" for lv, g in enumerate(groups)
+                           if len(g) > 1 for i, n in enumerate(g)}}
     body = substitute(body, mapping)
     for lv in reversed(range(len(groups))):
         group = groups[lv]

@@ -24,6 +24,8 @@ _MODULES = {CEL_EXPR_PYTHON: "cel_expr_python", CEL_PYTHON: "celpy"}
 #: The function a batch expression calls for the list it maps over (one workload per item; see
 #: m2g.policy.batch). A function, not a variable: the snapshot's activation outlives a batch.
 BATCH_ITEMS = "m2g__items"
+#: Batch expressions read a policy's snapshot-wide variables, computed once, from this map.
+HOISTED = "m2g__h"
 
 #: The top-level CEL variables every expression may read.
 INPUT_VARIABLES = ("workload", "site", "grid", "domains", "topology", "queue", "flavor", "domain",
@@ -129,7 +131,7 @@ class CelExprRuntime:
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise EngineUnavailable(f"{CEL_EXPR_PYTHON} is not importable: {exc}") from None
         self._cel = cel
-        variables = {name: cel.Type.DYN for name in INPUT_VARIABLES}
+        variables = {name: cel.Type.DYN for name in (*INPUT_VARIABLES, HOISTED)}
         variables["now"] = cel.Type.TIMESTAMP
         # The batch reaches CEL through a function, so that one activation (and the CEL values
         # converted from its snapshot, which cost far more than the rules) serves many batches.
