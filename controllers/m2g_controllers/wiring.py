@@ -18,7 +18,7 @@ import httpx
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.convert import ClusterObjects, NodeMemo, build_snapshot
+from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
 from m2g.planner.types import CheckState, CheckUpdate, ClusterSnapshot, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
@@ -62,7 +62,7 @@ class K8sCluster:
         self._signal_config = signal_config or SignalConfig()
         self._http: httpx.AsyncClient | None = None
         self._read_override = readings  # another signal source (tests, replay); else Prometheus
-        self._node_memo: NodeMemo = {}  # unchanged nodes are not converted again
+        self._memo = SnapshotMemo()  # unchanged nodes and workloads are not converted again
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies]
@@ -83,7 +83,7 @@ class K8sCluster:
 
     async def snapshot(self, now: datetime) -> ClusterSnapshot:
         objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
-        return build_snapshot(objs, await self._readings(), now, memo=self._node_memo)
+        return build_snapshot(objs, await self._readings(), now, memo=self._memo)
 
     async def _readings(self) -> Readings | None:
         if self._read_override is not None:

@@ -302,10 +302,10 @@ def test_node_memo_reuses_unchanged_nodes_only() -> None:
         n["metadata"]["resourceVersion"] = str(10 + i)
     pod = load("pod_running")
     pod["spec"]["nodeName"] = "n0"
-    memo: cv.NodeMemo = {}
+    memo = cv.SnapshotMemo()
     first = cv.build_snapshot(cv.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
                               memo=memo)
-    assert set(memo) == {"n0", "n1"}
+    assert set(memo.nodes) == {"n0", "n1"}
     again = cv.build_snapshot(cv.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
                               memo=memo)
     assert again == first and all(a is b for a, b in zip(again.factory.nodes,
@@ -318,3 +318,19 @@ def test_node_memo_reuses_unchanged_nodes_only() -> None:
     by_name = {n.name: n for n in snap.factory.nodes}
     assert by_name["n0"].gpus_allocated == 0 and by_name["n1"].reasons == ("Cordoned",)
     assert snap == cv.build_snapshot(cv.ClusterObjects(nodes=cordoned), None, NOW)
+
+
+def test_workload_memo_keeps_only_states_that_do_not_depend_on_now() -> None:
+    admitted = load("workload_admitted")
+    admitted["metadata"]["resourceVersion"] = "7"
+    pending = pending_workload()
+    pending["metadata"]["resourceVersion"] = "8"
+    objs = cv.ClusterObjects(workloads={"a/admitted": admitted, "a/pending": pending})
+    memo = cv.SnapshotMemo()
+    first = cv.build_snapshot(objs, None, NOW, memo=memo)
+    assert set(memo.workloads) == {"a/admitted"}  # a pending one's wait time moves with now
+    later = NOW + timedelta(minutes=5)
+    again = cv.build_snapshot(objs, None, later, memo=memo)
+    assert again == cv.build_snapshot(objs, None, later)
+    assert again.workloads[0] is first.workloads[0]
+    assert again.workloads[1].view.wait_seconds == first.workloads[1].view.wait_seconds + 300

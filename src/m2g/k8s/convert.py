@@ -526,30 +526,43 @@ def reading(sig: SignalReading | None) -> Reading:
     return Reading(sig.value, sig.age_seconds, sig.max_age_seconds)
 
 
-#: Node name → ((resourceVersion, allocated GPUs, XID GPUs), the converted Node).
-NodeMemo = dict[str, tuple[tuple[str, int, int], Node]]
+@dataclass
+class SnapshotMemo:
+    """Conversions kept between snapshots (the caller keeps one): a node whose
+    resourceVersion, allocated and XID GPUs are unchanged, and a Workload whose
+    resourceVersion, LocalQueues and check names are unchanged and whose state does not
+    depend on ``now`` (not waiting, no checkpoint time), are not converted again. On a
+    100-rack factory with 2,000 workloads these conversions were most of a snapshot
+    (docs/benchmarks.md, "Controller latency")."""
+
+    nodes: dict[str, tuple[tuple[str, int, int], Node]] = field(default_factory=dict)
+    workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState]] = field(
+        default_factory=dict)
+
+
+def _timeless(w: WorkloadState) -> bool:
+    """Does this state not depend on ``now``? (wait time and checkpoint age do)"""
+    return w.phase not in (Phase.PENDING, Phase.RESERVED) and \
+        L.LAST_CHECKPOINT not in w.view.annotations and L.LAST_CHECKPOINT not in w.view.labels
 
 
 def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
                    site: str = "site", rack_cap_kw: float = DEFAULT_RACK_CAP_KW,
                    inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
-                   memo: NodeMemo | None = None) -> ClusterSnapshot:
-    """Everything one reconcile decides on, from cache views and signal readings.
-
-    ``memo`` (the caller keeps it between calls): a node whose resourceVersion, allocated and
-    XID GPUs are unchanged is not converted again — on a 100-rack factory the 1,800 node
-    conversions were most of a snapshot (docs/benchmarks.md, "Controller latency")."""
+                   memo: SnapshotMemo | None = None) -> ClusterSnapshot:
+    """Everything one reconcile decides on, from cache views and signal readings; ``memo``:
+    see ``SnapshotMemo`` (the result is the same with or without it)."""
     allocated = allocated_gpus(objs.pods.values())
     node_objs = sorted((o for o in objs.nodes.values() if is_gpu_node(o)),
                        key=lambda o: str(_meta(o).get("name", "")))
     nodes: list[Node] = []
     rack_labels: dict[str, dict[str, str]] = {}
-    fresh: NodeMemo = {}
+    fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
     for o in node_objs:
         name = str(_meta(o).get("name", ""))
         xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
         key = (str(_meta(o).get("resourceVersion") or ""), allocated.get(name, 0), xid)
-        hit = memo.get(name) if memo is not None and key[0] else None
+        hit = memo.nodes.get(name) if memo is not None and key[0] else None
         n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
         fresh[name] = (key, n)
         if not n.rack:
@@ -558,8 +571,7 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
         if n.rack not in rack_labels:
             rack_labels[n.rack] = dict(_meta(o).get("labels") or {})
     if memo is not None:
-        memo.clear()
-        memo.update(fresh)
+        memo.nodes = fresh
     members_of: dict[str, list[Node]] = {}
     for n in nodes:
         members_of.setdefault(n.rack, []).append(n)
@@ -606,8 +618,22 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
 
     lq_map = {key: str(_spec(o).get("clusterQueue", "")) for key, o in objs.local_queues.items()}
     checks = check_names(objs.admission_checks.values())
-    workloads = tuple(workload(o, now, local_queues=lq_map, checks=checks)
-                      for _, o in sorted(objs.workloads.items()))
+    lq_key = hash(frozenset(lq_map.items()))
+    states: list[WorkloadState] = []
+    kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState]] = {}
+    for wname, o in sorted(objs.workloads.items()):
+        wkey = (str(_meta(o).get("resourceVersion") or ""), lq_key, checks)
+        whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
+        if whit is not None and whit[0] == wkey:
+            ws = whit[1]
+        else:
+            ws = workload(o, now, local_queues=lq_map, checks=checks)
+        if wkey[0] and _timeless(ws):
+            kept[wname] = (wkey, ws)
+        states.append(ws)
+    if memo is not None:
+        memo.workloads = kept
+    workloads = tuple(states)
     queues = tuple(cluster_queue(o) for _, o in sorted(objs.cluster_queues.items()))
     flavors = tuple(resource_flavor(o) for _, o in sorted(objs.resource_flavors.items()))
     return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors)
