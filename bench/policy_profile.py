@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from m2g.policy import Evaluator, Stage, load_dir
-from m2g.policy.batch import _run_fused, plan
+from m2g.policy.batch import _run_fused, batch_items, plan
 from m2g.testing.scenarios import SCENARIOS, inputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ def main() -> None:
         batch = items[k::len(SCENARIOS)]
         ev.admission_many(batch[:1])  # gates and hoisted variables of this snapshot
         snap = cache.snapshots.get(batch[0])
-        data = [{**b.workload_data(), "m2g__q": b.queue_data()} for b in batch]
+        data = batch_items(cache, policies, batch)
         batches.append((snap.activation(rt), data))
         combined.append(plan(cache, snap, policies)[1])
 

@@ -30,16 +30,17 @@ it belongs.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from m2g.model.inputs import PolicyInput
+from m2g.model.inputs import PolicyInput, WorkloadView
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
 from m2g.policy.fired import Err, Hit, payload, slots, walk_policy
-from m2g.policy.inline import bind_grouped, mentions, needed
+from m2g.policy.inline import bind_grouped, mentions, needed, strip_strings
 from m2g.policy.runtime import (
     BATCH_ITEMS,
     HOISTED,
@@ -151,6 +152,21 @@ def _reads_queue(policies: Sequence[CompiledPolicy]) -> bool:
     return any(mentions(prog.source, ("queue",)) for p in policies for prog in _programs(p))
 
 
+_WORKLOAD_FIELD = re.compile(r"(?<![\w.])workload\s*\.\s*([A-Za-z_]\w*)")
+_WORKLOAD_WHOLE = re.compile(r"(?<![\w.])workload\b(?!\s*\.\s*[A-Za-z_])")
+_ALIASES = {info.alias or name: name for name, info in WorkloadView.model_fields.items()}
+
+
+def workload_fields(policies: Sequence[CompiledPolicy]) -> set[str] | None:
+    """The WorkloadView fields (Python names) that ``policies`` read, or None when some
+    expression uses ``workload`` other than as ``workload.FIELD`` (then all of them).
+    Converting a value into CEL costs about a microsecond, and a workload has thirty."""
+    code = " ".join(strip_strings(prog.source) for p in policies for prog in _programs(p))
+    if _WORKLOAD_WHOLE.search(code):
+        return None
+    return {_ALIASES[f] for f in _WORKLOAD_FIELD.findall(code) if f in _ALIASES}
+
+
 def _programs(policy: CompiledPolicy) -> list[Program]:
     return [*(p for _, p in policy.match),
             *(p for r in policy.rules for p in (r.when, *(q for _, q in slots(r))))]
@@ -199,6 +215,7 @@ class FusedCache:
         self._combined: dict[tuple[tuple[str, ...], ...], Combined | None] = {}
         self._gates: dict[str, Program | None] = {}
         self._hoists: dict[str, list[tuple[str, Program]]] = {}
+        self._reads: dict[tuple[str, ...], tuple[set[str] | None, bool]] = {}
         self._chunk: dict[int, int] = {}
         self.snapshots = Snapshots(runtime)
         self.batches = runtime.compile_batch("[]") is not None
@@ -227,6 +244,13 @@ class FusedCache:
         if policy.name not in self._programs:
             self._programs[policy.name] = self._compile(policy)
         return self._programs[policy.name]
+
+    def reads(self, policies: Sequence[CompiledPolicy]) -> tuple[set[str] | None, bool]:
+        """(the workload fields ``policies`` read, or None for all; whether they read queue)."""
+        key = tuple(p.name for p in policies)
+        if key not in self._reads:
+            self._reads[key] = (workload_fields(policies), _reads_queue(policies))
+        return self._reads[key]
 
     def gate(self, policy: CompiledPolicy) -> Program | None:
         """The policy's snapshot-only match conditions as one program (None: it has none)."""
@@ -369,6 +393,18 @@ class Snapshot:
         return self._activation
 
 
+_KEYS: dict[int, tuple[CompiledRule, list[Any]]] = {}
+
+
+def _slot_keys(rule: CompiledRule) -> list[Any]:
+    """The rule's payload slot keys (cached: the decoding of every fired rule needs them)."""
+    hit = _KEYS.get(id(rule))
+    if hit is None or hit[0] is not rule:
+        hit = (rule, [key for key, _ in slots(rule)])
+        _KEYS[id(rule)] = hit
+    return hit[1]
+
+
 def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
     """One item's fused result → its hits; raises CelEvalError on a malformed payload."""
     if not row:
@@ -377,9 +413,8 @@ def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
     for rule, cell in zip(policy.rules, row, strict=True):
         if not cell:
             continue
-        keys = [key for key, _ in slots(rule)]
-        out.append(Hit(policy, rule, payload(policy, rule, dict(zip(keys, cell[1:],
-                                                                     strict=True)))))
+        values = dict(zip(_slot_keys(rule), cell[1:], strict=True))
+        out.append(Hit(policy, rule, payload(policy, rule, values)))
     return out
 
 
@@ -401,13 +436,24 @@ def plan(cache: FusedCache, snap: Snapshot, policies: Sequence[CompiledPolicy]
     return idle, (cache.combined(live, hoisted) if live else None)
 
 
+def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
+                inputs: Sequence[PolicyInput]) -> list[dict[str, Any]]:
+    """What ``m2g__items()`` returns: each workload's data (only the fields the policies read),
+    with its queue's at ``m2g__q`` when they read ``queue``."""
+    fields, queue = cache.reads(policies)
+    items: list[dict[str, Any]] = [
+        inp.workload.model_dump(mode="json", by_alias=True, include=fields) for inp in inputs]
+    if queue:
+        for item, inp in zip(items, inputs, strict=True):
+            item["m2g__q"] = inp.queue_data()
+    return items
+
+
 def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: FusedCache,
                inputs: Sequence[PolicyInput]) -> list[list[Hit | Err]]:
     """For each input (all sharing one snapshot), the hits and errors of every policy."""
     snap = cache.snapshots.get(inputs[0])
-    shared = snap.shared
-    plain = [(inp.workload_data(), inp.queue_data()) for inp in inputs]
-    items = [{**w, "m2g__q": q} for w, q in plain]
+    items = batch_items(cache, policies, inputs)
     done: dict[str, list[list[Hit | Err]]] = {}
     idle, comb = plan(cache, snap, policies)
     for policy in idle:  # a match condition is false for the whole snapshot
@@ -428,9 +474,10 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
             result = _run_fused(cache, policy, snap_act, items)
         if result is None:
             result = []
-            for i, (w, q) in enumerate(plain):
+            for i, inp in enumerate(inputs):
                 if item_acts[i] is None:
-                    item_acts[i] = runtime.activation({**shared, "workload": w, "queue": q})
+                    item_acts[i] = runtime.activation({
+                        **snap.shared, "workload": inp.workload_data(), "queue": inp.queue_data()})
                 result.append(walk_policy(policy, item_acts[i]))
         for i, hits in enumerate(result):
             per_item[i] += hits
