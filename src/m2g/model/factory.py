@@ -46,6 +46,11 @@ class Reading:
     def stale(self) -> bool:
         return self.value is None or self.age_seconds > self.max_age_seconds
 
+    @property
+    def missing(self) -> bool:
+        """Never reported (no series at all), as opposed to reported and gone stale."""
+        return self.value is None and self.age_seconds == float("inf")
+
     def or_else(self, fallback: float) -> float:
         """The value when fresh, else ``fallback`` (the caller's fail-safe)."""
         return fallback if self.stale or self.value is None else self.value
@@ -249,14 +254,24 @@ def rack_alarm(rack: Rack) -> bool:
     return rack.thermal_alarm or over
 
 
+def _thermal(rack: Rack) -> tuple[float, float]:
+    """(inlet, limit) as policies see them. A reading that went stale counts as at the limit
+    (fail-safe); a rack with no thermal series at all reads as unknown (0, 0), so a factory
+    without thermal telemetry is not held up as if every rack were hot — the facility's own
+    protection still trips."""
+    if rack.inlet_c.missing:
+        return 0.0, 0.0
+    return rack.inlet_c.or_else(rack.limit_c), rack.limit_c
+
+
 def _rack_view(snap: FactorySnapshot, rack: Rack, kind: DomainKind, name: str) -> DomainView:
     nodes = snap.nodes_of(rack.name)
     draw = rack.power_kw.or_else(rack.cap_kw)  # stale power: assume the rack is at its cap
-    inlet = rack.inlet_c.or_else(rack.limit_c)  # stale thermal: assume at the limit
+    inlet, limit = _thermal(rack)
     return DomainView(
         name=name, parent=rack.block if kind is DomainKind.RACK else rack.name, kind=kind,
         power=DomainPower(draw_kw=draw, cap_kw=rack.cap_kw),
-        thermal=DomainThermal(inlet_c=inlet, limit_c=rack.limit_c, alarm=rack_alarm(rack)),
+        thermal=DomainThermal(inlet_c=inlet, limit_c=limit, alarm=rack_alarm(rack)),
         maintenance=_maintenance(snap, nodes), **_gpu_counts(nodes),
     )
 
@@ -303,8 +318,10 @@ def site_view(snap: FactorySnapshot) -> SiteView:
     ``grid.event.targetKw``, not folded in here); thermal: the hottest rack."""
     budget = snap.site_budget_kw
     draw = snap.site_draw_kw().or_else(budget)  # stale: no headroom for new work
-    inlets = [r.inlet_c.or_else(r.limit_c) for r in snap.racks]
-    limit = snap.site_limit_c or min((r.limit_c for r in snap.racks if r.limit_c), default=0.0)
+    known = [r for r in snap.racks if not r.inlet_c.missing]
+    inlets = [_thermal(r)[0] for r in known]
+    limit = (snap.site_limit_c or min((r.limit_c for r in known if r.limit_c), default=0.0)
+             ) if known else 0.0
     return SiteView(power=SitePower(budget_kw=budget, draw_kw=draw),
                     thermal=SiteThermal(max_inlet_c=max(inlets, default=0.0), limit_c=limit))
 
