@@ -182,10 +182,9 @@ def fused_source(policy: CompiledPolicy) -> str:
 def fused_rule_source(policy: CompiledPolicy, rule: CompiledRule) -> str:
     """One rule over every batch item, binding its own variables (for a policy whose single
     fused expression is too deep for the parser: cel-expr-python stops at 32 levels)."""
-    parts = ", ".join(["true", *(f"({prog.source})" for _, prog in slots(rule))])
-    body = f"(({rule.when.source}) ? [{parts}] : [])"
+    body = _rule_source(policy, 0, rule, set(), {})
     for _, prog in reversed(policy.match):
-        body = f"(({prog.source}) ? {body} : [])"
+        body = f"!({prog.source}) ? [] : {body}"
     return _over_items(body, _reads_queue([policy]))
 
 
