@@ -522,18 +522,21 @@ def shutdown(d: Demo) -> None:
           + (", the control plane" if d.started_cp else "") + ")", flush=True)
 
 
-def stop_kept(run: Path) -> int:
+def stop_kept(run: Path, control_plane: bool = True) -> int:
+    """Stop the processes a kept demo left running (only pids whose command line names this run
+    directory: a recycled pid is never signalled) and, if it started it, the control plane."""
     pids = run / "demo" / "pids.json"
     if not pids.exists():
-        print(f"nothing to stop: {pids} not found")
+        if control_plane:
+            print(f"nothing to stop: {pids} not found")
         return 0
     state = json.loads(pids.read_text())
     for p in state["procs"]:
         cmdline = Path(f"/proc/{p['pid']}/cmdline")
-        if cmdline.exists() and str(REPO) in cmdline.read_text(errors="replace") + str(M2G):
+        if cmdline.exists() and str(run) in cmdline.read_text(errors="replace"):
             stop_group(int(p["pid"]))
-            print(f"stopped {p['name']} (pid {p['pid']})")
-    if state.get("startedControlPlane"):
+            print(f"stopped {p['name']} (pid {p['pid']}) left running by an earlier demo")
+    if control_plane and state.get("startedControlPlane"):
         subprocess.run([*LOCALCP, "down"], env={**os.environ, "M2G_RUN": str(run)}, check=False)
     pids.unlink()
     return 0
@@ -541,6 +544,7 @@ def stop_kept(run: Path) -> int:
 
 def story(d: Demo) -> None:
     section("1. Bring-up: control plane, small factory, simulator, Prometheus, m2g run")
+    stop_kept(d.run, control_plane=False)  # one m2g run per control plane
     control_plane(d)
     d.cluster = Cluster(d.kubeconfig)
     install_config(d)
