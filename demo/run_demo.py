@@ -442,7 +442,10 @@ def describe(d: Demo, a: Action, key: str, starts: list[datetime],
     restored = [b for b in before if b.reason == "Restored"]
     if restored:
         return "running again", f"{secs(restored[-1].at, a.at)} after restore (Kueue)"
-    if any(b.reason == "Deferred" for b in before):
+    deferred = [b for b in before if b.reason == "Deferred"]
+    if deferred and a.at < d.event_end:  # shedding made room under the limit
+        return "admitted: fits under limit", f"{secs(deferred[-1].at, a.at)} after the defer"
+    if deferred:
         return "admitted after the event", f"{secs(d.event_end, a.at)} after event end"
     return a.reason.lower(), f"{secs(d.submitted.get(key, d.t0), a.at)} after submission"
 
