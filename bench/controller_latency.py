@@ -465,6 +465,13 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
         last = max(seen[k] for k in victims) - t0 if victims <= seen.keys() else math.nan
         unexpected = len(set(seen) - victims) + len(victims - set(seen))
         n_between = len(ctl.reconciles()) - n_before
+        # let Kueue finish evicting before the restore: Kueue v0.19.2 can leave a Workload
+        # that is reactivated mid-eviction Admitted with its Job suspended ("restore info:
+        # Job is invalid"), which a real grid event (minutes long) never provokes
+        mine = world.mine()
+        shed_pods = sum(mine[key][1].pods for key in seen if key in mine)
+        await until("the shed pods to be gone",
+                    lambda: world.pods_total() <= world.expected_pods() - shed_pods, 600)
         await kube.delete(k.GRID_EVENTS, name)
         t1 = time.monotonic()
         if seen.keys() <= back.keys():

@@ -104,7 +104,9 @@ class K8sCluster:
 
     async def apply(self, plan: Plan, *, shadow: bool) -> list[str]:
         self.applier.dry_run = shadow
-        result = await self.applier.apply_plan(plan)
+        workloads = self.caches["workloads"]
+        result = await self.applier.apply_plan(
+            plan, known=lambda ns, name: workloads.get(f"{ns}/{name}"))
         await self._check_events(plan, result, shadow)
         lines = [f"{'would ' if not r.written else ''}{r.action} {r.target}: {r.detail}"
                  for r in result.records]

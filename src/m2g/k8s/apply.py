@@ -1,5 +1,6 @@
-"""Apply a ``Plan`` to the cluster, idempotently: each change reads the object first and writes
-only what differs, so applying the same plan twice writes nothing the second time.
+"""Apply a ``Plan`` to the cluster, idempotently: each change reads the object first (a shed
+may take it from the caller's watch cache) and writes only what differs, so applying the same
+plan twice writes nothing the second time.
 
 * ``CheckUpdate`` → server-side apply on ``workloads/status`` (field manager ``m2g``, force) of
   m2g's entry alone in ``status.admissionChecks`` (a listType=map keyed by name, so Kueue's and
@@ -138,7 +139,8 @@ class Applier:
             result.records.append(rec)
         return rec.written
 
-    async def apply_plan(self, plan: Plan) -> ApplyResult:
+    async def apply_plan(self, plan: Plan,
+                         known: Callable[[str, str], Obj | None] | None = None) -> ApplyResult:
         """Apply every change of ``plan``: quotas and stops first (one at a time: several may
         touch one ClusterQueue), then sheds and checks — each on its own Workload, so up to
         ``parallel`` at once, sheds queued first — then weights."""
@@ -156,7 +158,9 @@ class Applier:
             await step(f"stop {s.cluster_queue}", self.apply_stop(s, result))
         events: list[tuple[Obj, ShedAction]] = []  # shed Events wait until every shed is made
         per_workload: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
-            (f"shed {a.namespace}/{a.name}", partial(self.apply_shed, a, result, events))
+            (f"shed {a.namespace}/{a.name}", partial(
+                self.apply_shed, a, result, events,
+                known(a.namespace, a.name) if known is not None else None))
             for a in plan.sheds]
         per_workload += [(f"check {c.namespace}/{c.name}", partial(self.apply_check, c, result))
                          for c in plan.checks]
@@ -321,11 +325,15 @@ class Applier:
     # ---- workloads -------------------------------------------------------------------
 
     async def apply_shed(self, a: ShedAction, result: ApplyResult | None = None,
-                         events: list[tuple[Obj, ShedAction]] | None = None) -> bool:
+                         events: list[tuple[Obj, ShedAction]] | None = None,
+                         current: Obj | None = None) -> bool:
         """Deactivate (shed) or reactivate (restore) a Workload; its Event is written at once,
-        or appended to ``events`` for the caller to write later."""
+        or appended to ``events`` for the caller to write later. ``current``: the Workload as
+        the caller's watch cache has it (saves a GET per shed; the patch is the same either
+        way, and a stale copy at worst skips a restore until the next reconcile)."""
         target = f"{a.namespace}/{a.name}"
-        wl = await self.kube.get(WORKLOADS, a.name, a.namespace)
+        wl = current if current is not None else await self.kube.get(WORKLOADS, a.name,
+                                                                      a.namespace)
         active = (wl.get("spec") or {}).get("active", True) is not False
         annotations = (wl.get("metadata") or {}).get("annotations") or {}
         if a.active:
