@@ -311,6 +311,13 @@ class FusedCache:
         return Fused(None, tuple(p for p in progs if p is not None))
 
 
+def snapshot_key(inp: PolicyInput) -> tuple[Any, ...]:
+    """``inp.batch_key()``, computed faster: inputs with equal keys share everything but the
+    workload and its queue (compared by identity)."""
+    return (id(inp.site), id(inp.grid), id(inp.flavor), id(inp.domain), inp.now,
+            tuple(map(id, inp.domains.values())))
+
+
 class Snapshots:
     """One activation per snapshot (``PolicyInput.batch_key``), kept for the last few snapshots.
 
@@ -323,9 +330,9 @@ class Snapshots:
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[Any, ...], Snapshot] = OrderedDict()
 
-    def get(self, inp: PolicyInput) -> Snapshot:
-        """The snapshot of ``inp``: its shared plain data and activation."""
-        key = inp.batch_key()
+    def get(self, inp: PolicyInput, key: tuple[Any, ...] | None = None) -> Snapshot:
+        """The snapshot of ``inp`` (whose snapshot_key is ``key`` when given)."""
+        key = snapshot_key(inp) if key is None else key
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -404,17 +411,35 @@ def _slot_keys(rule: CompiledRule) -> list[Any]:
     return hit[1]
 
 
+_HITS: dict[tuple[Any, ...], tuple[CompiledRule, Hit]] = {}
+
+
+def _hit(policy: CompiledPolicy, rule: CompiledRule, cell: list[Any]) -> Hit:
+    """The Hit for a fired rule's cell; Hits are immutable, so equal cells (same values of the
+    same types: 1, 1.0 and True are told apart) share one, as many workloads fire the same
+    rule with the same payload."""
+    try:
+        key: tuple[Any, ...] | None = (id(rule), tuple(cell), tuple(map(type, cell)))
+        cached = _HITS.get(key)  # type: ignore[arg-type]
+    except TypeError:  # a list or map among the values
+        key, cached = None, None
+    if cached is not None and cached[0] is rule:
+        return cached[1]
+    hit = Hit(policy, rule, payload(policy, rule, dict(zip(_slot_keys(rule), cell[1:],
+                                                             strict=True))))
+    if key is not None:
+        if len(_HITS) > 20_000:
+            _HITS.clear()
+        _HITS[key] = (rule, hit)
+    return hit
+
+
 def _decode(policy: CompiledPolicy, row: Any) -> list[Hit | Err]:
     """One item's fused result → its hits; raises CelEvalError on a malformed payload."""
     if not row:
         return []
-    out: list[Hit | Err] = []
-    for rule, cell in zip(policy.rules, row, strict=True):
-        if not cell:
-            continue
-        values = dict(zip(_slot_keys(rule), cell[1:], strict=True))
-        out.append(Hit(policy, rule, payload(policy, rule, values)))
-    return out
+    return [_hit(policy, rule, cell) for rule, cell in zip(policy.rules, row, strict=True)
+            if cell]
 
 
 def plan(cache: FusedCache, snap: Snapshot, policies: Sequence[CompiledPolicy]
@@ -449,9 +474,11 @@ def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
 
 
 def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: FusedCache,
-               inputs: Sequence[PolicyInput]) -> list[list[Hit | Err]]:
-    """For each input (all sharing one snapshot), the hits and errors of every policy."""
-    snap = cache.snapshots.get(inputs[0])
+               inputs: Sequence[PolicyInput], key: tuple[Any, ...] | None = None,
+               ) -> list[list[Hit | Err]]:
+    """For each input (all sharing one snapshot, whose batch key is ``key`` when given), the
+    hits and errors of every policy."""
+    snap = cache.snapshots.get(inputs[0], key)
     items = batch_items(cache, policies, inputs)
     done: dict[str, list[list[Hit | Err]]] = {}
     idle, comb = plan(cache, snap, policies)

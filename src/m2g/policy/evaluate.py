@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from m2g.model.inputs import PolicyInput
-from m2g.policy.batch import FusedCache, fired_many
+from m2g.policy.batch import FusedCache, fired_many, snapshot_key
 from m2g.policy.compiler import CompiledPolicy, PolicySet
 from m2g.policy.fired import Err, Hit, RenderedUpdate
 from m2g.policy.results import (
@@ -56,6 +56,8 @@ class _Updates:
         return None
 
     def result(self) -> tuple[PodSetUpdate, ...]:
+        if not self.maps and not any(self.tolerations.values()):
+            return ()
         out = []
         for ps in self.names:
             def get(fname: str, ps: str = ps) -> dict[str, str]:
@@ -224,11 +226,11 @@ class Evaluator:
         policies = tuple(p for s in stages for p in self._stage(s))
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, inp in enumerate(inputs):
-            groups.setdefault(inp.batch_key(), []).append(i)
+            groups.setdefault(snapshot_key(inp), []).append(i)
         out: list[Fired] = [[] for _ in inputs]
-        for idx in groups.values():
+        for key, idx in groups.items():
             batch = [inputs[i] for i in idx]
-            fired = fired_many(policies, self._runtime, self._fused, batch)
+            fired = fired_many(policies, self._runtime, self._fused, batch, key)
             for i, items in zip(idx, fired, strict=True):
                 out[i] = items
         return out
