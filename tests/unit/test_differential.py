@@ -39,11 +39,16 @@ def sample() -> list[PolicyInput]:
     base = {s: _small(s) for s in SCENARIOS}
     queue = QueueView(name="cq-0", nominal_gpus=576, used_gpus=97)
     return [PolicyInput(workload=w, queue=queue, **base[SCENARIOS[i % 4]])  # type: ignore[arg-type]
-            for i, w in enumerate(workloads(24))]
+            for i, w in enumerate(workloads(16))]
 
 
-def test_engines_and_batch_agree_on_example_policies(sample: list[PolicyInput]) -> None:
-    fast = Evaluator(load_dir(POLICIES, "cel-expr-python"))
+@pytest.fixture(scope="module")
+def fast() -> Evaluator:
+    return Evaluator(load_dir(POLICIES, "cel-expr-python"))
+
+
+def test_engines_and_batch_agree_on_example_policies(sample: list[PolicyInput],
+                                                     fast: Evaluator) -> None:
     slow = Evaluator(load_dir(POLICIES, "cel-python"))
     one = [fast.admission(i).to_json() for i in sample]
     assert [slow.admission(i).to_json() for i in sample] == one
@@ -55,10 +60,11 @@ def test_engines_and_batch_agree_on_example_policies(sample: list[PolicyInput]) 
     assert {"thermal-admission", "maintenance-admission"} <= reasons
 
 
-def test_example_policies_run_in_one_combined_expression(sample: list[PolicyInput]) -> None:
+def test_example_policies_run_in_one_combined_expression(sample: list[PolicyInput],
+                                                         fast: Evaluator) -> None:
     """No example Admission or Placement policy falls back to a slower form (benchmark): on
     each scenario, every policy is decided by its gate or runs in the combined expression."""
-    ev = Evaluator(load_dir(POLICIES, "cel-expr-python"))
+    ev = Evaluator(fast.policy_set)
     policies = [p for s in (Stage.ADMISSION, Stage.PLACEMENT) for p in ev.policy_set.by_stage[s]]
     for inp in sample[:4]:
         snap = ev._fused.snapshots.get(inp)
@@ -68,6 +74,8 @@ def test_example_policies_run_in_one_combined_expression(sample: list[PolicyInpu
         assert all(g is not None for g in snap.gates.values())  # no gate raised
     assert ev._fused.snapshots.get(sample[3]).hoisted["maintenance-admission"][0] == (
         "windows", "siteWindows", "siteWindow")
+    assert ev._fused.snapshots.get(sample[2]).hoisted["thermal-admission"][0] == (
+        "hotRacks", "coolRacks")
 
 
 def test_batch_falls_back_per_item_on_errors(tmp_path: Path) -> None:
