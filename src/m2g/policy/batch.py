@@ -215,6 +215,7 @@ class FusedCache:
         self._gates: dict[str, Program | None] = {}
         self._hoists: dict[str, list[tuple[str, Program]]] = {}
         self._reads: dict[tuple[str, ...], tuple[set[str] | None, bool]] = {}
+        self._reads_by_id: dict[int, tuple[Any, tuple[set[str] | None, bool]]] = {}
         self._chunk: dict[int, int] = {}
         self.snapshots = Snapshots(runtime)
         self.batches = runtime.compile_batch("[]") is not None
@@ -246,9 +247,13 @@ class FusedCache:
 
     def reads(self, policies: Sequence[CompiledPolicy]) -> tuple[set[str] | None, bool]:
         """(the workload fields ``policies`` read, or None for all; whether they read queue)."""
+        hit = self._reads_by_id.get(id(policies))
+        if hit is not None and hit[0] is policies:
+            return hit[1]
         key = tuple(p.name for p in policies)
         if key not in self._reads:
             self._reads[key] = (workload_fields(policies), _reads_queue(policies))
+        self._reads_by_id[id(policies)] = (policies, self._reads[key])
         return self._reads[key]
 
     def gate(self, policy: CompiledPolicy) -> Program | None:
@@ -361,6 +366,8 @@ class Snapshot:
     base: Any
     gates: dict[str, bool | None] = field(default_factory=dict)
     hoisted: dict[str, tuple[tuple[str, ...], list[Any]]] = field(default_factory=dict)
+    plans: dict[int, tuple[Any, list[CompiledPolicy], Combined | None]] = field(
+        default_factory=dict)
     _activation: Any = None
 
     def gate(self, cache: FusedCache, policy: CompiledPolicy) -> bool | None:
@@ -449,6 +456,9 @@ def plan(cache: FusedCache, snap: Snapshot, policies: Sequence[CompiledPolicy]
     evaluated on their own."""
     if not cache.batches:
         return [], None
+    hit = snap.plans.get(id(policies))
+    if hit is not None and hit[0] is policies:
+        return hit[1], hit[2]
     idle, live = [], []
     for policy in policies:
         gate = snap.gate(cache, policy)
@@ -457,7 +467,10 @@ def plan(cache: FusedCache, snap: Snapshot, policies: Sequence[CompiledPolicy]
         elif gate is True:
             live.append(policy)
     hoisted = {p.name: snap.hoist(cache, p) for p in live}
-    return idle, (cache.combined(live, hoisted) if live else None)
+    comb = cache.combined(live, hoisted) if live else None
+    if all(snap.gates.get(p.name) is not None for p in policies):
+        snap.plans[id(policies)] = (policies, idle, comb)  # the caller keeps ``policies``
+    return idle, comb
 
 
 def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],

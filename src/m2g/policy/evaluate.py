@@ -218,12 +218,15 @@ class Evaluator:
         self.policy_set = policy_set
         self._runtime = policy_set.runtime
         self._fused = FusedCache(policy_set.runtime)
+        self._policies: dict[tuple[Stage, ...], tuple[CompiledPolicy, ...]] = {}
 
     def _stage(self, stage: Stage) -> tuple[CompiledPolicy, ...]:
         return self.policy_set.by_stage[stage]
 
     def _fired(self, stages: tuple[Stage, ...], inputs: Sequence[PolicyInput]) -> list[Fired]:
-        policies = tuple(p for s in stages for p in self._stage(s))
+        policies = self._policies.get(stages)
+        if policies is None:  # one tuple per stage list: the batch path caches plans by it
+            policies = self._policies[stages] = tuple(p for s in stages for p in self._stage(s))
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, inp in enumerate(inputs):
             groups.setdefault(snapshot_key(inp), []).append(i)
