@@ -464,6 +464,8 @@ def summary(d: Demo) -> None:
     for s in (*MIX, LATE):
         key = f"{s.namespace}/{s.name}"
         acts = sorted(d.actions.get(key, []), key=lambda a: a.at)
+        acts = [a for i, a in enumerate(acts)  # a repeated Admitted Event adds nothing
+                if i == 0 or a.reason != "Admitted" or acts[i - 1].reason != "Admitted"]
         rows = [(*describe(d, a, key, starts, acts[:i]), clock(d, a.at)[1:-1].strip())
                 for i, a in enumerate(acts)]
         if not any(a.reason in ("Shed", "Deferred") for a in acts):
