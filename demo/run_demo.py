@@ -453,7 +453,7 @@ def describe(d: Demo, a: Action, key: str, starts: list[datetime],
 def untouched(s: Spec) -> str:
     if s.tier == 0:
         return "untouched: tier 0 never shed"
-    return "kept running (tier 1)"
+    return f"kept running (tier {s.tier})"
 
 
 def summary(d: Demo) -> None:
