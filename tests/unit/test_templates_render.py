@@ -4,6 +4,7 @@ annotations, m2g labels, and each API's own shape (counts, groups, commands)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,13 @@ from tests.unit.templates_helpers import Obj, pod_templates, shipped
 CASES = [(name, api.value) for name, t in sorted(shipped().items()) for api in t.spec.apis]
 CLIQUE, BLOCK = "nvidia.com/gpu.clique", "m2g.io/block"
 
+
+
+def placement(meta: dict[str, Any]) -> dict[str, str]:
+    """A pod template's scheduling annotations (m2g's own facts checked separately)."""
+    facts = {L.ESTIMATED_KW, L.EXPECTED_RUNTIME, L.CHECKPOINT_INTERVAL}
+    assert L.ESTIMATED_KW in meta["annotations"], "Kueue copies only pod-template metadata"
+    return {k: v for k, v in meta["annotations"].items() if k not in facts}
 
 def rendered(name: str, **sets: object) -> Rendered:
     return render(shipped()[name], {k: str(v) for k, v in sets.items()},
@@ -111,7 +119,7 @@ def test_indexed_job_has_a_headless_service_and_torchrun_rendezvous() -> None:
     assert cmd[:6] == ["torchrun", "--nnodes=18", "--nproc-per-node=4",
                        "--master-addr=rack-benchmark-0.rack-benchmark", "--master-port=29500",
                        "--node-rank=$(JOB_COMPLETION_INDEX)"]
-    assert spec["template"]["metadata"]["annotations"] == {L.TAS_REQUIRED: CLIQUE}
+    assert placement(spec["template"]["metadata"]) == {L.TAS_REQUIRED: CLIQUE}
 
 
 def test_single_pod_job_needs_no_service() -> None:
@@ -123,7 +131,7 @@ def test_single_pod_job_needs_no_service() -> None:
 def test_batch_job_retries_per_index_and_is_unconstrained() -> None:
     spec = rendered("batch-synthetic-data").workload["spec"]
     assert spec["backoffLimitPerIndex"] == 2 and "backoffLimit" not in spec
-    assert spec["template"]["metadata"]["annotations"] == {L.TAS_UNCONSTRAINED: "true"}
+    assert placement(spec["template"]["metadata"]) == {L.TAS_UNCONSTRAINED: "true"}
     args = spec["template"]["spec"]["containers"][0]["command"]
     assert "--input-file=/data/in/shard-$(JOB_COMPLETION_INDEX)-of-16.jsonl" in args
 
@@ -133,7 +141,7 @@ def test_jobset_makes_one_child_job_per_slice() -> None:
     rj = w["spec"]["replicatedJobs"][0]
     child = rj["template"]["spec"]
     assert (rj["replicas"], child["parallelism"], child["completions"]) == (8, 16, 16)
-    ann = child["template"]["metadata"]["annotations"]
+    ann = placement(child["template"]["metadata"])
     assert ann == {L.TAS_REQUIRED: BLOCK, L.TAS_SLICE_REQUIRED: CLIQUE, L.TAS_SLICE_SIZE: "16"}
     script = child["template"]["spec"]["containers"][0]["command"][2]
     assert script.startswith("export PET_NODE_RANK=$((JOB_INDEX * 16 + JOB_COMPLETION_INDEX))")
@@ -152,7 +160,7 @@ def test_pytorchjob_groups_master_and_workers() -> None:
     assert (specs["Master"]["replicas"], specs["Worker"]["replicas"]) == (1, 1)
     for spec in specs.values():
         meta, pod = spec["template"]["metadata"], spec["template"]["spec"]
-        assert meta["annotations"] == {L.TAS_REQUIRED: CLIQUE,
+        assert placement(meta) == {L.TAS_REQUIRED: CLIQUE,
                                        L.TAS_PODSET_GROUP: "llama31-8b-finetune"}
         assert pod["containers"][0]["name"] == "pytorch"
         assert pod["containers"][0]["command"][:3] == ["tune", "run", "full_finetune_distributed"]
@@ -178,7 +186,7 @@ def test_trainjob_puts_the_tas_request_in_its_own_runtime_patch() -> None:
     (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
     assert node["name"] == "node"
     meta = node["template"]["spec"]["template"]["metadata"]
-    assert meta["annotations"] == {L.TAS_REQUIRED: CLIQUE}
+    assert placement(meta) == {L.TAS_REQUIRED: CLIQUE}
     assert meta["labels"][L.WORKLOAD_KIND] == "fine-tuning"
     assert "tensor_parallel_dim=4" in spec["trainer"]["command"]
 
@@ -188,7 +196,7 @@ def test_leaderworkerset_groups_are_gangs_in_one_domain() -> None:
     lwt = w["spec"]["leaderWorkerTemplate"]
     assert (w["spec"]["replicas"], lwt["size"]) == (3, 2)
     for key in ("leaderTemplate", "workerTemplate"):
-        assert lwt[key]["metadata"]["annotations"] == {
+        assert placement(lwt[key]["metadata"]) == {
             L.TAS_REQUIRED: CLIQUE, L.TAS_PODSET_GROUP: "vllm-llama31-405b"}
         assert lwt[key]["spec"]["restartPolicy"] == "Always"
     leader = lwt["leaderTemplate"]["spec"]["containers"][0]

@@ -83,13 +83,21 @@ def pod_labels(ctx: Context) -> dict[str, str]:
     return out
 
 
-def workload_annotations(ctx: Context) -> dict[str, str]:
-    """m2g's power/runtime/checkpoint facts and KAI's topology request."""
+def m2g_facts(ctx: Context) -> dict[str, str]:
+    """m2g's power/runtime/checkpoint facts. They go on the pod template as well as the
+    object: Kueue copies only the pod template's metadata into the Workload m2g reads."""
     v, s = ctx.values, ctx.sizing
-    out = {L.ESTIMATED_KW: f"{s.kw:g}", L.EXPECTED_RUNTIME: str(v.expected_runtime),
-           L.TEMPLATE_VALUES: json.dumps(v.model_dump(), sort_keys=True, separators=(",", ":"))}
+    out = {L.ESTIMATED_KW: f"{s.kw:g}", L.EXPECTED_RUNTIME: str(v.expected_runtime)}
     if v.checkpoint_interval:
         out[L.CHECKPOINT_INTERVAL] = str(v.checkpoint_interval)
+    return out
+
+
+def workload_annotations(ctx: Context) -> dict[str, str]:
+    """m2g's facts, the template values and KAI's topology request."""
+    v, s = ctx.values, ctx.sizing
+    out = {**m2g_facts(ctx),
+           L.TEMPLATE_VALUES: json.dumps(v.model_dump(), sort_keys=True, separators=(",", ":"))}
     if v.scheduler == "kai":
         out.update(kai_topology(ctx.values, s.placement))
     return out
@@ -172,7 +180,8 @@ def pod_template(ctx: Context, containers: list[Obj], annotations: dict[str, str
                  "volumes": volumes(ctx.values), **(extra or {})}
     if ctx.values.scheduler == "kai":
         spec["schedulerName"] = KAI_SCHEDULER
-    return {"metadata": {"labels": pod_labels(ctx), "annotations": annotations}, "spec": spec}
+    return {"metadata": {"labels": pod_labels(ctx),
+                         "annotations": {**m2g_facts(ctx), **annotations}}, "spec": spec}
 
 
 def torchrun(ctx: Context, rank: str | None, master: str | None) -> list[str]:
