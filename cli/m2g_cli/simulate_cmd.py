@@ -9,8 +9,7 @@ the cluster cannot be reached or the port cannot be bound — one line each.
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -38,7 +37,5 @@ def simulate(
         argv += ["--kubeconfig", str(kubeconfig)]
     if context:
         argv += ["--context", context]
-    code = 130
-    with contextlib.suppress(KeyboardInterrupt):
-        code = subprocess.run(argv, check=False).returncode
-    raise typer.Exit(0 if code in (130, -2) else code)
+    # exec, not a child process: a SIGTERM to `m2g simulate` must reach the simulator itself
+    os.execv(sys.executable, argv)

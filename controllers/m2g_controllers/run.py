@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    for chatty in ("httpx", "httpcore", "kr8s"):  # one line per HTTP request buries decisions
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported")
 
     async def go() -> int:

@@ -307,7 +307,9 @@ async def test_grid_event_sheds_flexible_running_work_then_restores_it(
         m2g_crds: None) -> None:
     make_queue(cluster, namespace, factory_flavor(cluster), 144)
     racks = site_with_budget(cluster, 1000.0)
-    cfg = PlannerConfig(check_name=CHECK, ramp_kw_per_second=1000.0, settle_seconds=5.0)
+    # the modelled power has no per-GPU idle: shedding saves the whole estimate here
+    cfg = PlannerConfig(check_name=CHECK, ramp_kw_per_second=1000.0, settle_seconds=5.0,
+                        shed_saving_fraction=1.0)
     async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), cfg):
         for name, tier in (("firm", 0), ("flex1", 1), ("flex3", 3)):
             cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=tier))
@@ -379,7 +381,7 @@ async def test_restart_mid_shed_converges_without_duplicate_actions(
     racks = site_with_budget(cluster, 1000.0)
     # a slow ramp: one 20.8 kW workload per ~10 s, so the restart lands between two sheds
     slow = PlannerConfig(check_name=CHECK, ramp_kw_per_second=2.1, max_step_kw=25.0,
-                         settle_seconds=3.0)
+                         settle_seconds=3.0, shed_saving_fraction=1.0)
     names = [f"flex{i}" for i in range(4)]
     async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), slow):
         for i, name in enumerate(names):

@@ -123,16 +123,16 @@ def test_sheds_highest_score_first_within_the_ramp(ev: Evaluator) -> None:
              wl("t2", Phase.ADMITTED, tier=2, kw=70.0), wl("t0", Phase.ADMITTED, tier=0, kw=90.0))
     first = make_plan(s, ev, CFG).sheds
     assert [a.name for a in first] == ["t3", "t2", "t1"] and not any(a.active for a in first)
-    slow = replace(CFG, max_step_kw=100.0)
-    assert [a.name for a in make_plan(s, ev, slow).sheds] == ["t3"]  # 60 + 70 > 100 kW
+    slow = replace(CFG, max_step_kw=100.0)  # saves 49.2 + 57.4 kW > 100 kW: one per step
+    assert [a.name for a in make_plan(s, ev, slow).sheds] == ["t3"]
 
 
 def test_settling_sheds_are_not_shed_twice(ev: Evaluator) -> None:
     just = NOW - timedelta(seconds=10)
-    s = snap(factory(draw_kw=170.0, event=True),
+    s = snap(factory(draw_kw=160.0, event=True),
              wl("gone", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True, shed_at=just),
              wl("t2", Phase.ADMITTED, tier=2, kw=70.0))
-    # 170 - 80 settling = 90 <= 100: nothing more to shed (and the ramp since 10 s is 500 kW)
+    # 160 - 80 x 0.82 settling = 94.4 <= 100: nothing more to shed (the ramp would allow it)
     assert make_plan(s, ev, CFG).sheds == ()
 
 

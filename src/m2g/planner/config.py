@@ -27,5 +27,8 @@ class PlannerConfig:
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.
     max_retry_hold_seconds: int = 60
+    #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
+    #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.
+    shed_saving_fraction: float = 0.82
     #: kW per GPU for a workload that states no estimate (GB300 at training load, docs/signals.md).
     default_kw_per_gpu: float = 1.34

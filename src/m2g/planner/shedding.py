@@ -24,7 +24,13 @@ from m2g.policy import Evaluator
 
 
 def workload_kw(w: WorkloadState, config: PlannerConfig) -> float:
+    """The workload's draw when running (its estimate, else GPUs × the default)."""
     return w.view.estimated_kw or w.view.gpus * config.default_kw_per_gpu
+
+
+def saving_kw(w: WorkloadState, config: PlannerConfig) -> float:
+    """What shedding it saves: its draw above the idle its GPUs keep drawing."""
+    return workload_kw(w, config) * config.shed_saving_fraction
 
 
 def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | None) -> float:
@@ -37,7 +43,7 @@ def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | N
 
 def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
     now = builder.snap.now
-    return sum(workload_kw(w, config) for w in builder.snap.workloads
+    return sum(saving_kw(w, config) for w in builder.snap.workloads
                if w.shed_by_m2g and w.shed_at is not None
                and (now - w.shed_at).total_seconds() < config.settle_seconds)
 
@@ -86,7 +92,7 @@ def _shed(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
     out: list[ShedAction] = []
     covered = 0.0
     for score, w in ranked:
-        kw = workload_kw(w, config)
+        kw = saving_kw(w, config)
         if covered >= shortfall or not _fits(covered + kw, step, bool(out), config):
             break
         covered += kw
