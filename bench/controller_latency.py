@@ -214,7 +214,7 @@ def job_mix(n: int, namespaces: int) -> list[JobSpec]:
 
 def localcp(run_dir: Path, *args: str) -> None:
     env = {**os.environ, "M2G_RUN": str(run_dir)}
-    subprocess.run([sys.executable, str(LOCALCP), *args], env=env, check=True)
+    subprocess.run([sys.executable, str(LOCALCP), *args], env=env, check=True, stdout=sys.stderr)
 
 
 async def install_crds(kube: k.Kube) -> None:
@@ -591,7 +591,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list
     ]
     if shed_recs:
         lines.append(
-            f"  reconcile that shed ({len(shed_recs)}): total "
+            f"  reconciles that shed or restored ({len(shed_recs)}): total "
             f"{p50_p99([r['total_s'] for r in shed_recs])}")
         for part in ("snapshot_s", "plan_s", "apply_s"):
             vals = [r[part] for r in shed_recs]
