@@ -147,3 +147,17 @@ async def test_list_is_paginated() -> None:
     assert cache.resource_version == "7"
     assert api.seen == [{"labelSelector": "x", "limit": 2},
                         {"labelSelector": "x", "limit": 2, "continue": "page2"}]
+
+
+async def test_cached_objects_carry_no_managed_fields() -> None:
+    managed = [{"manager": "kueue", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    listed = obj("a", 5)
+    listed["metadata"]["managedFields"] = managed
+    changed = obj("b", 6)
+    changed["metadata"]["managedFields"] = managed
+    api = FakeWatchApi([listing(10, listed)], [[{"type": "ADDED", "object": changed}]])
+    cache = WatchCache(api, NODES, backoff=0.001)
+    await run_until_idle(cache, api)
+    assert sorted(cache.view()) == ["a", "b"]
+    assert all("managedFields" not in o["metadata"] for o in cache.view().values())
+    assert cache.view()["b"]["metadata"]["resourceVersion"] == "6"
