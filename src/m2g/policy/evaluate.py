@@ -37,9 +37,11 @@ class _Updates:
         self.names = pod_sets
         self.maps: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
         self.tolerations: dict[str, list[dict[str, str]]] = {n: [] for n in pod_sets}
+        self._result: tuple[PodSetUpdate, ...] | None = None
 
     def apply(self, upd: RenderedUpdate, ref: str) -> str | None:
         """Apply one update; return a conflict message, or None."""
+        self._result = None
         targets = [n for n in self.names if not upd.pod_sets or n in upd.pod_sets]
         for fname, key, value in upd.fields:
             for ps in targets:
@@ -56,16 +58,18 @@ class _Updates:
         return None
 
     def result(self) -> tuple[PodSetUpdate, ...]:
-        if not self.maps and not any(self.tolerations.values()):
-            return ()
+        if self._result is None:
+            self._result = self._build() if self.maps or any(self.tolerations.values()) else ()
+        return self._result
+
+    def _build(self) -> tuple[PodSetUpdate, ...]:
         out = []
         for ps in self.names:
-            def get(fname: str, ps: str = ps) -> dict[str, str]:
-                return {k: v for k, (v, _) in self.maps.get((ps, fname), {}).items()}
-            upd = PodSetUpdate(ps, get("labels"), get("annotations"), get("nodeSelector"),
-                               tuple(self.tolerations[ps]))
-            if upd.labels or upd.annotations or upd.node_selector or upd.tolerations:
-                out.append(upd)
+            got = [{k: v for k, (v, _) in self.maps[(ps, f)].items()} if (ps, f) in self.maps
+                   else {} for f in ("labels", "annotations", "nodeSelector")]
+            tols = self.tolerations[ps]
+            if got[0] or got[1] or got[2] or tols:
+                out.append(PodSetUpdate(ps, got[0], got[1], got[2], tuple(tols)))
         return tuple(out)
 
 
