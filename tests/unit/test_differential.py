@@ -12,7 +12,7 @@ import pytest
 from m2g.model.factory import domain_views, grid_view, site_view
 from m2g.model.inputs import PolicyInput, QueueView
 from m2g.policy import Evaluator, Stage, load_dir
-from m2g.policy.batch import plan
+from m2g.policy.batch import plan, workload_data
 from m2g.testing.scenarios import OPENB, SCENARIOS, factory, workloads
 from tests.unit.policy_helpers import evaluator, policy
 
@@ -112,3 +112,14 @@ def test_batch_splits_over_the_iteration_budget(tmp_path: Path) -> None:
     assert batched == [ev.admission(i).to_json() for i in items]
     assert {r["decision"] for r in batched} == {"Admit", "Defer"}
     assert not any(r["errors"] for r in batched if "errors" in r)
+
+
+def test_workload_data_equals_pydantic_dump(sample: list[PolicyInput]) -> None:
+    fields = {"gpus", "flex_tier", "kind", "pod_sets", "labels", "annotations", "checkpoint",
+              "estimated_kw", "name"}
+    for inp in sample:
+        w = inp.workload
+        assert workload_data(w, fields) == w.model_dump(mode="json", by_alias=True,
+                                                        include=fields)
+        assert workload_data(w, None) == w.model_dump(mode="json", by_alias=True)
+        assert workload_data(w, set()) == {}

@@ -35,7 +35,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
+
+from pydantic import BaseModel
 
 from m2g.model.inputs import PolicyInput, WorkloadView
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
@@ -155,6 +158,7 @@ def _reads_queue(policies: Sequence[CompiledPolicy]) -> bool:
 _WORKLOAD_FIELD = re.compile(r"(?<![\w.])workload\s*\.\s*([A-Za-z_]\w*)")
 _WORKLOAD_WHOLE = re.compile(r"(?<![\w.])workload\b(?!\s*\.\s*[A-Za-z_])")
 _ALIASES = {info.alias or name: name for name, info in WorkloadView.model_fields.items()}
+_FIELD_ALIAS = {name: alias for alias, name in _ALIASES.items()}
 
 
 def workload_fields(policies: Sequence[CompiledPolicy]) -> set[str] | None:
@@ -473,13 +477,38 @@ def plan(cache: FusedCache, snap: Snapshot, policies: Sequence[CompiledPolicy]
     return idle, comb
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as ``model_dump(mode="json")`` renders it."""
+    if isinstance(value, Enum):
+        return value.value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    raise TypeError(type(value).__name__)
+
+
+def workload_data(workload: WorkloadView, fields: set[str] | None) -> dict[str, Any]:
+    """The workload's plain data, only ``fields`` (Python names; None: all), as
+    ``model_dump(mode="json", by_alias=True, include=fields)`` gives it, several times faster."""
+    if fields is None:
+        return workload.model_dump(mode="json", by_alias=True)
+    try:
+        return {_FIELD_ALIAS[f]: _plain(getattr(workload, f)) for f in fields}
+    except TypeError:
+        return workload.model_dump(mode="json", by_alias=True, include=fields)
+
+
 def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
                 inputs: Sequence[PolicyInput]) -> list[dict[str, Any]]:
     """What ``m2g__items()`` returns: each workload's data (only the fields the policies read),
     with its queue's at ``m2g__q`` when they read ``queue``."""
     fields, queue = cache.reads(policies)
-    items: list[dict[str, Any]] = [
-        inp.workload.model_dump(mode="json", by_alias=True, include=fields) for inp in inputs]
+    items = [workload_data(inp.workload, fields) for inp in inputs]
     if queue:
         for item, inp in zip(items, inputs, strict=True):
             item["m2g__q"] = inp.queue_data()
