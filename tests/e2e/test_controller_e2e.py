@@ -309,7 +309,7 @@ async def test_grid_event_sheds_flexible_running_work_then_restores_it(
     racks = site_with_budget(cluster, 1000.0)
     # the modelled power has no per-GPU idle: shedding saves the whole estimate here
     cfg = PlannerConfig(check_name=CHECK, ramp_kw_per_second=1000.0, settle_seconds=5.0,
-                        shed_saving_fraction=1.0)
+                        shed_saving_fraction=1.0, min_shed_seconds=5.0)
     async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), cfg):
         for name, tier in (("firm", 0), ("flex1", 1), ("flex3", 3)):
             cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=tier))

@@ -21,6 +21,9 @@ class PlannerConfig:
     max_step_kw: float = 500.0
     #: Shed workloads keep drawing until their pods are gone; count them as shed for this long.
     settle_seconds: float = 60.0
+    #: A shed workload stays shed at least this long: restoring one that Kueue is still
+    #: evicting can leave its Job suspended for good (seen with Kueue v0.19.2).
+    min_shed_seconds: float = 60.0
     #: Restore only while the site stays this fraction below its target after the restore.
     restore_margin: float = 0.05
     #: Kueue v0.19 keeps a workload's quota reserved until a Retry's requeueAfterSeconds has
