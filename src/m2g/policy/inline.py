@@ -12,6 +12,7 @@ The scanner skips string literals, so ``'variables.x'`` stays text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _REF = re.compile(r"variables\.([A-Za-z_][A-Za-z0-9_]*)")
 _QUOTES = ("'''", '"""', "'", '"')
@@ -33,9 +34,11 @@ def _string_end(source: str, i: int) -> int:
     return len(source)
 
 
-def rewrite(source: str, known: set[str] | dict[str, str]) -> tuple[str, list[str]]:
-    """Replace ``variables.NAME`` (NAME known, outside strings) by ``m2g__v_NAME``; return the
-    new text and the names referenced, in order of first use."""
+def _replace(source: str, pattern: re.Pattern[str], names: set[str] | dict[str, str],
+             make: Callable[[str], str]) -> tuple[str, list[str]]:
+    """Replace each match of ``pattern`` (group 1 in ``names``, outside string literals and
+    not part of a longer name or selection) by ``make(name)``; return the text and the names
+    replaced, in order of first use."""
     out: list[str] = []
     used: list[str] = []
     i = 0
@@ -46,10 +49,10 @@ def rewrite(source: str, known: set[str] | dict[str, str]) -> tuple[str, list[st
             out.append(source[i:end])
             i = end
             continue
-        m = _REF.match(source, i)
+        m = pattern.match(source, i)
         before_ok = i == 0 or not (source[i - 1].isalnum() or source[i - 1] in "_.")
-        if m and before_ok and m.group(1) in known:
-            out.append(PREFIX + m.group(1))
+        if m and before_ok and m.group(1) in names:
+            out.append(make(m.group(1)))
             if m.group(1) not in used:
                 used.append(m.group(1))
             i = m.end()
@@ -57,6 +60,12 @@ def rewrite(source: str, known: set[str] | dict[str, str]) -> tuple[str, list[st
         out.append(ch)
         i += 1
     return "".join(out), used
+
+
+def rewrite(source: str, known: set[str] | dict[str, str]) -> tuple[str, list[str]]:
+    """Replace ``variables.NAME`` (NAME known, outside strings) by ``m2g__v_NAME``; return the
+    new text and the names referenced, in order of first use."""
+    return _replace(source, _REF, known, lambda name: PREFIX + name)
 
 
 def bind(body: str, names: list[str], values: dict[str, str]) -> str:
@@ -133,24 +142,7 @@ def substitute(source: str, mapping: dict[str, str]) -> str:
     """Replace the identifiers ``m2g__v_NAME`` (outside string literals) by ``mapping[NAME]``."""
     if not mapping:
         return source
-    out: list[str] = []
-    i = 0
-    while i < len(source):
-        ch = source[i]
-        if ch in "'\"":
-            end = _string_end(source, i)
-            out.append(source[i:end])
-            i = end
-            continue
-        m = _USED.match(source, i)
-        before_ok = i == 0 or not (source[i - 1].isalnum() or source[i - 1] in "_.")
-        if m and before_ok and m.group(1) in mapping:
-            out.append(mapping[m.group(1)])
-            i = m.end()
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    return _replace(source, _USED, mapping, mapping.__getitem__)[0]
 
 
 def bind_grouped(body: str, names: set[str], variables: Variables, tag: str,
