@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from m2g.planner.explain import explain as explain_workload
 from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
 from m2g.policy.objects import policy_texts
-from m2g_cli.cluster import CliError, ClusterView, read
 from m2g_cli.views import (
     Output,
     render_explanation,
@@ -24,6 +23,9 @@ from m2g_cli.views import (
     render_signals,
     render_workloads,
 )
+
+if TYPE_CHECKING:
+    from m2g_cli.cluster import ClusterView
 
 T = TypeVar("T")
 
@@ -35,6 +37,8 @@ Prom = Annotated[str | None, typer.Option(
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
+    from m2g_cli.cluster import CliError
+
     try:
         return asyncio.run(coro)
     except CliError as exc:
@@ -44,6 +48,8 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None
           ) -> ClusterView:
+    from m2g_cli.cluster import read  # kr8s and the adapters: only for commands that need them
+
     view = _run(read(kubeconfig, context, prometheus))
     for w in view.warnings:
         typer.echo(f"warning: {w}", err=True)
@@ -74,6 +80,8 @@ def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: 
 
 
 def _evaluator(view: ClusterView, policies: Path | None) -> Evaluator:
+    from m2g_cli.cluster import CliError
+
     try:
         sources = read_dir(policies) if policies else read_texts(policy_texts(view.policies))
         return Evaluator(build(sources))
@@ -101,6 +109,8 @@ def explain(
         typer.echo(f"error: {what} named {workload!r}"
                    + ("" if ns else " (use -n NAMESPACE)"), err=True)
         raise typer.Exit(2)
+    from m2g_cli.cluster import CliError
+
     try:
         evaluator = _evaluator(view, policies)
     except CliError as exc:

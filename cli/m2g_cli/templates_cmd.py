@@ -17,7 +17,6 @@ import typer
 
 from m2g.templates import Rendered, TemplateError, loader, parse_sets, render
 from m2g_cli import templates_view as view
-from m2g_cli.templates_apply import ClusterError, connect, create
 
 app = typer.Typer(help="List and inspect workload templates (recipes).", no_args_is_help=True)
 
@@ -101,6 +100,10 @@ def submit(
     if dry_run:
         typer.echo(view.manifests_text(rendered.objects, output.value), nl=False)
         return
+    # imported here: the kubernetes client costs ~0.4 s to import, which every other
+    # m2g command would pay
+    from m2g_cli.templates_apply import ClusterError, connect, create
+
     try:
         api = connect(kubeconfig, context)
         for obj in rendered.objects:
