@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
+from m2g.planner.shedding import workload_kw
 from m2g.planner.types import ClusterSnapshot, Plan
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
@@ -148,8 +149,7 @@ class Manager:
     def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
         m = self.metrics
         for c in plan.checks:
-            policy = c.message.split("/", 1)[0] if "/" in c.message.split(":")[0] else "none"
-            m.decisions.labels(c.state.value, policy).inc()
+            m.decisions.labels(c.state.value, c.policy or "none").inc()
         for q in plan.quotas:
             m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
         for s in plan.sheds:
@@ -158,7 +158,7 @@ class Manager:
         if draw.value is not None:
             m.site_draw_kw.set(draw.value)
         m.site_limit_kw.set(snap.factory.effective_budget_kw())
-        m.shed_kw.set(sum(w.view.estimated_kw for w in snap.workloads if w.shed_by_m2g))
+        m.shed_kw.set(sum(workload_kw(w, self.config) for w in snap.workloads if w.shed_by_m2g))
         ages = [r.power_kw.age_seconds for r in snap.factory.racks]
         if ages:
             m.signal_age.labels("rack_power").set(min(max(ages), 1e9))

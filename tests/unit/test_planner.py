@@ -96,6 +96,7 @@ def test_pending_checks_are_answered(ev: Evaluator) -> None:
     assert "grid event dr-1 is active" in by["flex"].message
     assert "(retry in 3600s)" in by["flex"].message
     assert by["firm"].state is CheckState.READY
+    assert (by["flex"].policy, by["firm"].policy) == ("dr", "")  # metrics label by policy
 
 
 def test_failed_nodes_derate_quota_in_proportion(ev: Evaluator) -> None:

@@ -13,7 +13,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.types import CheckState, CheckUpdate, Phase, WorkloadState
 from m2g.policy import Decision, Evaluator
-from m2g.policy.results import AdmissionResult
+from m2g.policy.results import AdmissionResult, Reason
 
 _STATE = {Decision.ADMIT: CheckState.READY, Decision.DEFER: CheckState.RETRY,
           Decision.REJECT: CheckState.REJECTED}
@@ -26,13 +26,18 @@ def awaiting(w: WorkloadState, check: str) -> bool:
             and w.check_state in (CheckState.PENDING, None))
 
 
+def deciding(result: AdmissionResult) -> list[Reason]:
+    """The reasons that made the decision (all fired reasons when none match it)."""
+    return [r for r in result.reasons if r.decision == result.decision.value] or list(
+        result.reasons)
+
+
 def message(result: AdmissionResult) -> str:
     """One line a user can act on: the deciding reasons first."""
-    deciding = [r for r in result.reasons if r.decision == result.decision.value] or list(
-        result.reasons)
-    if not deciding:
+    reasons = deciding(result)
+    if not reasons:
         return "admitted: no policy objected"
-    text = "; ".join(f"{r.policy}/{r.rule}: {r.message}" for r in deciding)
+    text = "; ".join(f"{r.policy}/{r.rule}: {r.message}" for r in reasons)
     if result.requeue_after_seconds:
         text += f" (retry in {result.requeue_after_seconds}s)"
     return text[:MAX_MESSAGE]
@@ -53,5 +58,6 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder,
             requeue_after_seconds=None if res.requeue_after_seconds is None else min(
                 res.requeue_after_seconds, config.max_retry_hold_seconds),
             pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
+            policy=next((r.policy for r in deciding(res)), ""),
         ))
     return out

@@ -117,6 +117,7 @@ class CheckUpdate:
     message: str
     requeue_after_seconds: int | None = None
     pod_set_updates: tuple[dict[str, Any], ...] = ()
+    policy: str = ""  # the policy whose rule decided ("" when nothing fired)
 
 
 @dataclass(frozen=True)
