@@ -19,7 +19,7 @@ from m2g.k8s import client as k
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
-from m2g.planner.types import CheckState, CheckUpdate, ClusterSnapshot, Plan
+from m2g.planner.types import CHECK_CONTROLLER, CheckState, CheckUpdate, ClusterSnapshot, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
@@ -157,5 +157,17 @@ class K8sCluster:
                 log.warning("status of Policy %s not written: %s", name, exc)
 
     async def ensure_check_active(self, name: str) -> None:
-        """Every reconcile (one GET): recreates the check or its Active condition if lost."""
-        await self.applier.ensure_admission_check_active(name)
+        """Recreate the check or its Active condition if lost; the watch cache says whether it
+        is in place, so a healthy check costs no request."""
+        if not _active(self.caches["admission_checks"].get(name)):
+            await self.applier.ensure_admission_check_active(name)
+
+
+def _active(check: dict[str, Any] | None) -> bool:
+    """An AdmissionCheck of m2g's whose Active condition is True for its current generation."""
+    if check is None or (check.get("spec") or {}).get("controllerName") != CHECK_CONTROLLER:
+        return False
+    generation = (check.get("metadata") or {}).get("generation", 1)
+    return any(c.get("type") == "Active" and c.get("status") == "True"
+               and c.get("observedGeneration") == generation
+               for c in (check.get("status") or {}).get("conditions") or [])
