@@ -153,6 +153,12 @@ def workload_of(cluster: Cluster, namespace: str, job_name: str) -> Obj | None:
     return None
 
 
+def admitted(cluster: Cluster, namespace: str) -> int:
+    """How many of the namespace's Workloads Kueue has admitted."""
+    return len([w for w in cluster.workloads(namespace)
+                if (c := condition(w, "Admitted")) and c["status"] == "True"])
+
+
 def check_state(wl: Obj | None) -> str:
     for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
         if entry.get("name") == CHECK:
@@ -313,9 +319,7 @@ async def test_grid_event_sheds_flexible_running_work_then_restores_it(
     async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), cfg):
         for name, tier in (("firm", 0), ("flex1", 1), ("flex3", 3)):
             cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=tier))
-        await until("three workloads admitted", lambda: len([
-            w for w in cluster.workloads(namespace)
-            if (c := condition(w, "Admitted")) and c["status"] == "True"]) == 3)
+        await until("three workloads admitted", lambda: admitted(cluster, namespace) == 3)
         # 2 racks idle 40 kW + 48 GPUs x 1.3 = 102.4 kW; a limit of 85 kW is 17.4 kW short:
         # the tier-3 job (16 GPUs, 20.8 kW) alone covers it
         grid_event(cluster, target_kw=85.0)
@@ -386,9 +390,7 @@ async def test_restart_mid_shed_converges_without_duplicate_actions(
     async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), slow):
         for i, name in enumerate(names):
             cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=1 + i % 3))
-        await until("four workloads admitted", lambda: len([
-            w for w in cluster.workloads(namespace)
-            if (c := condition(w, "Admitted")) and c["status"] == "True"]) == 4)
+        await until("four workloads admitted", lambda: admitted(cluster, namespace) == 4)
         # idle 40 + 64 GPUs x 1.3 = 123.2 kW; limit 85 kW: 38.2 kW short = two workloads
         grid_event(cluster, target_kw=85.0)
 
