@@ -28,6 +28,8 @@ from manifests_helpers import (
     render,
 )
 
+from m2g.k8s.convert import cluster_queue
+
 pytestmark = pytest.mark.e2e
 
 OVERLAY = "kueue-config/overlays/nvl72"
@@ -171,7 +173,8 @@ def test_a_quota_m2g_derated_is_not_silently_reverted(kubeconfig: Path, overlay:
     gpu = next(r for r in groups[0]["flavors"][0]["resources"] if r["name"] == "nvidia.com/gpu")
     base = gpu["nominalQuota"]
     gpu["nominalQuota"] = "36"
-    patch = {"metadata": {"annotations": {"m2g.io/base-quota.gb200": base}},
+    patch = {"metadata": {"annotations": {"m2g.io/base-quota.gb200": base,
+                                          "m2g.io/quota-set.gb200": "36"}},
              "spec": {"resourceGroups": groups}}
     kubectl(kubeconfig, "patch", "clusterqueues.kueue.x-k8s.io/research", "--type=merge",
             "--field-manager=m2g", "-p", json.dumps(patch))
@@ -184,9 +187,14 @@ def test_a_quota_m2g_derated_is_not_silently_reverted(kubeconfig: Path, overlay:
     finally:
         kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-",
                 stdin=overlay)
-        kubectl(kubeconfig, "annotate", "clusterqueues.kueue.x-k8s.io/research",
-                "m2g.io/base-quota.gb200-")
-    assert _gpu_quota(cq(kubeconfig, "research")) == base
+    live = cq(kubeconfig, "research")
+    assert _gpu_quota(live) == base
+    # The live quota is no longer the one m2g wrote: m2g takes Git's value as the base, with no
+    # annotation to remove by hand (a changed base in Git works the same way).
+    gpu_quota = next(q for q in cluster_queue(live).quotas if q.flavor == "gb200")
+    assert gpu_quota.base == int(base)
+    kubectl(kubeconfig, "annotate", "clusterqueues.kueue.x-k8s.io/research",
+            "m2g.io/base-quota.gb200-", "m2g.io/quota-set.gb200-")
 
 
 def _gpu_quota(obj: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import m2g.k8s.convert as cv
 from m2g.k8s.apply import MAX_CHECK_MESSAGE, Applier
 from m2g.k8s.client import (
     ADMISSION_CHECKS,
@@ -97,6 +98,25 @@ async def test_quota_records_base_once_and_removes_it_on_restore() -> None:
     annotations = kube.stored(CLUSTER_QUEUES, "cq")["metadata"]["annotations"]
     assert "m2g.io/base-quota.a" not in annotations
     assert annotations["m2g.io/quota-changed-at"] == "2026-11-29T23:00:00Z"
+
+
+async def test_a_quota_changed_by_someone_else_becomes_the_new_base() -> None:
+    """A forced GitOps sync writes a new platform quota over m2g's derate: m2g adopts it as the
+    base instead of derating from the stale recorded one."""
+    kube, ap, _ = setup()
+    assert await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 48, 72, "derate"))
+    annotations = kube.stored(CLUSTER_QUEUES, "cq")["metadata"]["annotations"]
+    assert (annotations["m2g.io/base-quota.a"], annotations["m2g.io/quota-set.a"]) == ("72", "48")
+    cq = kube.stored(CLUSTER_QUEUES, "cq")
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][1]["nominalQuota"] = "100"
+    kube.put(CLUSTER_QUEUES, cq)  # the platform raised the quota in Git and force-synced
+    assert cv.cluster_queue(kube.stored(CLUSTER_QUEUES, "cq")).quotas[0].base == 100
+    assert await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 66, 100, "derate"))
+    annotations = kube.stored(CLUSTER_QUEUES, "cq")["metadata"]["annotations"]
+    assert (annotations["m2g.io/base-quota.a"], annotations["m2g.io/quota-set.a"]) == ("100", "66")
+    assert await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 100, 100, "restore"))
+    annotations = kube.stored(CLUSTER_QUEUES, "cq")["metadata"]["annotations"]
+    assert not any(k.startswith(("m2g.io/base-quota.", "m2g.io/quota-set.")) for k in annotations)
 
 
 async def test_quota_retries_on_conflict_and_reports_unknown_flavor() -> None:

@@ -176,6 +176,14 @@ def test_recorded_cluster_queue_and_base_annotation() -> None:
     assert q.last_quota_change == datetime(2026, 11, 29, 22, 40, tzinfo=UTC)
 
 
+def test_quota_base_adopts_a_quota_someone_else_changed() -> None:
+    base, made = "m2g.io/base-quota.f", "m2g.io/quota-set.f"
+    assert cv.quota_base({}, "f", 40) == 40  # nothing recorded: the live quota is the base
+    assert cv.quota_base({base: "72", made: "40"}, "f", 40) == 72  # still m2g's own value
+    assert cv.quota_base({base: "72", made: "40"}, "f", 96) == 96  # changed since: new base
+    assert cv.quota_base({base: "72"}, "f", 40) == 72  # recorded by an older m2g: kept
+
+
 def test_resource_flavor_domain() -> None:
     rf = load("resourceflavor")
     assert cv.resource_flavor(rf).domain == ""  # only a GPU product label: the site

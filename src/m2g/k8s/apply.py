@@ -8,9 +8,10 @@ plan twice writes nothing the second time.
   changes; the message is cut to Kueue's 32 KiB.
 * ``QuotaUpdate`` → a JSON merge patch of the ClusterQueue's whole ``spec.resourceGroups``
   (merge patches replace lists) with a ``metadata.resourceVersion`` precondition, retried on
-  409. The first derate records the platform's value in ``m2g.io/base-quota.<flavor>``; a
-  restore to that base removes it again (m2g then owns nothing). ``m2g.io/quota-changed-at``
-  records when m2g last changed a quota.
+  409. A derate records the platform's value in ``m2g.io/base-quota.<flavor>`` and what m2g
+  wrote in ``m2g.io/quota-set.<flavor>``; a live quota that differs from the latter was changed
+  by someone else (a GitOps sync) and becomes the new base. A restore to the base removes both
+  (m2g then owns nothing). ``m2g.io/quota-changed-at`` records when m2g last changed a quota.
 * ``StopUpdate`` → merge patch ``spec.stopPolicy``; ``WeightUpdate`` → ``spec.fairSharing.weight``.
 * ``ShedAction`` → merge patch ``spec.active`` with ``m2g.io/shed-at``/``m2g.io/shed-reason``
   (removed on restore). A restore only touches workloads m2g shed.
@@ -53,6 +54,8 @@ from m2g.k8s.convert import (
     base_quota_annotation,
     format_time,
     quantity,
+    quota_base,
+    set_quota_annotation,
 )
 from m2g.planner.types import (
     CHECK_CONTROLLER,
@@ -109,6 +112,17 @@ def _pruned(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_pruned(v) for v in value]
     return value
+
+
+def _quota_annotations(annotations: Mapping[str, str], flavor: str, base: int,
+                       nominal: int) -> dict[str, Any]:
+    """The annotation changes that go with writing ``nominal``: at the base m2g owns nothing any
+    more (both removed); below it, the base and what m2g wrote are recorded."""
+    base_key, set_key = base_quota_annotation(flavor), set_quota_annotation(flavor)
+    if nominal == base:
+        return {k: None for k in (base_key, set_key) if k in annotations}
+    want = {base_key: str(base), set_key: str(nominal)}
+    return {k: v for k, v in want.items() if annotations.get(k) != v}
 
 
 def _micro_time(value: datetime) -> str:
@@ -276,15 +290,9 @@ class Applier:
             raise PermanentError(f"ClusterQueue {u.cluster_queue} has no quota for "
                                  f"{u.resource} in flavor {u.flavor}")
         current = int(quantity(found.get("nominalQuota")))
-        key = base_quota_annotation(u.flavor)
         annotations = meta.get("annotations") or {}
-        base = int(quantity(annotations[key])) if key in annotations else current
-        patch_annotations: dict[str, Any] = {}
-        if u.nominal == base:
-            if key in annotations:
-                patch_annotations[key] = None  # restored: m2g owns nothing any more
-        elif key not in annotations:
-            patch_annotations[key] = str(base)
+        base = quota_base(annotations, u.flavor, current)
+        patch_annotations = _quota_annotations(annotations, u.flavor, base, u.nominal)
         if current == u.nominal and not patch_annotations:
             self._record(result, "quota", u.cluster_queue, f"{u.flavor} {u.nominal}", False)
             return False

@@ -75,6 +75,7 @@ SITE_LEVEL = "Site"
 SHED_AT = "m2g.io/shed-at"
 SHED_REASON = "m2g.io/shed-reason"
 BASE_QUOTA_PREFIX = "m2g.io/base-quota."
+SET_QUOTA_PREFIX = "m2g.io/quota-set."  # the nominalQuota m2g itself last wrote
 QUOTA_CHANGED_AT = "m2g.io/quota-changed-at"
 
 GPU_CONDITIONS: Mapping[str, HealthReason] = {
@@ -463,6 +464,24 @@ def base_quota_annotation(flavor: str) -> str:
     return f"{BASE_QUOTA_PREFIX}{flavor}"
 
 
+def set_quota_annotation(flavor: str) -> str:
+    return f"{SET_QUOTA_PREFIX}{flavor}"
+
+
+def quota_base(annotations: Mapping[str, str], flavor: str, nominal: int) -> int:
+    """The platform team's quota for ``flavor``: the recorded base while the live quota is still
+    the one m2g wrote; the live quota itself when nothing is recorded or when someone else (a
+    GitOps sync, an operator) has changed it since — their new value is the new base, with no
+    annotation surgery. Bases recorded before m2g tracked its own writes are kept as they are."""
+    base_raw = annotations.get(base_quota_annotation(flavor))
+    if base_raw is None:
+        return nominal
+    set_raw = annotations.get(set_quota_annotation(flavor))
+    if set_raw is not None and _nonneg_int(set_raw) != nominal:
+        return nominal
+    return _nonneg_int(base_raw)
+
+
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
     """A ClusterQueue → QueueState (the ``resource`` quota of each flavor)."""
     meta, spec, st = _meta(obj), _spec(obj), _status(obj)
@@ -475,9 +494,8 @@ def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
                 if res.get("name") != resource:
                     continue
                 nominal = _nonneg_int(res.get("nominalQuota"))
-                base_raw = annotations.get(base_quota_annotation(fname))
-                base = _nonneg_int(base_raw) if base_raw is not None else nominal
-                quotas.append(FlavorQuota(fname, resource, nominal, base))
+                quotas.append(FlavorQuota(fname, resource, nominal,
+                                          quota_base(annotations, fname, nominal)))
     used = sum(_nonneg_int(r.get("total")) for f in st.get("flavorsUsage") or []
                for r in f.get("resources") or [] if r.get("name") == resource)
     weight_raw = (spec.get("fairSharing") or {}).get("weight")
