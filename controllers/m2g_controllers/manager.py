@@ -154,6 +154,10 @@ class Manager:
             m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
         for s in plan.sheds:
             m.shed_actions.labels("restore" if s.active else "shed").inc()
+        for kq in plan.kai_queues:
+            m.kai_gpu_limit.labels(kq.queue).set(kq.limit)
+        for kt in plan.kai_topologies:
+            m.kai_topology_updates.labels("replace" if kt.replace else "create").inc()
         draw = snap.factory.site_draw_kw()
         if draw.value is not None:
             m.site_draw_kw.set(draw.value)

@@ -42,3 +42,10 @@ class Metrics:
             "m2g_policy_set_rejections_total", "Policy sets rejected (the last good one stays)",
             registry=r)
         self.shadow = Gauge("m2g_shadow_mode", "1 when deciding without writing", registry=r)
+        self.kai_gpu_limit = Gauge(
+            "m2g_kai_queue_gpu_limit",
+            "GPU limit m2g last decided for a budgeted KAI Queue (-1 = unlimited)", ["queue"],
+            registry=r)
+        self.kai_topology_updates = Counter(
+            "m2g_kai_topology_updates_total", "KAI Topology creations and replacements decided",
+            ["action"], registry=r)

@@ -8,6 +8,7 @@ explain each decision.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -19,6 +20,7 @@ from m2g.k8s import client as k
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
+from m2g.k8s.kai import KaiApplier, KaiSync
 from m2g.planner.types import CHECK_CONTROLLER, CheckState, CheckUpdate, ClusterSnapshot, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
@@ -58,6 +60,7 @@ class K8sCluster:
                                         else None) for name, res in WATCHED.items()}
         self.policies = WatchCache(kube, k.POLICIES)
         self.applier = Applier(kube, instance=instance)
+        self.kai = KaiSync(kube)  # KAI Scheduler's caches, only when its CRDs are served
         self._prometheus = prometheus
         self._signal_config = signal_config or SignalConfig()
         self._http: httpx.AsyncClient | None = None
@@ -65,7 +68,7 @@ class K8sCluster:
         self._memo = SnapshotMemo()  # unchanged nodes and workloads are not converted again
 
     def all_caches(self) -> list[WatchCache]:
-        return [*self.caches.values(), self.policies]
+        return [*self.caches.values(), self.policies, *self.kai.caches()]
 
     async def start(self, on_change: Callable[..., None], timeout: float = 60.0) -> None:
         for cache in self.all_caches():
@@ -74,6 +77,7 @@ class K8sCluster:
         pending = [c.wait_synced(timeout) for c in self.all_caches()
                    if c.resource.group in ("", "kueue.x-k8s.io")]
         await asyncio.gather(*pending)  # m2g's own CRDs may be missing: they sync later
+        await self.kai.probe(on_change)
 
     async def stop(self) -> None:
         for cache in self.all_caches():
@@ -83,7 +87,10 @@ class K8sCluster:
 
     async def snapshot(self, now: datetime) -> ClusterSnapshot:
         objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
-        return build_snapshot(objs, await self._readings(), now, memo=self._memo)
+        snap = build_snapshot(objs, await self._readings(), now, memo=self._memo)
+        await self.kai.probe()  # KAI installed later is picked up (one discovery call a minute)
+        kai = self.kai.state(objs.nodes.values())
+        return snap if kai is None else dataclasses.replace(snap, kai=kai)
 
     async def _readings(self) -> Readings | None:
         if self._read_override is not None:
@@ -107,6 +114,7 @@ class K8sCluster:
         workloads = self.caches["workloads"]
         result = await self.applier.apply_plan(
             plan, known=lambda ns, name: workloads.get(f"{ns}/{name}"))
+        await KaiApplier(self.applier).apply(plan, result)
         await self._check_events(plan, result, shadow)
         lines = [f"{'would ' if not r.written else ''}{r.action} {r.target}: {r.detail}"
                  for r in result.records]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare a kind cluster like the local control plane: Kueue (release manifests), KWOK in the
-# cluster with m2g's stages, KAI's CRDs (stand-ins, or the real KAI with WITH_KAI=1) and the
+# cluster with m2g's stages, KAI's CRDs (KAI's files alone, or the real KAI with WITH_KAI=1) and the
 # simulated factory. Then run the same e2e suite against it:
 #   kind-e2e/kind/install.sh            # creates cluster "m2g" unless it exists
 #   M2G_E2E_KUBECONFIG=$HOME/.kube/config .venv/bin/python -m pytest -m e2e -q
@@ -37,7 +37,7 @@ if [[ "${WITH_KAI:-0}" == 1 ]]; then
   helm upgrade -i kai-scheduler oci://ghcr.io/nvidia/kai-scheduler/kai-scheduler \
     -n kai-scheduler --create-namespace ${KAI_CHART_VERSION:+--version "$KAI_CHART_VERSION"}
 else
-  echo "== KAI CRDs (m2g's stand-ins; WITH_KAI=1 installs the real KAI)"
+  echo "== KAI CRDs (KAI's CRD files, no scheduler; WITH_KAI=1 installs the real KAI)"
   kubectl apply --server-side -f "$repo/kind-e2e/manifests/kai-crds.yaml"
 fi
 

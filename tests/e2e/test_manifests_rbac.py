@@ -79,8 +79,10 @@ ALLOWED = [
     ("update", "leases.coordination.k8s.io/m2g-controller", NS),
     ("create", "events.events.k8s.io", "default"), ("patch", "events.events.k8s.io", "default"),
     ("create", "events", "default"),
-    *[(v, r, None) for v in ("get", "list", "watch", "create", "patch", "update")
+    *[(v, r, None) for v in ("get", "list", "watch", "patch")
       for r in ("topologies.kai.scheduler", "queues.scheduling.run.ai")],
+    ("create", "topologies.kai.scheduler", None),
+    ("delete", "topologies.kai.scheduler/nvl72", None),
 ]
 
 DENIED = [
@@ -108,6 +110,9 @@ DENIED = [
     ("create", "rolebindings.rbac.authorization.k8s.io", NS),
     ("impersonate", "serviceaccounts", NS), ("create", "serviceaccounts/token", NS),
     ("delete", "queues.scheduling.run.ai", None),
+    ("create", "queues.scheduling.run.ai", None), ("update", "queues.scheduling.run.ai", None),
+    ("update", "topologies.kai.scheduler", None),
+    ("delete", "topologies.kai.scheduler/someone-elses", None),
     ("create", "podgroups.scheduling.run.ai", "default"),
     ("create", "namespaces", None),
 ]

@@ -239,11 +239,17 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
     docs = list(yaml.safe_load_all((REPO / "deploy" / "controller" / "rbac.yaml").read_text()))
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     grants: dict[tuple[str, str], set[str]] = {}
+    named: dict[tuple[str, str, str], set[str]] = {}
     for rule in role["rules"]:
-        assert "resourceNames" not in rule
         for group in rule["apiGroups"]:
             for res in rule["resources"]:
-                grants.setdefault((group, res), set()).update(rule["verbs"])
+                if "resourceNames" in rule:
+                    for name in rule["resourceNames"]:
+                        named.setdefault((group, res, name), set()).update(rule["verbs"])
+                else:
+                    grants.setdefault((group, res), set()).update(rule["verbs"])
+    # KAI's Topology levels are immutable: m2g replaces (deletes) only the one it manages
+    assert named == {("kai.scheduler", "topologies", "nvl72"): {"delete"}}
     read = {"get", "list", "watch"}
     want = {
         ("", "nodes"): read, ("", "pods"): read, ("", "events"): {"create"},
@@ -255,8 +261,8 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
         ("kueue.x-k8s.io", "admissionchecks"): read | {"create"},
         ("kueue.x-k8s.io", "admissionchecks/status"): {"patch", "update"},
         ("events.k8s.io", "events"): {"create", "patch"},
-        ("kai.scheduler", "topologies"): read | {"create", "patch", "update"},
-        ("scheduling.run.ai", "queues"): read | {"create", "patch", "update"},
+        ("kai.scheduler", "topologies"): read | {"create", "patch"},
+        ("scheduling.run.ai", "queues"): read | {"patch"},
     }
     for res in ("gridevents", "maintenancewindows", "powerdomains", "policies"):
         want[("m2g.io", res)] = read

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from m2g.model import labels as L
+
 
 @dataclass(frozen=True)
 class PlannerConfig:
@@ -35,3 +37,12 @@ class PlannerConfig:
     shed_saving_fraction: float = 0.82
     #: kW per GPU for a workload that states no estimate (GB300 at training load, docs/signals.md).
     default_kw_per_gpu: float = 1.34
+    #: The KAI Topology m2g keeps in step with node labels (templates name it: --set topology=).
+    kai_topology_name: str = "nvl72"
+    #: Its candidate levels, coarse to fine; a level is used when some GPU node carries the
+    #: label. kueue-config's Kueue Topology levels (block, rack, hostname) plus the NVLink clique
+    #: (GFD), which m2g's templates request from KAI by default (nvlink_level); on NVL72 a rack
+    #: is one clique, so either label works in a KAI topology constraint.
+    kai_topology_levels: tuple[str, ...] = (L.BLOCK, L.GPU_CLIQUE, L.RACK, L.HOSTNAME)
+    #: kW per GPU when turning a power budget into a KAI Queue GPU limit (None: default_kw_per_gpu).
+    kai_kw_per_gpu: float | None = None

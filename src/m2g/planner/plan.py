@@ -7,6 +7,7 @@ from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
 from m2g.planner.fairness import weight_updates
 from m2g.planner.inputs import InputBuilder
+from m2g.planner.kai import kai_updates
 from m2g.planner.shedding import shed_actions
 from m2g.planner.types import ClusterSnapshot, Plan
 from m2g.policy import Evaluator
@@ -20,11 +21,14 @@ def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
     builder = InputBuilder(snap)
     quotas, stops = capacity_updates(evaluator, builder, config)
     sheds, why = shed_actions(evaluator, builder, config)
+    kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
     return Plan(
         checks=tuple(check_updates(evaluator, builder, config)),
         quotas=tuple(quotas),
         stops=tuple(stops),
         sheds=tuple(sheds),
         weights=tuple(weight_updates(evaluator, builder)),
-        notes=(why,),
+        notes=(why, *kai_notes),
+        kai_topologies=tuple(kai_topologies),
+        kai_queues=tuple(kai_queues),
     )

@@ -93,6 +93,38 @@ class FlavorState:
 
 
 @dataclass(frozen=True)
+class KaiTopologyState:
+    """A KAI ``Topology`` (kai.scheduler/v1alpha1) as it is in the cluster."""
+
+    name: str
+    levels: tuple[str, ...]  # spec.levels[].nodeLabel, coarse to fine
+    managed_by_m2g: bool = False  # created by m2g (label), so m2g may replace it
+
+
+@dataclass(frozen=True)
+class KaiQueueState:
+    """A KAI ``Queue`` (scheduling.run.ai/v2) that names a power budget (``m2g.io/power-domain``).
+
+    GPU values are KAI's: fractions of a GPU, ``-1`` = unlimited."""
+
+    name: str
+    power_domain: str  # a PowerDomain's name (a Site-level one: the site budget and grid events)
+    quota: float  # spec.resources.gpu.quota
+    limit: float  # spec.resources.gpu.limit now (unset reads as 0, KAI's Go zero value)
+    base_limit: float  # the platform team's limit (recorded by m2g before it first changes it)
+    last_change: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KaiState:
+    """What m2g reads from KAI: the node label keys on GPU nodes, Topologies, budgeted Queues."""
+
+    node_label_keys: frozenset[str] = frozenset()
+    topologies: tuple[KaiTopologyState, ...] = ()
+    queues: tuple[KaiQueueState, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one reconcile decides on."""
 
@@ -100,6 +132,7 @@ class ClusterSnapshot:
     workloads: tuple[WorkloadState, ...] = ()
     queues: tuple[QueueState, ...] = ()
     flavors: tuple[FlavorState, ...] = ()
+    kai: KaiState | None = None  # None: KAI's CRDs are not served (nothing to keep in step)
 
     @property
     def now(self) -> datetime:
@@ -162,6 +195,26 @@ class WeightUpdate:
 
 
 @dataclass(frozen=True)
+class KaiTopologyUpdate:
+    """Create a KAI Topology, or replace one m2g made (its nodeLabels are immutable in KAI)."""
+
+    name: str
+    levels: tuple[str, ...]
+    replace: bool  # delete the current object first
+    reason: str
+
+
+@dataclass(frozen=True)
+class KaiQueueUpdate:
+    """Set a KAI Queue's ``spec.resources.gpu.limit`` (-1 = unlimited)."""
+
+    queue: str
+    limit: float
+    base: float  # the platform team's limit; setting it back hands the field back to them
+    reason: str
+
+
+@dataclass(frozen=True)
 class Plan:
     """The changes one reconcile wants; applying the same plan twice changes nothing more."""
 
@@ -171,6 +224,9 @@ class Plan:
     sheds: tuple[ShedAction, ...] = ()
     weights: tuple[WeightUpdate, ...] = ()
     notes: tuple[str, ...] = ()
+    kai_topologies: tuple[KaiTopologyUpdate, ...] = ()
+    kai_queues: tuple[KaiQueueUpdate, ...] = ()
 
     def empty(self) -> bool:
-        return not (self.checks or self.quotas or self.stops or self.sheds or self.weights)
+        return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
+                    or self.kai_topologies or self.kai_queues)

@@ -1,0 +1,221 @@
+"""KAI Scheduler adapter: discover KAI's CRDs, watch them when served, apply KAI changes.
+
+m2g runs fine without KAI. ``KaiSync.probe`` asks API discovery whether
+``kai.scheduler/v1alpha1`` (Topology) and ``scheduling.run.ai/v2`` (Queue) are served; only
+then are Topology and Queue watch caches started (a cluster that installs KAI later is picked
+up by a later probe). Until both caches have synced, ``state`` is None and the planner plans
+nothing for KAI.
+
+Writes (``KaiApplier``):
+
+* ``KaiTopologyUpdate`` → server-side apply of the Topology (field manager ``m2g``, label
+  ``app.kubernetes.io/managed-by: m2g``). KAI makes the levels' nodeLabels immutable, so a
+  replacement first deletes the current object with a uid/resourceVersion precondition (a
+  Topology that changed meanwhile is not deleted; the next reconcile decides again).
+* ``KaiQueueUpdate`` → a JSON merge patch of ``spec.resources.gpu.limit`` alone, with a
+  ``metadata.resourceVersion`` precondition (409: re-read and retry). The first change records
+  the platform team's limit in ``m2g.io/base-gpu-limit``; setting it back removes the
+  annotation. ``m2g.io/gpu-limit-changed-at`` records when m2g last changed it.
+
+Each write is idempotent (a value already in place is not written) and explained by an Event
+on the object (``TopologySynced``, ``TopologyReplaced``, ``GpuLimitLowered``,
+``GpuLimitRaised``). In dry-run (shadow) mode only the Events and records are made.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.cache import WatchCache
+from m2g.k8s.client import Conflict, Kube, KubeError, NotFound, Obj, Resource, ResourceMissing
+from m2g.k8s.convert import format_time, quantity
+from m2g.k8s.kai_convert import (
+    BASE_GPU_LIMIT,
+    GPU_LIMIT_CHANGED_AT,
+    MANAGED_BY,
+    MANAGER,
+    gpu_resources,
+    kai_state,
+)
+from m2g.planner.types import KaiQueueUpdate, KaiState, KaiTopologyUpdate, Plan
+
+log = logging.getLogger(__name__)
+
+KAI_TOPOLOGIES = Resource("kai.scheduler", "v1alpha1", "topologies", "Topology", False)
+KAI_QUEUES = Resource("scheduling.run.ai", "v2", "queues", "Queue", False)
+CONFLICT_RETRIES = 5
+PROBE_SECONDS = 60.0
+
+
+async def served(kube: Kube, res: Resource) -> bool:
+    """Does API discovery list ``res`` (group/version and plural)?"""
+    try:
+        found = await kube.request("GET", f"/apis/{res.group}/{res.version}")
+    except (NotFound, ResourceMissing):  # the group/version is not served
+        return False
+    return any(r.get("name") == res.plural for r in found.get("resources") or [])
+
+
+def _number(value: float) -> int | float:
+    """KAI's GPU values are numbers; whole ones are written as integers."""
+    return int(value) if float(value).is_integer() else value
+
+
+class KaiApplier:
+    """Writes the KAI part of a plan through an ``Applier`` (its dry-run flag, records, Events)."""
+
+    def __init__(self, applier: Applier) -> None:
+        self.applier = applier
+        self.kube = applier.kube
+
+    async def apply(self, plan: Plan, result: ApplyResult) -> None:
+        for t in plan.kai_topologies:
+            await self._step(result, f"kai-topology {t.name}", self.apply_topology(t, result))
+        for q in plan.kai_queues:
+            await self._step(result, f"kai-queue {q.queue}", self.apply_queue(q, result))
+
+    @staticmethod
+    async def _step(result: ApplyResult, what: str, change: Any) -> None:
+        try:
+            await change
+        except KubeError as exc:
+            result.errors.append((what, exc))
+
+    async def _event(self, obj: Obj, reason: str, message: str, kind: str = "Normal") -> None:
+        prefix = "[shadow] " if self.applier.dry_run else ""
+        try:  # best effort: the change itself is made
+            await self.applier.emit_event(obj, reason, prefix + message, kind, action="KaiSync")
+        except KubeError as exc:
+            log.info("event %s not written: %s", reason, exc)
+
+    async def apply_topology(self, u: KaiTopologyUpdate, result: ApplyResult | None = None
+                             ) -> bool:
+        current = await self.kube.get_or_none(KAI_TOPOLOGIES, u.name)
+        levels = [{"nodeLabel": label} for label in u.levels]
+        now = [{"nodeLabel": (lv or {}).get("nodeLabel")}
+               for lv in ((current or {}).get("spec") or {}).get("levels") or []]
+        labels = ((current or {}).get("metadata") or {}).get("labels") or {}
+        if current is not None and now == levels:
+            self.applier._record(result, "kai-topology", u.name, "in place", False)
+            return False
+        replace = current is not None and now != levels
+        if replace and labels.get(MANAGED_BY) != MANAGER:
+            raise KubeError(f"KAI Topology {u.name} was not created by m2g; not replaced")
+        detail = f"{'replace' if replace else 'apply'} levels {[x['nodeLabel'] for x in levels]}"
+        body = {"apiVersion": KAI_TOPOLOGIES.api_version, "kind": KAI_TOPOLOGIES.kind,
+                "metadata": {"name": u.name, "labels": {MANAGED_BY: MANAGER}},
+                "spec": {"levels": levels}}
+        if self.applier._record(result, "kai-topology", u.name, f"{detail}: {u.reason}", True):
+            if replace and current is not None:
+                meta = current.get("metadata") or {}
+                await self.kube.request("DELETE", KAI_TOPOLOGIES.path(name=u.name), body={
+                    "apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
+                        "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}})
+            current = await self.kube.apply(KAI_TOPOLOGIES, u.name, body,
+                                            field_manager=self.applier.field_manager)
+        await self._event(current or body, "TopologyReplaced" if replace else "TopologySynced",
+                          u.reason)
+        return not self.applier.dry_run
+
+    async def apply_queue(self, u: KaiQueueUpdate, result: ApplyResult | None = None) -> bool:
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return await self._apply_queue_once(u, result)
+            except Conflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+        return False  # pragma: no cover
+
+    async def _apply_queue_once(self, u: KaiQueueUpdate, result: ApplyResult | None) -> bool:
+        q = await self.kube.get(KAI_QUEUES, u.queue)
+        meta = q.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        current = quantity(gpu_resources(q).get("limit", 0))
+        base = quantity(annotations[BASE_GPU_LIMIT]) if BASE_GPU_LIMIT in annotations \
+            else current
+        patch_annotations: dict[str, Any] = {}
+        if u.limit == base:
+            if BASE_GPU_LIMIT in annotations:
+                patch_annotations[BASE_GPU_LIMIT] = None  # handed back to the platform team
+        elif BASE_GPU_LIMIT not in annotations:
+            patch_annotations[BASE_GPU_LIMIT] = f"{_number(base)}"
+        if current == u.limit and not patch_annotations:
+            self.applier._record(result, "kai-queue", u.queue, f"gpu limit {u.limit:g}", False)
+            return False
+        detail = f"gpu limit {current:g} -> {u.limit:g} (base {base:g}): {u.reason}"
+        if not self.applier.dry_run:  # write first: a 409 is retried and recorded once
+            patch_annotations[GPU_LIMIT_CHANGED_AT] = format_time(self.applier.clock())
+            await self.kube.patch(KAI_QUEUES, u.queue, {
+                "metadata": {"resourceVersion": meta.get("resourceVersion"),
+                             "annotations": patch_annotations},
+                "spec": {"resources": {"gpu": {"limit": _number(u.limit)}}}},
+                field_manager=self.applier.field_manager)
+        written = self.applier._record(result, "kai-queue", u.queue, detail, True)
+        lower = u.limit >= 0 and (current < 0 or u.limit < current)
+        await self._event(q, "GpuLimitLowered" if lower else "GpuLimitRaised", u.reason,
+                          "Warning" if lower else "Normal")
+        return written
+
+
+class KaiSync:
+    """KAI's watch caches, started once discovery shows KAI's CRDs."""
+
+    def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic,
+                 probe_seconds: float = PROBE_SECONDS) -> None:
+        self.kube = kube
+        self.clock = clock
+        self.probe_seconds = probe_seconds
+        self.topologies: WatchCache | None = None
+        self.queues: WatchCache | None = None
+        self._last_probe: float | None = None
+        self._on_change: Callable[..., None] | None = None
+
+    @property
+    def present(self) -> bool:
+        return self.topologies is not None
+
+    def caches(self) -> list[WatchCache]:
+        return [c for c in (self.topologies, self.queues) if c is not None]
+
+    async def probe(self, on_change: Callable[..., None] | None = None) -> bool:
+        """Start the caches if KAI's CRDs are served (at most one discovery call per
+        ``probe_seconds`` while they are not). True when KAI is present."""
+        if on_change is not None:
+            self._on_change = on_change
+        if self.present:
+            return True
+        now = self.clock()
+        if self._last_probe is not None and now - self._last_probe < self.probe_seconds:
+            return False
+        self._last_probe = now
+        try:
+            found = await served(self.kube, KAI_TOPOLOGIES) and await served(self.kube,
+                                                                             KAI_QUEUES)
+        except KubeError as exc:
+            log.info("KAI discovery failed, retried later: %s", exc)
+            return False
+        if not found:
+            return False
+        self.topologies = WatchCache(self.kube, KAI_TOPOLOGIES)
+        self.queues = WatchCache(self.kube, KAI_QUEUES)
+        for cache in self.caches():
+            if self._on_change is not None:
+                cache.subscribe(self._on_change)
+            cache.start()
+        log.info("KAI Scheduler CRDs found: keeping its Topology and Queue limits in step")
+        return True
+
+    def state(self, nodes: Any) -> KaiState | None:
+        """The KAI part of a snapshot; None until KAI is present and both caches synced."""
+        if self.topologies is None or self.queues is None or not (
+                self.topologies.synced.is_set() and self.queues.synced.is_set()):
+            return None
+        return kai_state(nodes, self.topologies.view().values(), self.queues.view().values())
+
+    async def stop(self) -> None:
+        for cache in self.caches():
+            await cache.stop()

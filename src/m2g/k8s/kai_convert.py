@@ -1,0 +1,72 @@
+"""KAI Scheduler objects → the planner's ``KaiState`` (pure: no I/O).
+
+* Topologies (``kai.scheduler/v1alpha1``): name, ``spec.levels[].nodeLabel``, and whether m2g
+  created it (label ``app.kubernetes.io/managed-by: m2g``).
+* Queues (``scheduling.run.ai/v2``): only those annotated ``m2g.io/power-domain``; their
+  ``spec.resources.gpu.{quota,limit}`` (unset reads as 0, KAI's Go zero value), the platform
+  team's limit from ``m2g.io/base-gpu-limit`` (else the limit now) and the time m2g last changed
+  it (``m2g.io/gpu-limit-changed-at``).
+* Node label keys: the union over GPU nodes (``convert.is_gpu_node``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from m2g.k8s.convert import is_gpu_node, parse_time, quantity
+from m2g.model import labels as L
+from m2g.planner.types import KaiQueueState, KaiState, KaiTopologyState
+
+Obj = Mapping[str, Any]
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "m2g"
+BASE_GPU_LIMIT = "m2g.io/base-gpu-limit"
+GPU_LIMIT_CHANGED_AT = "m2g.io/gpu-limit-changed-at"
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def topology(obj: Obj) -> KaiTopologyState:
+    levels = tuple(str(level.get("nodeLabel", ""))
+                   for level in (obj.get("spec") or {}).get("levels") or [])
+    labels = _meta(obj).get("labels") or {}
+    return KaiTopologyState(name=str(_meta(obj).get("name", "")), levels=levels,
+                            managed_by_m2g=labels.get(MANAGED_BY) == MANAGER)
+
+
+def gpu_resources(obj: Obj) -> Mapping[str, Any]:
+    return ((obj.get("spec") or {}).get("resources") or {}).get("gpu") or {}
+
+
+def queue(obj: Obj) -> KaiQueueState | None:
+    """A budgeted Queue, or None when it names no power domain."""
+    annotations = _meta(obj).get("annotations") or {}
+    domain = str(annotations.get(L.POWER_DOMAIN) or "").strip()
+    if not domain:
+        return None
+    gpu = gpu_resources(obj)
+    limit = quantity(gpu.get("limit", 0))
+    base_raw = annotations.get(BASE_GPU_LIMIT)
+    return KaiQueueState(
+        name=str(_meta(obj).get("name", "")), power_domain=domain,
+        quota=quantity(gpu.get("quota", 0)), limit=limit,
+        base_limit=quantity(base_raw) if base_raw is not None else limit,
+        last_change=parse_time(annotations.get(GPU_LIMIT_CHANGED_AT)))
+
+
+def node_label_keys(nodes: Iterable[Obj]) -> frozenset[str]:
+    return frozenset(str(key) for n in nodes if is_gpu_node(n)
+                     for key in (_meta(n).get("labels") or {}))
+
+
+def kai_state(nodes: Iterable[Obj], topologies: Iterable[Obj],
+              queues: Iterable[Obj]) -> KaiState:
+    budgeted = (queue(o) for o in queues)
+    return KaiState(
+        node_label_keys=node_label_keys(nodes),
+        topologies=tuple(sorted((topology(o) for o in topologies), key=lambda t: t.name)),
+        queues=tuple(sorted((q for q in budgeted if q is not None), key=lambda q: q.name)))
