@@ -152,12 +152,18 @@ async def test_grid_event_lowers_a_budgeted_queues_gpu_limit_and_restores_it(
         q = queue(cluster, name)
         assert q["metadata"]["annotations"]["m2g.io/base-gpu-limit"] == "40"
         assert q["spec"]["resources"]["cpu"] == {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+        # a GitOps sync sets the platform's new limit, 30, during the event: it becomes the base
+        cluster.custom.patch_cluster_custom_object("scheduling.run.ai", QUEUE_V, "queues", name,
+                                                   {"spec": {"resources": {"gpu": {"limit": 30}}}})
+        await until("m2g to lower it again under the new base", lambda: (
+            limit() == 25 and queue(cluster, name)["metadata"]["annotations"].get(
+                "m2g.io/base-gpu-limit") == "30"))
         cluster.custom.delete_cluster_custom_object("m2g.io", "v1alpha1", "gridevents", event)
-        await until("the limit to be restored", lambda: limit() == 40)
+        await until("the limit to be restored", lambda: limit() == 30)
         assert "m2g.io/base-gpu-limit" not in queue(cluster, name)["metadata"]["annotations"]
         text = manager.metrics.registry.get_sample_value(
             "m2g_kai_queue_gpu_limit", {"queue": name})
-        assert text == 40
+        assert text == 30
     reasons = await until("the Events", lambda: (
         (r := events_about(cluster, name)) and "GpuLimitRaised" in r and r))
     assert "GpuLimitLowered" in reasons

@@ -11,7 +11,13 @@ from typing import Any, cast
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.client import Conflict, Kube, Obj, ResourceMissing
 from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, KaiApplier, KaiSync
-from m2g.k8s.kai_convert import BASE_GPU_LIMIT, GPU_LIMIT_CHANGED_AT, kai_state
+from m2g.k8s.kai_convert import (
+    BASE_GPU_LIMIT,
+    GPU_LIMIT_CHANGED_AT,
+    GPU_LIMIT_SET,
+    kai_state,
+    limit_base,
+)
 from m2g.planner.types import KaiQueueState, KaiQueueUpdate, KaiTopologyUpdate, Plan
 from tests.unit.k8s_fakes import FakeKube, FakeWatchApi
 
@@ -133,13 +139,31 @@ async def test_queue_limit_lowered_records_base_and_restore_removes_it() -> None
     q = kube.stored(KAI_QUEUES, "team-a")
     assert q["spec"]["resources"]["gpu"] == {"quota": 8, "overQuotaWeight": 1, "limit": 8}
     assert q["metadata"]["annotations"][BASE_GPU_LIMIT] == "16"
+    assert q["metadata"]["annotations"][GPU_LIMIT_SET] == "8"
     assert q["metadata"]["annotations"][GPU_LIMIT_CHANGED_AT] == "2026-11-30T01:00:00Z"
     assert not await kai.apply_queue(KaiQueueUpdate("team-a", 8, 16, "again"))
     assert await kai.apply_queue(KaiQueueUpdate("team-a", 16, 16, "event over"))
     q = kube.stored(KAI_QUEUES, "team-a")
     assert q["spec"]["resources"]["gpu"]["limit"] == 16
     assert BASE_GPU_LIMIT not in q["metadata"]["annotations"]
+    assert GPU_LIMIT_SET not in q["metadata"]["annotations"]
     assert events(kube) == ["GpuLimitLowered", "GpuLimitRaised"]
+
+
+def test_a_limit_changed_by_someone_else_becomes_the_base() -> None:
+    recorded = {BASE_GPU_LIMIT: "16", GPU_LIMIT_SET: "8"}
+    assert limit_base(recorded, 8) == 16  # still what m2g wrote
+    assert limit_base(recorded, 24) == 24  # a GitOps sync set 24 since
+    assert limit_base({BASE_GPU_LIMIT: "16"}, 8) == 16  # recorded before m2g tracked its writes
+    assert limit_base({}, -1) == -1
+
+
+async def test_lowering_after_a_gitops_change_records_the_new_base() -> None:
+    kube, kai = setup()
+    kube.put(KAI_QUEUES, queue_obj(24, {BASE_GPU_LIMIT: "16", GPU_LIMIT_SET: "8"}))
+    assert await kai.apply_queue(KaiQueueUpdate("team-a", 12, 24, "budget"))
+    annotations = kube.stored(KAI_QUEUES, "team-a")["metadata"]["annotations"]
+    assert (annotations[BASE_GPU_LIMIT], annotations[GPU_LIMIT_SET]) == ("24", "12")
 
 
 async def test_unlimited_base_is_recorded_as_minus_one() -> None:

@@ -13,9 +13,11 @@ Writes (``KaiApplier``):
   replacement first deletes the current object with a uid/resourceVersion precondition (a
   Topology that changed meanwhile is not deleted; the next reconcile decides again).
 * ``KaiQueueUpdate`` → a JSON merge patch of ``spec.resources.gpu.limit`` alone, with a
-  ``metadata.resourceVersion`` precondition (409: re-read and retry). The first change records
-  the platform team's limit in ``m2g.io/base-gpu-limit``; setting it back removes the
-  annotation. ``m2g.io/gpu-limit-changed-at`` records when m2g last changed it.
+  ``metadata.resourceVersion`` precondition (409: re-read and retry). A change records the
+  platform team's limit in ``m2g.io/base-gpu-limit`` and what m2g wrote in
+  ``m2g.io/gpu-limit-set``; a live limit that differs from the latter was changed by someone
+  else (a GitOps sync) and becomes the new base. Setting the base back removes both.
+  ``m2g.io/gpu-limit-changed-at`` records when m2g last changed it.
 
 Each write is idempotent (a value already in place is not written) and explained by an Event
 on the object (``TopologySynced``, ``TopologyReplaced``, ``GpuLimitLowered``,
@@ -36,10 +38,12 @@ from m2g.k8s.convert import format_time, quantity
 from m2g.k8s.kai_convert import (
     BASE_GPU_LIMIT,
     GPU_LIMIT_CHANGED_AT,
+    GPU_LIMIT_SET,
     MANAGED_BY,
     MANAGER,
     gpu_resources,
     kai_state,
+    limit_base,
 )
 from m2g.planner.types import KaiQueueUpdate, KaiState, KaiTopologyUpdate, Plan
 
@@ -135,14 +139,14 @@ class KaiApplier:
         meta = q.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         current = quantity(gpu_resources(q).get("limit", 0))
-        base = quantity(annotations[BASE_GPU_LIMIT]) if BASE_GPU_LIMIT in annotations \
-            else current
-        patch_annotations: dict[str, Any] = {}
-        if u.limit == base:
-            if BASE_GPU_LIMIT in annotations:
-                patch_annotations[BASE_GPU_LIMIT] = None  # handed back to the platform team
-        elif BASE_GPU_LIMIT not in annotations:
-            patch_annotations[BASE_GPU_LIMIT] = f"{_number(base)}"
+        base = limit_base(annotations, current)
+        patch_annotations: dict[str, Any]
+        if u.limit == base:  # handed back to the platform team: m2g owns nothing
+            patch_annotations = {k: None for k in (BASE_GPU_LIMIT, GPU_LIMIT_SET)
+                                 if k in annotations}
+        else:
+            want = {BASE_GPU_LIMIT: f"{_number(base)}", GPU_LIMIT_SET: f"{_number(u.limit)}"}
+            patch_annotations = {k: v for k, v in want.items() if annotations.get(k) != v}
         if current == u.limit and not patch_annotations:
             self.applier._record(result, "kai-queue", u.queue, f"gpu limit {u.limit:g}", False)
             return False

@@ -4,8 +4,8 @@
   created it (label ``app.kubernetes.io/managed-by: m2g``).
 * Queues (``scheduling.run.ai/v2``): only those annotated ``m2g.io/power-domain``; their
   ``spec.resources.gpu.{quota,limit}`` (unset reads as 0, KAI's Go zero value), the platform
-  team's limit from ``m2g.io/base-gpu-limit`` (else the limit now) and the time m2g last changed
-  it (``m2g.io/gpu-limit-changed-at``).
+  team's limit (``limit_base``) and the time m2g last changed it
+  (``m2g.io/gpu-limit-changed-at``).
 * Node label keys: the union over GPU nodes (``convert.is_gpu_node``).
 """
 
@@ -23,6 +23,7 @@ Obj = Mapping[str, Any]
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "m2g"
 BASE_GPU_LIMIT = "m2g.io/base-gpu-limit"
+GPU_LIMIT_SET = "m2g.io/gpu-limit-set"  # the limit m2g itself last wrote
 GPU_LIMIT_CHANGED_AT = "m2g.io/gpu-limit-changed-at"
 
 
@@ -38,6 +39,19 @@ def topology(obj: Obj) -> KaiTopologyState:
                             managed_by_m2g=labels.get(MANAGED_BY) == MANAGER)
 
 
+def limit_base(annotations: Mapping[str, Any], limit: float) -> float:
+    """The platform team's GPU limit: the recorded ``m2g.io/base-gpu-limit`` while the live
+    limit is still the one m2g wrote (``m2g.io/gpu-limit-set``); the live limit when nothing is
+    recorded or someone else (a GitOps sync) has changed it since — their value is the new base."""
+    base_raw = annotations.get(BASE_GPU_LIMIT)
+    if base_raw is None:
+        return limit
+    set_raw = annotations.get(GPU_LIMIT_SET)
+    if set_raw is not None and quantity(set_raw) != limit:
+        return limit
+    return quantity(base_raw)
+
+
 def gpu_resources(obj: Obj) -> Mapping[str, Any]:
     return ((obj.get("spec") or {}).get("resources") or {}).get("gpu") or {}
 
@@ -50,11 +64,10 @@ def queue(obj: Obj) -> KaiQueueState | None:
         return None
     gpu = gpu_resources(obj)
     limit = quantity(gpu.get("limit", 0))
-    base_raw = annotations.get(BASE_GPU_LIMIT)
     return KaiQueueState(
         name=str(_meta(obj).get("name", "")), power_domain=domain,
         quota=quantity(gpu.get("quota", 0)), limit=limit,
-        base_limit=quantity(base_raw) if base_raw is not None else limit,
+        base_limit=limit_base(annotations, limit),
         last_change=parse_time(annotations.get(GPU_LIMIT_CHANGED_AT)))
 
 
