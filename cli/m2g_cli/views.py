@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from m2g.model.factory import FactorySnapshot, Reading, site_view
+from m2g.model.factory import FactorySnapshot, Node, Reading, site_view
 from m2g.model.labels import GPU_RESOURCE
 from m2g.planner.explain import Explanation
 from m2g.planner.types import ClusterSnapshot, Phase, QueueState, WorkloadState
@@ -140,6 +140,15 @@ def _kw(r: Reading) -> str:
     return "stale" if r.stale or r.value is None else f"{r.value:.1f}"
 
 
+def _held(nodes: list[Node]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in nodes:
+        for key, _ in n.m2g_taints:
+            kind = key.removeprefix("m2g.io/")
+            out[kind] = out.get(kind, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def signal_data(f: FactorySnapshot) -> dict[str, Any]:
     site = site_view(f)
     draw = f.site_draw_kw()
@@ -155,7 +164,9 @@ def signal_data(f: FactorySnapshot) -> dict[str, Any]:
                    "alarm": r.thermal_alarm,
                    "healthyGpus": sum(n.healthy_gpus for n in f.nodes_of(r.name)),
                    "totalGpus": sum(n.gpus for n in f.nodes_of(r.name)),
-                   "unhealthyNodes": sorted(n.name for n in f.nodes_of(r.name) if n.reasons)}
+                   "unhealthyNodes": sorted(n.name for n in f.nodes_of(r.name) if n.reasons),
+                   # nodes m2g itself tainted, by why (maintenance, thermal): held, not unhealthy
+                   "heldNodes": _held(f.nodes_of(r.name))}
                   for r in f.racks],
         "gridEvent": None if event is None else {
             "id": event.id, "active": event.active(f.now), "start": event.start.isoformat(),
@@ -184,7 +195,7 @@ def render_signals(f: FactorySnapshot, out: Output) -> str:
                      f"on {', '.join(w['racks'] + w['nodes']) or '-'}")
     head = ["RACK", "DOMAIN", "KW", "CAP", "INLET", "LIMIT", "GPUS", "AGE"]
     if out is Output.WIDE:
-        head += ["BLOCK", "UNHEALTHY"]
+        head += ["BLOCK", "UNHEALTHY", "HELD"]
     body = []
     for r, rack in zip(data["racks"], f.racks, strict=True):
         inlet = "stale" if r["inletC"] is None else f"{r['inletC']:.1f}"
@@ -194,7 +205,8 @@ def render_signals(f: FactorySnapshot, out: Output) -> str:
                inlet, f"{r['limitC']:g}", f"{r['healthyGpus']}/{r['totalGpus']}",
                _age(r["powerAgeSeconds"])]
         if out is Output.WIDE:
-            row += [r["block"] or "-", ",".join(r["unhealthyNodes"]) or "-"]
+            row += [r["block"] or "-", ",".join(r["unhealthyNodes"]) or "-",
+                    ",".join(f"{k}:{v}" for k, v in r["heldNodes"].items()) or "-"]
         body.append(row)
     return "\n".join(lines) + "\n\n" + (table(head, body) if body else "No racks found.\n")
 

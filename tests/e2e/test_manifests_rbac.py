@@ -61,6 +61,7 @@ def sa_kubeconfig(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) ->
 # (verb, resource, namespace or None)
 ALLOWED = [
     *[(v, r, None) for r in ("nodes", "pods") for v in ("get", "list", "watch")],
+    ("patch", "nodes", None),  # m2g's own maintenance and thermal taints
     *[(v, "workloads.kueue.x-k8s.io", "default") for v in ("get", "list", "watch", "patch")],
     ("patch", "workloads.kueue.x-k8s.io/status", "default"),
     *[(v, "clusterqueues.kueue.x-k8s.io", None)
@@ -91,7 +92,8 @@ DENIED = [
     ("delete", "workloads.kueue.x-k8s.io", "default"),
     ("create", "workloads.kueue.x-k8s.io", "default"),
     ("update", "workloads.kueue.x-k8s.io", "default"),
-    ("patch", "nodes", None), ("update", "nodes", None), ("delete", "pods", "default"),
+    ("update", "nodes", None), ("delete", "nodes", None), ("create", "nodes", None),
+    ("delete", "pods", "default"),
     ("create", "pods", "default"), ("create", "pods/eviction", "default"),
     ("delete", "clusterqueues.kueue.x-k8s.io", None),
     ("create", "clusterqueues.kueue.x-k8s.io", None),
@@ -144,7 +146,7 @@ def test_real_requests(sa_kubeconfig: Path) -> None:
     kubectl(sa_kubeconfig, "get", "clusterqueues.kueue.x-k8s.io,policies.m2g.io")
     for args in (["get", "secrets", "-n", NS],
                  ["delete", "workloads.kueue.x-k8s.io/any", "-n", "default"],
-                 ["label", "nodes", "--all", "m2g.io/e2e-denied=yes"],
+                 ["delete", "node", "m2g-e2e-no-such-node"],
                  ["create", "deployment", "x", "-n", NS, "--image=busybox"],
                  ["create", "configmap", "x", "-n", NS]):
         out = kubectl(sa_kubeconfig, *args, check=False)

@@ -38,8 +38,11 @@ def sample() -> list[PolicyInput]:
     """Trace workloads over the four scenarios; those of a scenario share its snapshot."""
     base = {s: _small(s) for s in SCENARIOS}
     queue = QueueView(name="cq-0", nominal_gpus=576, used_gpus=97)
-    return [PolicyInput(workload=w, queue=queue, **base[SCENARIOS[i % 4]])  # type: ignore[arg-type]
-            for i, w in enumerate(workloads(16))]
+    out = [PolicyInput(workload=w, queue=queue, **base[SCENARIOS[i % 4]])  # type: ignore[arg-type]
+           for i, w in enumerate(workloads(16))]
+    # the trace's jobs fit the racks clear of the window; one that does not is deferred
+    big = out[3].workload.model_copy(update={"gpus": 64, "pod_sets": ()})
+    return [*out, out[3].model_copy(update={"workload": big})]
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from m2g.model.factory import (
@@ -76,7 +77,11 @@ def test_maintenance_starts_in_and_active() -> None:
                              nodes=("n0",))
     d = domain_views(snap(maintenance=(soon,)), with_nodes=True)
     assert d["n0"].maintenance.starts_in_seconds == 600 and not d["n1"].maintenance.starts_in_seconds
-    assert d["r0"].maintenance.starts_in_seconds == 600
+    # one node of the rack does not take the rack (or the site) into maintenance: m2g taints it
+    assert not d["r0"].maintenance.starts_in_seconds
+    assert not d[snap().site].maintenance.starts_in_seconds
+    whole = replace(soon, nodes=(), racks=("r0",))
+    assert domain_views(snap(maintenance=(whole,)))["r0"].maintenance.starts_in_seconds == 600
     now = MaintenanceWindow("mw", NOW - timedelta(minutes=1), NOW + timedelta(hours=1),
                             racks=("r0",))
     assert domain_views(snap(maintenance=(now,)))["r0"].maintenance.active

@@ -252,7 +252,7 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
     assert named == {("kai.scheduler", "topologies", "nvl72"): {"delete"}}
     read = {"get", "list", "watch"}
     want = {
-        ("", "nodes"): read, ("", "pods"): read, ("", "events"): {"create"},
+        ("", "nodes"): read | {"patch"}, ("", "pods"): read, ("", "events"): {"create"},
         ("kueue.x-k8s.io", "workloads"): read | {"patch"},
         ("kueue.x-k8s.io", "workloads/status"): {"patch"},
         ("kueue.x-k8s.io", "clusterqueues"): read | {"patch", "update"},

@@ -14,7 +14,12 @@ plan twice writes nothing the second time.
   (m2g then owns nothing). ``m2g.io/quota-changed-at`` records when m2g last changed a quota.
 * ``StopUpdate`` → merge patch ``spec.stopPolicy``; ``WeightUpdate`` → ``spec.fairSharing.weight``.
 * ``ShedAction`` → merge patch ``spec.active`` with ``m2g.io/shed-at``/``m2g.io/shed-reason``
-  (removed on restore). A restore only touches workloads m2g shed.
+  (and ``m2g.io/drained-for`` for a maintenance drain; all removed on restore). A restore only
+  touches workloads m2g shed.
+* ``NodeTaintUpdate`` → a JSON merge patch of the Node's whole ``spec.taints`` (merge patches
+  replace lists) built from the Node as read, with only m2g's entry added, changed or removed,
+  and a ``metadata.resourceVersion`` precondition, retried on 409 — so taints others set
+  meanwhile are never lost. One Event on the Node per change (``Tainted``/``Untainted``).
 
 In ``dry_run`` (shadow) mode nothing is written except Events; ``records`` says what would have
 been. Errors of one change do not stop the others; they are returned in ``ApplyResult.errors``.
@@ -37,6 +42,7 @@ from m2g.k8s.client import (
     CLUSTER_QUEUES,
     EVENTS,
     FIELD_MANAGER,
+    NODES,
     POLICIES,
     WORKLOADS,
     Conflict,
@@ -48,6 +54,7 @@ from m2g.k8s.client import (
     Resource,
 )
 from m2g.k8s.convert import (
+    DRAINED_FOR,
     QUOTA_CHANGED_AT,
     SHED_AT,
     SHED_REASON,
@@ -60,6 +67,7 @@ from m2g.k8s.convert import (
 from m2g.planner.types import (
     CHECK_CONTROLLER,
     CheckUpdate,
+    NodeTaintUpdate,
     Plan,
     QuotaUpdate,
     ShedAction,
@@ -170,6 +178,9 @@ class Applier:
             await step(f"quota {q.cluster_queue}", self.apply_quota(q, result))
         for s in plan.stops:
             await step(f"stop {s.cluster_queue}", self.apply_stop(s, result))
+        # taints before sheds: a drained workload that comes back must find its nodes tainted
+        await self._bounded(step, [(f"taint {t.node}", partial(self.apply_taint, t, result))
+                                   for t in plan.taints])
         events: list[tuple[Obj, ShedAction]] = []  # shed Events wait until every shed is made
         per_workload: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
             (f"shed {a.namespace}/{a.name}", partial(
@@ -346,14 +357,18 @@ class Applier:
         annotations = (wl.get("metadata") or {}).get("annotations") or {}
         if a.active:
             write = SHED_AT in annotations  # only bring back what m2g shed
-            body: Obj = {"metadata": {"annotations": {SHED_AT: None, SHED_REASON: None}},
+            body: Obj = {"metadata": {"annotations": {SHED_AT: None, SHED_REASON: None,
+                                                      DRAINED_FOR: None}},
                          "spec": {"active": True}}
         else:
             write = active or SHED_AT not in annotations
-            body = {"metadata": {"annotations": {
+            marks: dict[str, Any] = {
                 SHED_AT: annotations.get(SHED_AT) or format_time(self.clock()),
-                SHED_REASON: _cut(a.reason, 1024)}}, "spec": {"active": False}}
-        verb = "restore" if a.active else "shed"
+                SHED_REASON: _cut(a.reason, 1024)}
+            if a.drain:
+                marks[DRAINED_FOR] = a.drain
+            body = {"metadata": {"annotations": marks}, "spec": {"active": False}}
+        verb = "restore" if a.active else ("drain" if a.drain else "shed")
         if not self._record(result, verb, target, f"{a.kw:.1f} kW: {a.reason}", write):
             return False
         await self.kube.patch(WORKLOADS, a.name, body, namespace=a.namespace,
@@ -366,12 +381,56 @@ class Applier:
 
     async def _shed_event(self, wl: Obj, a: ShedAction) -> bool:
         try:  # the Event is best effort: the change itself is made
-            await self.emit_event(wl, "Restored" if a.active else "Shed", a.reason,
-                                  "Normal" if a.active else "Warning")
+            reason = "Restored" if a.active else ("Drained" if a.drain else "Shed")
+            await self.emit_event(wl, reason, a.reason, "Normal" if a.active else "Warning")
         except KubeError as exc:
             log.warning("event for %s %s/%s: %s", "restore" if a.active else "shed",
                         a.namespace, a.name, exc)
         return True
+
+    # ---- nodes ------------------------------------------------------------------------
+
+    async def apply_taint(self, u: NodeTaintUpdate, result: ApplyResult | None = None) -> bool:
+        """Add, change or remove one m2g taint on a Node; re-read and retry on a conflict."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return await self._apply_taint_once(u, result)
+            except Conflict:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+        return False  # pragma: no cover
+
+    async def _apply_taint_once(self, u: NodeTaintUpdate, result: ApplyResult | None) -> bool:
+        try:
+            node = await self.kube.get(NODES, u.node)
+        except NotFound:
+            self._record(result, "taint", u.node, "node gone", False)
+            return False
+        meta = node.get("metadata") or {}
+        taints = [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+        kept = [t for t in taints if not (t.get("key") == u.key
+                                          and t.get("effect") == str(u.effect))]
+        if u.add:
+            kept.append({"key": u.key, "value": u.value, "effect": str(u.effect)})
+        if kept == taints:
+            self._record(result, "taint", u.node, f"{u.key} unchanged", False)
+            return False
+        verb = "add" if u.add else "remove"
+        detail = f"{verb} {u.key}={u.value}:{u.effect}: {u.reason}"
+        if not self.dry_run:  # write first: a 409 here is retried, and recorded only once
+            await self.kube.patch(NODES, u.node, {
+                "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                "spec": {"taints": kept or None}}, field_manager=self.field_manager)
+        self._record(result, "taint", u.node, detail, True)
+        try:  # the Event is best effort (and written in shadow mode too)
+            prefix = "[shadow] " if self.dry_run else ""
+            await self.emit_event(
+                {"apiVersion": "v1", "kind": "Node", "metadata": meta},
+                "Tainted" if u.add else "Untainted",
+                f"{prefix}{verb} taint {u.key}={u.value}:{u.effect}: {u.reason}", action="Taint")
+        except KubeError as exc:
+            log.warning("event for taint on %s: %s", u.node, exc)
+        return not self.dry_run
 
     # ---- events and status ------------------------------------------------------------
 

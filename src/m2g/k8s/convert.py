@@ -7,8 +7,10 @@ with a fresh non-zero XID reading, whichever is larger. Health reasons:
 
 * ``NotReady``: the ``Ready`` condition is missing or not True;
 * ``Cordoned``: ``spec.unschedulable``;
-* ``Tainted``: a NoSchedule/NoExecute taint, except KWOK's (``kwok.x-k8s.io/*``) and the
-  cordon/not-ready taints already covered above;
+* ``Tainted``: a NoSchedule/NoExecute taint, except KWOK's (``kwok.x-k8s.io/*``), the
+  cordon/not-ready taints already covered above and m2g's own (``m2g.io/*``: maintenance and
+  thermal taints are not health; their capacity is the Capacity policies' business, and
+  counting it here too would derate it twice). They are in ``Node.m2g_taints``;
 * node-problem-detector / NVSentinel style conditions with status True: ``GpuXid`` for
   ``GpuXidError``/``GPUXidError``/``GpuXid``, ``NVLinkDown`` for
   ``NVLinkDown``/``NVLinkError``/``NvlinkError``, ``InfiniBandDown`` for
@@ -22,6 +24,10 @@ PowerDomain CR it belongs to, else ``DEFAULT_RACK_CAP_KW`` (132 kW: a GB300 NVL7
 output, field-notes §7); its inlet limit is the PowerDomain's ``inletLimitC``, else
 ``DEFAULT_INLET_LIMIT_C`` (32 °C: ASHRAE A1 allowable maximum). The site budget is the
 ``budgetKw`` of the PowerDomain CR with ``spec.level: Site`` (the site takes its name).
+
+Placements (``placements``): workload → the nodes its unfinished pods are bound to, matching a
+pod to a Workload by owner UID (the pod's owners, or the pod itself, own the Workload: Jobs and
+plain pods; a JobSet's pods are a level further down and are not matched).
 
 Workloads: labels/annotations are read from the pod templates of ``spec.podSets`` (Kueue copies
 the job's pod template there) with the Workload's own metadata taking precedence. Bad values
@@ -74,6 +80,7 @@ SITE_LEVEL = "Site"
 
 SHED_AT = "m2g.io/shed-at"
 SHED_REASON = "m2g.io/shed-reason"
+DRAINED_FOR = "m2g.io/drained-for"  # with SHED_AT: evicted off nodes (maintenance), not for power
 BASE_QUOTA_PREFIX = "m2g.io/base-quota."
 SET_QUOTA_PREFIX = "m2g.io/quota-set."  # the nominalQuota m2g itself last wrote
 QUOTA_CHANGED_AT = "m2g.io/quota-changed-at"
@@ -232,7 +239,7 @@ def node_reasons(obj: Obj) -> tuple[str, ...]:
         key = str(taint.get("key", ""))
         if taint.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
-        if key.startswith("kwok.x-k8s.io/") or key in COVERED_TAINTS:
+        if key.startswith(("kwok.x-k8s.io/", L.M2G_TAINT_PREFIX)) or key in COVERED_TAINTS:
             continue
         reasons.append(HealthReason.TAINTED)
     for cond in _status(obj).get("conditions") or []:
@@ -272,7 +279,40 @@ def node(obj: Obj, allocated: int = 0, xid_gpus: int = 0) -> Node:
         clique=clique,
         block=str(labels.get(L.BLOCK, "")),
         power_domain=str(labels.get(L.POWER_DOMAIN, "")),
+        m2g_taints=m2g_taints(obj),
     )
+
+
+def m2g_taints(obj: Obj) -> tuple[tuple[str, str], ...]:
+    """m2g's own taints on a Node, (key, value), sorted."""
+    return tuple(sorted((str(t.get("key", "")), str(t.get("value", "")))
+                        for t in _spec(obj).get("taints") or []
+                        if str(t.get("key", "")).startswith(L.M2G_TAINT_PREFIX)))
+
+
+def placements(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, tuple[str, ...]]:
+    """Workload "ns/name" → the nodes its unfinished pods are bound to (sorted)."""
+    owner_of: dict[str, str] = {}
+    for wl in workloads:
+        meta = _meta(wl)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("uid"):
+                owner_of[str(ref["uid"])] = key
+    if not owner_of:
+        return {}
+    out: dict[str, set[str]] = {}
+    for pod in pods:
+        node_name = _spec(pod).get("nodeName")
+        if not node_name or _status(pod).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        meta = _meta(pod)
+        uids = [str(r.get("uid", "")) for r in meta.get("ownerReferences") or []]
+        uids.append(str(meta.get("uid", "")))
+        owner = next((owner_of[u] for u in uids if u in owner_of), None)
+        if owner is not None:
+            out.setdefault(owner, set()).add(str(node_name))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
 # ---- m2g CRs ----------------------------------------------------------------------------
@@ -320,11 +360,13 @@ def maintenance_window(obj: Obj) -> MaintenanceWindow | None:
     if start is None or end is None or end <= start:
         return None
     scope = spec.get("scope") or {}
+    lead = spec.get("drainLeadSeconds")
     return MaintenanceWindow(
         name=str(_meta(obj).get("name", "")), start=start, end=end,
         racks=tuple(str(x) for x in scope.get("racks") or []),
         nodes=tuple(str(x) for x in scope.get("nodes") or []),
         blocks=tuple(str(x) for x in scope.get("blocks") or []),
+        drain_lead_seconds=None if lead is None else _nonneg_float(lead),
     )
 
 
@@ -457,7 +499,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,
         check_state=state, check_message=message, shed_by_m2g=SHED_AT in annotations,
-        shed_at=shed_at, admitted_at=admitted_at)
+        shed_at=shed_at, admitted_at=admitted_at, drained_for=annotations.get(DRAINED_FOR, ""))
 
 
 def base_quota_annotation(flavor: str) -> str:
@@ -654,4 +696,5 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     workloads = tuple(states)
     queues = tuple(cluster_queue(o) for _, o in sorted(objs.cluster_queues.items()))
     flavors = tuple(resource_flavor(o) for _, o in sorted(objs.resource_flavors.items()))
-    return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors)
+    return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors,
+                           placements=placements(objs.pods.values(), objs.workloads.values()))

@@ -84,6 +84,8 @@ class Node:
     clique: str = ""
     block: str = ""
     power_domain: str = ""
+    #: m2g's own taints on the node, (key, value): not health reasons (docs/controllers.md).
+    m2g_taints: tuple[tuple[str, str], ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -132,6 +134,7 @@ class MaintenanceWindow:
     racks: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()
     blocks: tuple[str, ...] = ()
+    drain_lead_seconds: float | None = None  # None: the planner's default
 
     def covers(self, node: Node) -> bool:
         return node.rack in self.racks or node.name in self.nodes or node.block in self.blocks
@@ -227,10 +230,13 @@ def _seconds(a: datetime, b: datetime) -> int:
 
 
 def _maintenance(snap: FactorySnapshot, nodes: Iterable[Node]) -> DomainMaintenance:
+    """A domain is in (or heading for) maintenance when a window covers all its nodes. A window
+    on part of it (one rack of the site, one node of a rack) does not take the whole domain
+    down: m2g taints the covered nodes, so new pods go to the rest (docs/controllers.md)."""
     nodes = list(nodes)
     active, starts = False, 0
     for w in snap.maintenance:
-        if not any(w.covers(n) for n in nodes) or w.end <= snap.now:
+        if not nodes or not all(w.covers(n) for n in nodes) or w.end <= snap.now:
             continue
         if w.start <= snap.now:
             active = True

@@ -18,6 +18,11 @@ BLOCK: Final = "m2g.io/block"
 RACK: Final = "m2g.io/rack"
 POWER_DOMAIN: Final = "m2g.io/power-domain"
 
+# Node taints m2g sets itself (NoSchedule) and removes when their condition ends
+M2G_TAINT_PREFIX: Final = "m2g.io/"
+TAINT_MAINTENANCE: Final = "m2g.io/maintenance"  # value: the MaintenanceWindow's name
+TAINT_THERMAL: Final = "m2g.io/thermal"  # value: the rack in thermal alarm
+
 # Workload labels and annotations read by m2g
 WORKLOAD_KIND: Final = "m2g.io/workload-kind"
 FLEX_TIER: Final = "m2g.io/flex-tier"

@@ -46,3 +46,15 @@ class PlannerConfig:
     kai_topology_levels: tuple[str, ...] = (L.BLOCK, L.GPU_CLIQUE, L.RACK, L.HOSTNAME)
     #: kW per GPU when turning a power budget into a KAI Queue GPU limit (None: default_kw_per_gpu).
     kai_kw_per_gpu: float | None = None
+    #: Taint a maintenance window's nodes (NoSchedule) this long before it starts, so no new
+    #: pod lands there; the same hour the maintenance-hold policy stops admissions.
+    maintenance_taint_lead_seconds: float = 3600.0
+    #: Start evicting the work on a window's nodes this long before it starts (a window's
+    #: ``spec.drainLeadSeconds`` overrides it): time to checkpoint and stop gracefully.
+    maintenance_drain_lead_seconds: float = 900.0
+    #: In the last this-many seconds before a window, evict everything still on its nodes at
+    #: once (until then evictions are paced by the ramp, like shedding).
+    drain_deadline_seconds: float = 300.0
+    #: A thermal taint stays until the rack's inlet is this far under its limit (hysteresis:
+    #: an inlet hovering at the limit does not flap the taint).
+    thermal_clear_margin_c: float = 1.0

@@ -8,6 +8,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.fairness import weight_updates
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
+from m2g.planner.nodes import drain_actions, taint_updates
 from m2g.planner.shedding import shed_actions
 from m2g.planner.types import ClusterSnapshot, Plan
 from m2g.policy import Evaluator
@@ -22,13 +23,15 @@ def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
     quotas, stops = capacity_updates(evaluator, builder, config)
     sheds, why = shed_actions(evaluator, builder, config)
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
+    drains = drain_actions(builder, config, frozenset(f"{a.namespace}/{a.name}" for a in sheds))
     return Plan(
         checks=tuple(check_updates(evaluator, builder, config)),
         quotas=tuple(quotas),
         stops=tuple(stops),
-        sheds=tuple(sheds),
+        sheds=tuple(sheds) + tuple(drains),
         weights=tuple(weight_updates(evaluator, builder)),
         notes=(why, *kai_notes),
         kai_topologies=tuple(kai_topologies),
         kai_queues=tuple(kai_queues),
+        taints=tuple(taint_updates(builder, config)),
     )

@@ -105,8 +105,8 @@ def _shed(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
 def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
              step: float) -> list[ShedAction]:
     now = builder.snap.now
-    shed = sorted((w for w in builder.snap.workloads if w.shed_by_m2g and
-                   w.phase is Phase.INACTIVE and (w.shed_at is None or (
+    shed = sorted((w for w in builder.snap.workloads if w.shed_by_m2g and not w.drained_for
+                   and w.phase is Phase.INACTIVE and (w.shed_at is None or (
                        now - w.shed_at).total_seconds() >= config.min_shed_seconds)),
                   key=lambda w: (w.shed_at or now, w.key))
     out: list[ShedAction] = []

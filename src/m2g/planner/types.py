@@ -7,6 +7,7 @@ data; nothing here talks to a cluster.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -52,6 +53,7 @@ class WorkloadState:
     shed_by_m2g: bool = False  # deactivated by m2g (annotation), so m2g may bring it back
     shed_at: datetime | None = None
     admitted_at: datetime | None = None
+    drained_for: str = ""  # set when m2g evicted it off nodes (e.g. "maintenance/<window>")
 
     @property
     def key(self) -> str:
@@ -133,6 +135,8 @@ class ClusterSnapshot:
     queues: tuple[QueueState, ...] = ()
     flavors: tuple[FlavorState, ...] = ()
     kai: KaiState | None = None  # None: KAI's CRDs are not served (nothing to keep in step)
+    #: Workload key ("ns/name") → the nodes its unfinished pods are bound to.
+    placements: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def now(self) -> datetime:
@@ -176,12 +180,34 @@ class StopUpdate:
 
 @dataclass(frozen=True)
 class ShedAction:
-    """Deactivate (shed) or reactivate (restore) a Workload (``spec.active``)."""
+    """Deactivate (shed) or reactivate (restore) a Workload (``spec.active``). ``drain``:
+    set when the workload is evicted off nodes (a maintenance drain, e.g.
+    ``maintenance/<window>``) rather than shed for power."""
 
     namespace: str
     name: str
     active: bool
     kw: float
+    reason: str
+    drain: str = ""
+
+
+class TaintEffect(StrEnum):
+    """The taint effects m2g uses: NoSchedule keeps new pods (and Kueue TAS) off a node and
+    leaves running pods alone; m2g drains those itself, through Kueue."""
+
+    NO_SCHEDULE = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class NodeTaintUpdate:
+    """Add (or change the value of) or remove one of m2g's own taints on a Node."""
+
+    node: str
+    key: str
+    value: str
+    effect: TaintEffect
+    add: bool
     reason: str
 
 
@@ -226,7 +252,8 @@ class Plan:
     notes: tuple[str, ...] = ()
     kai_topologies: tuple[KaiTopologyUpdate, ...] = ()
     kai_queues: tuple[KaiQueueUpdate, ...] = ()
+    taints: tuple[NodeTaintUpdate, ...] = ()
 
     def empty(self) -> bool:
         return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
-                    or self.kai_topologies or self.kai_queues)
+                    or self.kai_topologies or self.kai_queues or self.taints)
