@@ -114,3 +114,16 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     wait_until(f"namespace {name} to be deleted", gone, timeout=90)
 
 
+
+
+@pytest.fixture
+def clean_taints(cluster: Cluster) -> Iterator[None]:
+    """Leave no m2g taint (``m2g.io/*``: maintenance, thermal) on any node after the test,
+    whatever happened in it: the next tests share the factory's nodes."""
+    yield
+    for node in cluster.core.list_node().items:
+        taints = node.spec.taints or []
+        if any(t.key.startswith("m2g.io/") for t in taints):
+            keep = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints
+                    if not t.key.startswith("m2g.io/")]
+            cluster.core.patch_node(node.metadata.name, {"spec": {"taints": keep or None}})

@@ -85,6 +85,10 @@ def install_crds(api: client.ApiClient) -> None:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            # a reused control plane may hold an older schema: bring it up to date
+            old = ext.read_custom_resource_definition(body["metadata"]["name"])
+            body["metadata"]["resourceVersion"] = old.metadata.resource_version
+            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         crds = [ext.read_custom_resource_definition(yaml.safe_load(p.read_text())["metadata"][
@@ -494,7 +498,7 @@ spec:
 
 async def test_thermal_alarm_keeps_new_work_off_the_rack_and_derates(
         kubeconfig: Path, cluster: Cluster, namespace: str, tmp_path: Path,
-        m2g_crds: None) -> None:
+        m2g_crds: None, clean_taints: None) -> None:
     for name, text in THERMAL.items():
         (tmp_path / name).write_text(text)
     nodes = cluster.core.list_node(label_selector="m2g.io/factory=small").items
