@@ -3,7 +3,7 @@ ServiceAccount itself: a token from the TokenRequest API in a kubeconfig of its 
 server authenticates and authorizes exactly what a pod of the Deployment would.
 
 * ``kubectl auth can-i`` (SelfSubjectAccessReview) for every verb m2g needs: yes; and for
-  secrets, deployments, deleting workloads, patching nodes, other namespaces' Leases: no;
+  secrets, deployments, deleting workloads, updating or deleting nodes, other namespaces' Leases: no;
 * real requests: reads work, forbidden writes come back 403;
 * the real controller (``m2g run --leader-elect``) runs with it: it takes the Lease, creates
   its AdmissionCheck and keeps it Active, serves /readyz, and logs no 403.
