@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from typing import Annotated
 
 import typer
 
 from m2g import __version__
-from m2g_cli import ops_cmd, policy_cmd, run_cmd, simulate_cmd, templates_cmd
+from m2g_cli import ops_cmd, policy_cmd, run_cmd, simulate_cmd, templates_cmd, term
 
 app = typer.Typer(
     name="m2g",
@@ -22,6 +23,14 @@ app.command("submit")(templates_cmd.submit)
 app.command("simulate")(simulate_cmd.simulate)
 ops_cmd.register(app)
 app.command("run", context_settings=run_cmd.SETTINGS)(run_cmd.run)
+
+
+@app.callback()
+def _common(no_color: Annotated[bool, typer.Option(
+        "--no-color", help="No colour even on a terminal (NO_COLOR=1 does the same)")] = False
+            ) -> None:
+    """Model-to-Grid: power-, thermal-, health- and grid-aware policy for Kueue and KAI."""
+    term.settings.no_color = no_color
 
 
 @app.command()

@@ -6,11 +6,14 @@ no cluster, Kueue CRDs missing, RBAC denied. m2g's own CRDs are optional (a warn
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from m2g.k8s import client as k
 from m2g.k8s.cache import object_key
@@ -47,6 +50,21 @@ class ClusterView:
     warnings: list[str] = field(default_factory=list)
 
 
+def server(kubeconfig: str | None, context: str | None) -> str:
+    """The API server URL the kubeconfig names (for error messages; best effort)."""
+    path = k.resolve_kubeconfig(kubeconfig)
+    if path is None:
+        return "the in-cluster API server"
+    try:
+        cfg = yaml.safe_load(Path(path).read_text()) or {}
+        ctx = next(c["context"] for c in cfg.get("contexts") or []
+                   if c.get("name") == (context or cfg.get("current-context")))
+        return str(next(c["cluster"]["server"] for c in cfg.get("clusters") or []
+                        if c.get("name") == ctx.get("cluster")))
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, AttributeError):
+        return f"the server of {path}"
+
+
 async def _list(kube: k.Kube, res: k.Resource) -> dict[str, Any]:
     data = await kube.list(res)
     return {object_key(o): o for o in data.get("items") or []}
@@ -55,8 +73,14 @@ async def _list(kube: k.Kube, res: k.Resource) -> dict[str, Any]:
 async def read(kubeconfig: str | None, context: str | None,
                prometheus: str | None = None) -> ClusterView:
     """List everything once; raise CliError with one clear line on failure."""
+    if k.resolve_kubeconfig(kubeconfig) is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise CliError("no cluster: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running "
+                       "in a pod; pass --kubeconfig")
     try:
         kube = await k.connect(kubeconfig, context)
+    except k.RetryableError as exc:
+        raise CliError(f"cannot reach the cluster at {server(kubeconfig, context)}: "
+                       f"{exc}") from None
     except k.KubeError as exc:
         raise CliError(str(exc)) from None
     warnings: list[str] = []

@@ -1,12 +1,12 @@
 """Operator commands: ``m2g queues``, ``m2g workloads``, ``m2g signals``, ``m2g explain``.
 
 Each reads the cluster once (m2g_cli.cluster), then renders with a pure function
-(m2g_cli.views). Exit codes: 0 ok, 1 cluster/policy problem, 2 usage (unknown workload too).
+(m2g_cli.views). Exit codes (m2g_cli.term): 0 ok, 1 cluster/policy problem, 2 usage (an
+unknown workload too).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -16,6 +16,7 @@ import typer
 from m2g.planner.explain import explain as explain_workload
 from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
 from m2g.policy.objects import policy_texts
+from m2g_cli import term
 from m2g_cli.views import (
     Output,
     render_explanation,
@@ -40,10 +41,9 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     from m2g_cli.cluster import CliError
 
     try:
-        return asyncio.run(coro)
+        return term.run_async(coro, "reading the cluster")
     except CliError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(exc.code) from None
+        term.fail(str(exc), exc.code)
 
 
 def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None
@@ -79,7 +79,8 @@ def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: 
                nl=False)
 
 
-def _evaluator(view: ClusterView, policies: Path | None) -> Evaluator:
+def evaluator_for(view: ClusterView, policies: Path | None) -> Evaluator:
+    """The policies to evaluate: ``policies`` (a folder) or the cluster's Policy objects."""
     from m2g_cli.cluster import CliError
 
     try:
@@ -106,16 +107,14 @@ def explain(
                if w.name == name and (ns is None or w.namespace == ns)]
     if len(matches) != 1:
         what = "no workload" if not matches else f"{len(matches)} workloads"
-        typer.echo(f"error: {what} named {workload!r}"
-                   + ("" if ns else " (use -n NAMESPACE)"), err=True)
-        raise typer.Exit(2)
+        term.fail(f"{what} named {workload!r}" + ("" if ns else " (use -n NAMESPACE)"),
+                  term.USAGE)
     from m2g_cli.cluster import CliError
 
     try:
-        evaluator = _evaluator(view, policies)
+        evaluator = evaluator_for(view, policies)
     except CliError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        term.fail(str(exc), exc.code)
     w = matches[0]
     raw = view.objects.workloads.get(f"{w.namespace}/{w.name}") or {}
     conditions = (raw.get("status") or {}).get("conditions") or []

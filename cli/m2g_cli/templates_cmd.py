@@ -17,6 +17,7 @@ import typer
 
 from m2g.templates import Rendered, TemplateError, loader, parse_sets, render
 from m2g_cli import templates_view as view
+from m2g_cli import term
 
 app = typer.Typer(help="List and inspect workload templates (recipes).", no_args_is_help=True)
 
@@ -35,16 +36,12 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _tty() -> bool:
-    return sys.stdout.isatty()
+    term.fail(message, code)
 
 
 def _width() -> int:
-    return shutil.get_terminal_size((view.WIDTH, 24)).columns if _tty() else view.WIDTH
+    return shutil.get_terminal_size((view.WIDTH, 24)).columns if sys.stdout.isatty() \
+        else view.WIDTH
 
 
 def _rendered(name: str, sets: list[str] | None, folder: Path | None, namespace: str = "default",
@@ -63,7 +60,7 @@ def list_(templates_dir: DirOpt = None) -> None:
         found = loader.load_all(templates_dir)
     except TemplateError as exc:
         _fail(str(exc), 2)
-    typer.echo(view.list_table(found.values(), width=_width(), color=_tty()), nl=False)
+    typer.echo(view.list_table(found.values(), width=_width(), color=term.color()), nl=False)
 
 
 @app.command()
@@ -74,7 +71,7 @@ def show(
 ) -> None:
     """Parameters with defaults and bounds, and what they derive (GPUs, placement, memory)."""
     rendered = _rendered(name, set_, templates_dir)
-    typer.echo(view.show_text(rendered, width=_width(), color=_tty()), nl=False)
+    typer.echo(view.show_text(rendered, width=_width(), color=term.color()), nl=False)
 
 
 def submit(
@@ -92,13 +89,24 @@ def submit(
         "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")] = None,
     context: Annotated[str | None, typer.Option("--context")] = None,
     templates_dir: DirOpt = None,
+    policies: Annotated[Path | None, typer.Option(
+        "--policies", help="With --dry-run: evaluate these policy files instead of the "
+        "cluster's Policy objects")] = None,
+    prometheus: Annotated[str | None, typer.Option(
+        "--prometheus", envvar="M2G_PROMETHEUS_URL",
+        help="With --dry-run: Prometheus URL for power and thermal")] = None,
 ) -> None:
-    """Render TEMPLATE into a workload and create it in a Kueue LocalQueue."""
+    """Render TEMPLATE into a workload and create it in a Kueue LocalQueue.
+
+    --dry-run prints the manifests (stdout) and the admission decision m2g would make now
+    (stderr), read from the cluster like `m2g explain`.
+    """
     rendered = _rendered(template, set_, templates_dir, namespace, queue)
     for note in rendered.notes:
         typer.echo(f"note: {note}", err=True)
     if dry_run:
         typer.echo(view.manifests_text(rendered.objects, output.value), nl=False)
+        _decision(rendered, kubeconfig, context, policies, prometheus)
         return
     # imported here: the kubernetes client costs ~0.4 s to import, which every other
     # m2g command would pay
@@ -111,6 +119,21 @@ def submit(
     except ClusterError as exc:
         _fail(str(exc), 1)
     typer.echo(summary(rendered, namespace, queue, server_dry_run))
+
+
+def _decision(rendered: Rendered, kubeconfig: str | None, context: str | None,
+              policies: Path | None, prometheus: str | None) -> None:
+    # imported here: the cluster client and the policy engine are slow to import
+    from m2g_cli.cluster import CliError
+    from m2g_cli.preview import preview
+    from m2g_cli.views import render_preview
+
+    try:
+        found = term.run_async(preview(rendered, kubeconfig, context, policies, prometheus),
+                               "reading the cluster")
+    except CliError as exc:
+        _fail(str(exc), exc.code)
+    typer.echo(render_preview(found.explanation, found.notes), err=True, nl=False)
 
 
 def summary(rendered: Rendered, namespace: str, queue: str, validated_only: bool) -> str:

@@ -15,8 +15,11 @@ import yaml
 
 from m2g.model.factory import FactorySnapshot, Node, Reading, site_view
 from m2g.model.labels import GPU_RESOURCE
+from m2g.planner.admission import check_state, message
 from m2g.planner.explain import Explanation
 from m2g.planner.types import ClusterSnapshot, Phase, QueueState, WorkloadState
+from m2g.policy import Decision
+from m2g.policy.results import AdmissionResult
 
 
 class Output(StrEnum):
@@ -188,8 +191,9 @@ def render_signals(f: FactorySnapshot, out: Output) -> str:
     ev = data["gridEvent"]
     if ev:
         state = "ACTIVE" if ev["active"] else "upcoming"
+        target = f"target {ev['targetKw']:g} kW" if ev["targetKw"] else "no kW target"
         lines.append(f"Grid event {ev['id']} ({state}): {ev['start']} → {ev['end']}, "
-                     f"target {ev['targetKw']:g} kW, level {ev['level']}")
+                     f"{target}, level {ev['level']}")
     for w in data["maintenance"]:
         lines.append(f"Maintenance {w['name']}: {w['start']} → {w['end']} "
                      f"on {', '.join(w['racks'] + w['nodes']) or '-'}")
@@ -231,16 +235,9 @@ def render_explanation(ex: Explanation, out: Output,
     if out in (Output.YAML, Output.JSON):
         return structured(data, out)
     w = ex.workload
-    now = ex.now
     lines = [f"Workload {w.namespace}/{w.name}: {w.phase.value}"
              + (f", m2g check {w.check_state.value}" if w.check_state else "")
-             + (" (shed by m2g)" if w.shed_by_m2g else ""),
-             f"m2g would decide now: {now.decision.value}"
-             + (f" (retry in {now.requeue_after_seconds}s)" if now.requeue_after_seconds else "")]
-    for r in now.reasons:
-        lines.append(f"  {r.decision:6} {r.policy}/{r.rule}: {r.message}")
-    if now.placement is not None and now.placement.topology_level:
-        lines.append(f"  placement: {now.placement.topology_level}")
+             + (" (shed by m2g)" if w.shed_by_m2g else ""), *_decision_lines(ex.now)]
     if conditions:
         lines.append("Kueue:")
         for c in conditions:
@@ -248,13 +245,44 @@ def render_explanation(ex: Explanation, out: Output,
                          f"{c.get('message', '')}".rstrip(": "))
     if w.phase is Phase.ADMITTED and not ex.alternatives:
         lines.append("It is admitted; nothing m2g decides stands in its way.")
-    elif ex.alternatives:
-        lines.append("What would change the outcome:")
-        for a in ex.alternatives:
-            lines.append(f"  - {a.change}: {a.result.decision.value}")
     else:
-        lines.append("No single change m2g can evaluate would change the outcome.")
+        lines += _alternative_lines(ex)
     return "\n".join(lines) + "\n"
+
+
+def _decision_lines(now: AdmissionResult) -> list[str]:
+    lines = [f"m2g would decide now: {now.decision.value}"
+             + (f" (retry in {now.requeue_after_seconds}s)" if now.requeue_after_seconds else "")]
+    for r in now.reasons:
+        lines.append(f"  {r.decision:6} {r.policy}/{r.rule}: {r.message}")
+    if now.placement is not None and now.placement.topology_level:
+        lines.append(f"  placement: {now.placement.topology_level}")
+    return lines
+
+
+def _alternative_lines(ex: Explanation) -> list[str]:
+    if not ex.alternatives:
+        return ["No single change m2g can evaluate would change the outcome."]
+    return ["What would change the outcome:",
+            *(f"  - {a.change}: {a.result.decision.value}" for a in ex.alternatives)]
+
+
+# ---- submit --dry-run --------------------------------------------------------------------
+
+def render_preview(ex: Explanation | None, notes: Sequence[str] = ()) -> str:
+    """What ``m2g submit --dry-run`` says after the manifests: the AdmissionCheck answer m2g
+    would give the workload now (``ex`` None: not evaluated; ``notes`` say why or what was
+    assumed). Written to stderr, so the manifests on stdout stay a clean document."""
+    lines = [f"note: {n}" for n in notes]
+    if ex is not None:
+        now = ex.now
+        lines += [f"m2g would decide now: {now.decision.value} → AdmissionCheck "
+                  f"{check_state(now.decision).value}", f"  {message(now)}"]
+        if now.placement is not None and now.placement.topology_level:
+            lines.append(f"  placement: {now.placement.topology_level}")
+        if now.decision is not Decision.ADMIT:  # what would admit it
+            lines += _alternative_lines(ex)
+    return "".join(f"{line}\n" for line in lines)
 
 
 def queue_by_name(snap: ClusterSnapshot, name: str) -> QueueState | None:

@@ -17,13 +17,18 @@ from m2g_cli.app import app
 from tests.unit.goldens import golden
 from tests.unit.templates_helpers import TEMPLATES
 
+POLICIES = Path(__file__).parents[2] / "policies"
+
 runner = CliRunner()
 
 
 @pytest.fixture(autouse=True)
-def _templates_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+def _templates_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The repo's templates, and no cluster: no kubeconfig anywhere, not in a pod."""
     monkeypatch.setenv("M2G_TEMPLATES", str(TEMPLATES))
-    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "M2G_PROMETHEUS_URL", "NO_COLOR"):
+        monkeypatch.delenv(var, raising=False)
 
 
 def run(*args: str, code: int = 0) -> tuple[str, str]:
@@ -42,8 +47,23 @@ def run(*args: str, code: int = 0) -> tuple[str, str]:
 ])
 def test_golden_output(args: list[str], name: str) -> None:
     out, err = run(*args)
-    assert err == ""
+    if args[0] == "submit":  # no cluster here: the admission decision is not evaluated
+        assert err == ("note: no admission decision: no cluster: no kubeconfig ($KUBECONFIG, "
+                       "~/.kube/config) and not running in a pod; pass --kubeconfig (pass "
+                       "--policies DIR to evaluate without factory state)\n")
+    else:
+        assert err == ""
     golden(name, out)
+
+
+def test_submit_dry_run_evaluates_local_policies_without_a_cluster(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--policies without a cluster: the decision on an empty factory, said so in a note."""
+    monkeypatch.chdir(POLICIES.parent)
+    out, err = run("submit", "llama31-8b-finetune", "--dry-run", "-n", "research",
+                   "--policies", "policies")
+    assert yaml.safe_load(out)["kind"] == "PyTorchJob"
+    golden("submit_offline_policies.stderr.txt", err)
 
 
 def test_list_shows_every_template_once_with_default_gpus() -> None:
@@ -71,6 +91,7 @@ def test_submit_dry_run_json_is_a_list_with_the_queue() -> None:
 def test_submit_notes_go_to_stderr_and_yaml_stays_clean() -> None:
     out, err = run("submit", "llama31-70b-sft", "--dry-run")
     assert err.startswith("note: TrainJob: the scheduler")
+    assert "note: no admission decision: no cluster" in err
     assert yaml.safe_load(out)["kind"] == "TrainJob"
 
 

@@ -31,6 +31,7 @@ from m2g.planner.types import (
 from m2g_cli.views import (
     Output,
     render_explanation,
+    render_preview,
     render_queues,
     render_signals,
     render_workloads,
@@ -114,3 +115,21 @@ def test_explain(tmp_path: Path) -> None:
     conditions = [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
                    "message": "Quota reserved in ClusterQueue research"}]
     golden("explain_table.txt", render_explanation(ex, Output.TABLE, conditions))
+
+
+def test_submit_preview(tmp_path: Path) -> None:
+    ev = evaluator(tmp_path, "cel-expr-python", {"dr.yaml": policy("dr", "Admission", """
+        - name: defer
+          when: "grid.event.active && workload.flexTier >= 2"
+          decision: Defer
+          requeueAfter: "grid.event.endsInSeconds"
+          messageExpression: "'grid event ' + grid.event.id + ' is active'"
+    """)})
+    snap = cluster()
+    text = render_preview(explain(snap, snap.workloads[1], ev), ["a note"])
+    golden("submit_preview.txt", text)
+    assert text.splitlines()[1] == "m2g would decide now: Defer → AdmissionCheck Retry"
+    admitted = explain(snap, snap.workloads[0], ev)
+    assert render_preview(admitted).splitlines()[1:] == ["  admitted: no policy objected"]
+    assert render_preview(None, ["no admission decision: no cluster"]) == \
+        "note: no admission decision: no cluster\n"

@@ -20,6 +20,11 @@ _STATE = {Decision.ADMIT: CheckState.READY, Decision.DEFER: CheckState.RETRY,
 MAX_MESSAGE = 1024
 
 
+def check_state(decision: Decision) -> CheckState:
+    """The AdmissionCheck state m2g answers for an Admission decision."""
+    return _STATE[decision]
+
+
 def awaiting(w: WorkloadState, check: str) -> bool:
     """Does this workload wait for m2g's answer?"""
     return (w.phase is Phase.RESERVED and w.check == check
@@ -54,7 +59,7 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder,
     for w, res in zip(waiting, results, strict=True):
         out.append(CheckUpdate(
             namespace=w.namespace, name=w.name, check=config.check_name,
-            state=_STATE[res.decision], message=message(res),
+            state=check_state(res.decision), message=message(res),
             requeue_after_seconds=None if res.requeue_after_seconds is None else min(
                 res.requeue_after_seconds, config.max_retry_hold_seconds),
             pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),

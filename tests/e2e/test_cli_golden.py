@@ -1,0 +1,344 @@
+"""Every operator command of the ``m2g`` CLI against the real control plane, as golden files.
+
+The module builds one deterministic factory state with the objects a platform team keeps in
+Git — the m2g CRDs, kueue-config/overlays/nvl72 (ClusterQueues prod-training, research,
+inference behind the m2g-policy AdmissionCheck), the Policy objects of deploy/policies — plus a
+site budget, a GridEvent and a MaintenanceWindow with fixed dates, and Jobs:
+
+* ``prod-training/pretrain`` (tier 0, 8 GPUs), admitted by a real ``m2g run`` (which also makes
+  the AdmissionCheck Active); the controller is stopped before anything else is created, so
+* ``research/ft-flex`` (tier 2, 16 GPUs) and ``inference/chat`` (tier 1, 4 GPUs) have quota
+  reserved and m2g's check Pending, and ``research/huge`` (200 GPUs) never fits.
+
+Then it runs the real CLI in a subprocess (``m2g queues / workloads / explain / signals /
+submit --dry-run`` with -o table, wide, json, yaml) and compares stdout and stderr, normalised
+only for the clock (tests/e2e/cli_goldens.py), with tests/e2e/golden/. The error paths — no
+cluster, an unreachable server, a cluster without Kueue, RBAC denied, an unknown workload —
+must each be one line on stderr with the documented exit code (docs/cli.md).
+
+The state must be the only m2g/Kueue state on the cluster: the suite's other tests delete
+what they create, and the fixture checks that no foreign ClusterQueue is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_goldens import golden, normalise
+from e2e_helpers import REPO, condition, wait_until
+from fake_prometheus import fake_prometheus
+from manifests_helpers import Applied, controller, kubectl, objects, render, sa_kubeconfig
+
+pytestmark = pytest.mark.e2e
+
+GPU = "nvidia.com/gpu"
+RUN_M2G = [sys.executable, "-c", "from m2g_cli.app import main; main()"]
+
+STATE = """
+apiVersion: m2g.io/v1alpha1
+kind: PowerDomain
+metadata: {name: cli-site}
+spec: {level: Site, budgetKw: 400}
+---
+apiVersion: m2g.io/v1alpha1
+kind: GridEvent
+metadata: {name: cli-dr}
+spec:
+  programName: golden
+  eventID: cli-dr-1
+  intervals:
+    - start: "2026-01-01T00:00:00Z"
+      duration: P5200W
+      payload: {type: SIMPLE, value: 3}
+---
+apiVersion: m2g.io/v1alpha1
+kind: MaintenanceWindow
+metadata: {name: cli-rack-001}
+spec:
+  start: "2099-01-01T00:00:00Z"
+  end: "2099-01-01T06:00:00Z"
+  scope: {racks: [rack-001]}
+"""
+
+
+def job(namespace: str, name: str, gpus: int, tier: int, kind: str = "training") -> dict[str, object]:
+    """A suspended Job of ``gpus`` GPUs in 4-GPU pods, in the namespace's LocalQueue."""
+    pods = max(1, gpus // 4)
+    per_pod = gpus // pods
+    pod = {"metadata": {"labels": {"m2g.io/flex-tier": str(tier), "m2g.io/workload-kind": kind},
+                        "annotations": {"m2g.io/estimated-kw": f"{gpus * 1.3:g}",
+                                        "m2g.io/expected-runtime-seconds": "3600"}},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": "registry.invalid/fake:1",
+               "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: str(per_pod)},
+                             "limits": {GPU: str(per_pod)}}}]}}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+            "spec": {"parallelism": pods, "completions": pods, "suspend": True,
+                     "template": pod}}
+
+
+def workload_of(kubeconfig: Path, namespace: str, job_name: str) -> dict[str, object] | None:
+    out = kubectl(kubeconfig, "get", "workloads.kueue.x-k8s.io", "-n", namespace, "-o", "json")
+    for wl in json.loads(out.stdout)["items"]:
+        if any(o.get("name") == job_name for o in wl["metadata"].get("ownerReferences") or []):
+            found: dict[str, object] = wl
+            return found
+    return None
+
+
+def has(kubeconfig: Path, namespace: str, job_name: str, cond: str) -> bool:
+    wl = workload_of(kubeconfig, namespace, job_name)
+    c = condition(wl, cond) if wl else None
+    return bool(c and c["status"] == "True")
+
+
+def wl_name(kubeconfig: Path, namespace: str, job_name: str) -> str:
+    wl = workload_of(kubeconfig, namespace, job_name)
+    assert wl is not None
+    return str(wl["metadata"]["name"])  # type: ignore[index]
+
+
+# Readings of the fake Prometheus: both racks at 60 kW and 25 °C (site 120 kW of 400).
+SERIES = {"m2g_sim_rack_power_kilowatts": {"rack-000": 60.0, "rack-001": 60.0},
+          "m2g_sim_rack_inlet_celsius": {"rack-000": 25.0, "rack-001": 25.0},
+          "m2g_sim_rack_coolant_supply_celsius": {"rack-000": 30.0, "rack-001": 30.0},
+          "m2g_sim_power_domain_power_kilowatts": {"pd-00": 60.0, "pd-01": 60.0}}
+
+
+@dataclass(frozen=True)
+class Factory:
+    kubeconfig: Path
+    prometheus: str
+    workloads: dict[str, str]  # job → Workload name (Kueue adds a hash: not in the goldens)
+
+
+@pytest.fixture(scope="module")
+def factory(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Factory]:
+    cqs = json.loads(kubectl(kubeconfig, "get", "clusterqueues.kueue.x-k8s.io", "-o",
+                             "json").stdout)["items"]
+    foreign = [c["metadata"]["name"] for c in cqs]
+    assert not foreign, f"the golden tests need a cluster without ClusterQueues: {foreign}"
+    applied = Applied(kubeconfig)
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(fake_prometheus(SERIES))
+        stack.callback(applied.delete)
+        yield from _build(kubeconfig, applied, prom, tmp_path_factory)
+
+
+def _build(kubeconfig: Path, applied: Applied, prom: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Factory]:
+    made_ns = False
+    try:
+        crds = render("deploy/crds")
+        applied.apply(crds)
+        for crd in objects(crds):
+            kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+                    f"crd/{crd['metadata']['name']}")
+        applied.apply(render("kueue-config/overlays/nvl72"))
+        applied.apply(render("deploy/policies"))
+        applied.apply(STATE)
+        applied.apply(yaml.safe_dump(job("prod-training", "pretrain", 8, 0)))
+        log = tmp_path_factory.mktemp("cli") / "m2g-run.log"
+        # the real controller, until it has admitted the firm job; then stopped, so what
+        # follows stays as Kueue leaves it (quota reserved, m2g's check Pending)
+        made_ns = kubectl(kubeconfig, "create", "namespace", "m2g-system",
+                          check=False).returncode == 0
+        with controller(kubeconfig, log, "--identity", "cli-golden", "--prometheus", prom):
+            wait_until("prod-training/pretrain to be admitted",
+                       lambda: has(kubeconfig, "prod-training", "pretrain", "Admitted"),
+                       timeout=90)
+        applied.apply(yaml.safe_dump_all([
+            job("research", "ft-flex", 16, 2, "fine-tuning"),
+            job("inference", "chat", 4, 1, "inference"),
+            job("research", "huge", 200, 1)]))
+        for ns, name in (("research", "ft-flex"), ("inference", "chat")):
+            wait_until(f"{ns}/{name} to have quota reserved",
+                       lambda ns=ns, name=name: has(kubeconfig, ns, name, "QuotaReserved"),
+                       timeout=60)
+        wait_until("research/huge to be found inadmissible", lambda: (
+            (c := condition(workload_of(kubeconfig, "research", "huge") or {}, "QuotaReserved"))
+            and c.get("reason") == "Pending"), timeout=60)
+        names = {j: wl_name(kubeconfig, ns, j) for ns, j in (
+            ("prod-training", "pretrain"), ("research", "ft-flex"), ("inference", "chat"),
+            ("research", "huge"))}
+        yield Factory(kubeconfig, prom, names)
+    finally:
+        kubectl(kubeconfig, "delete", "lease", "m2g-controller", "-n", "m2g-system",
+                "--ignore-not-found", check=False)
+        if made_ns:
+            kubectl(kubeconfig, "delete", "namespace", "m2g-system", "--wait=false",
+                    check=False)
+
+
+def m2g(*args: str, kubeconfig: Path | None = None, code: int = 0,
+        prometheus: str | None = None) -> tuple[str, str]:
+    """Run the real CLI (not on a terminal); assert its exit code; return (stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "M2G_PROMETHEUS_URL")}
+    if prometheus:
+        env["M2G_PROMETHEUS_URL"] = prometheus
+    cmd = [*RUN_M2G, *args]
+    if kubeconfig is not None:
+        cmd += ["--kubeconfig", str(kubeconfig)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120,
+                         cwd=REPO, env=env)
+    assert out.returncode == code, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr, out.stderr
+    return out.stdout, out.stderr
+
+
+def both(factory: Factory, stdout: str, stderr: str) -> str:
+    """stdout, then stderr, normalised; Kueue's Workload names end in a hash of the Job's uid,
+    which becomes ``#####`` (same length: table columns stay aligned)."""
+    text = normalise(stdout + ("--- stderr ---\n" + stderr if stderr else ""))
+    for wl in factory.workloads.values():
+        stem, _, digest = wl.rpartition("-")
+        text = text.replace(wl, f"{stem}-{'#' * len(digest)}")
+    return text
+
+
+@pytest.mark.parametrize("args", [
+    ["queues"], ["queues", "-o", "wide"], ["queues", "-o", "json"],
+    ["workloads", "-n", "research"], ["workloads", "-o", "wide"],
+    ["workloads", "-q", "inference", "-o", "yaml"], ["workloads", "-n", "prod-training", "-o", "json"],
+    ["signals"], ["signals", "-o", "wide"], ["signals", "-o", "yaml"],
+], ids=lambda a: "_".join(a).replace("-", ""))
+def test_read_commands(factory: Factory, args: list[str]) -> None:
+    out, err = m2g(*args, kubeconfig=factory.kubeconfig, prometheus=factory.prometheus)
+    golden("_".join(a.lstrip("-") for a in args) + ".txt", both(factory, out, err))
+
+
+@pytest.mark.parametrize(("job_name", "ns", "output"), [
+    ("ft-flex", "research", "table"), ("ft-flex", "research", "json"),
+    ("chat", "inference", "table"), ("pretrain", "prod-training", "table"),
+    ("huge", "research", "yaml"),
+])
+def test_explain(factory: Factory, job_name: str, ns: str, output: str) -> None:
+    name = factory.workloads[job_name]
+    out, err = m2g("explain", name, "-n", ns, "-o", output, kubeconfig=factory.kubeconfig,
+                   prometheus=factory.prometheus)
+    golden(f"explain_{job_name}_{output}.txt", both(factory, out, err))
+
+
+def test_explain_namespace_slash_name_is_the_same(factory: Factory) -> None:
+    name = factory.workloads["chat"]
+    a, _ = m2g("explain", name, "-n", "inference", kubeconfig=factory.kubeconfig)
+    b, _ = m2g("explain", f"inference/{name}", kubeconfig=factory.kubeconfig)
+    assert normalise(a) == normalise(b)
+
+
+@pytest.mark.parametrize(("args", "name"), [
+    (["submit", "llama31-8b-finetune", "-n", "research", "--set", "flex_tier=2",
+      "--dry-run"], "submit_8b_research_tier2"),
+    (["submit", "llama31-8b-finetune", "-n", "prod-training", "--dry-run", "-o", "json"],
+     "submit_8b_prod_json"),
+    (["submit", "rack-benchmark", "-n", "research", "-q", "nope", "--dry-run"],
+     "submit_bench_unknown_queue"),
+])
+def test_submit_dry_run(factory: Factory, args: list[str], name: str) -> None:
+    out, err = m2g(*args, kubeconfig=factory.kubeconfig, prometheus=factory.prometheus)
+    golden(f"{name}.txt", both(factory, out, err))
+
+
+def test_submit_dry_run_creates_nothing(factory: Factory) -> None:
+    m2g("submit", "rack-benchmark", "-n", "research", "--dry-run", kubeconfig=factory.kubeconfig)
+    assert workload_of(factory.kubeconfig, "research", "rack-benchmark") is None
+
+
+# ---- errors: one line on stderr, a documented exit code ---------------------------------
+
+def one_line(err: str, start: str) -> None:
+    assert err.startswith(start) and err.count("\n") == 1, err
+
+
+def test_unknown_workload_is_exit_2(factory: Factory) -> None:
+    out, err = m2g("explain", "nope", "-n", "research", kubeconfig=factory.kubeconfig, code=2)
+    assert out == ""
+    one_line(err, "error: no workload named 'nope'")
+
+
+def test_no_kubeconfig_is_exit_1(tmp_path: Path) -> None:
+    _, err = m2g("queues", kubeconfig=tmp_path / "missing", code=1)
+    one_line(err, "error: cannot load Kubernetes credentials from")
+
+
+def test_unreachable_server_is_exit_1(kubeconfig: Path, tmp_path: Path) -> None:
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    cfg["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"  # discard: nothing listens
+    path = tmp_path / "unreachable"
+    path.write_text(yaml.safe_dump(cfg))
+    _, err = m2g("workloads", kubeconfig=path, code=1)
+    one_line(err, "error: ")
+    assert "127.0.0.1:9" in err
+
+
+def test_rbac_denied_is_exit_1(factory: Factory, tmp_path: Path) -> None:
+    """A ServiceAccount with no rights at all: the first list is forbidden."""
+    kc = factory.kubeconfig
+    kubectl(kc, "create", "serviceaccount", "cli-nobody", "-n", "research")
+    try:
+        path = sa_kubeconfig(kc, tmp_path / "nobody", namespace="research", name="cli-nobody")
+        for args in (["queues"], ["explain", "x", "-n", "research"]):
+            out, err = m2g(*args, kubeconfig=path, code=1)
+            assert out == ""
+            one_line(err, "error: ")
+            assert "forbidden" in err.lower() and "cli-nobody" in err, err
+    finally:
+        kubectl(kc, "delete", "serviceaccount", "cli-nobody", "-n", "research",
+                "--ignore-not-found", check=False)
+
+
+class _NoKueue(http.server.BaseHTTPRequestHandler):
+    """An API server that serves the core API only (no CRDs): /version, empty node and pod
+    lists, 404 for everything else."""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0].rstrip("/")
+        if path == "/version":
+            body: object = {"major": "1", "minor": "36", "gitVersion": "v1.36.0"}
+        elif path in ("/api/v1/nodes", "/api/v1/pods"):
+            body = {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}
+        else:
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "the server could not "
+                    "find the requested resource"}
+        data = json.dumps(body).encode()
+        self.send_response(404 if body.get("kind") == "Status" else 200)  # type: ignore[union-attr]
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_no_kueue_is_exit_1(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoKueue)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        path = tmp_path / "no-kueue"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {
+                "server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+            "users": [{"name": "u", "user": {"token": "x"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        out, err = m2g("workloads", kubeconfig=path, code=1)
+        assert out == ""
+        one_line(err, "error: Workload (kueue.x-k8s.io) is not served by this cluster: is "
+                      "Kueue installed")
+    finally:
+        server.shutdown()

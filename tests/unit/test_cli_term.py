@@ -1,0 +1,60 @@
+"""The CLI's terminal conventions: colour only on a terminal (NO_COLOR, --no-color), progress
+only on an interactive stderr, shell completion, one-line errors with the documented codes."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from m2g_cli import term
+from m2g_cli.app import app
+
+runner = CliRunner()
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    yield
+    term.settings.no_color = False
+
+
+def test_colour_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert term.color(Tty())
+    assert not term.color(io.StringIO())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not term.color(Tty())
+
+
+def test_no_color_option_turns_it_off() -> None:
+    result = runner.invoke(app, ["--no-color", "version"])
+    assert result.exit_code == 0
+    assert term.settings.no_color and not term.color(Tty())
+
+
+def test_progress_is_silent_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    async def answer() -> int:
+        return 42
+
+    assert term.run_async(answer(), "thinking") == 42
+    assert capsys.readouterr() == ("", "")
+
+
+def test_errors_are_one_plain_line_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(Exception) as info:
+        term.fail("no workload named 'x'", term.USAGE)
+    assert getattr(info.value, "exit_code", None) == 2
+    assert capsys.readouterr().err == "error: no workload named 'x'\n"
+
+
+def test_shell_completion_script() -> None:
+    result = runner.invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0 and "_M2G_COMPLETE=complete_bash" in result.stdout
