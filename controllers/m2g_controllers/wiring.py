@@ -89,7 +89,7 @@ class K8sCluster:
         objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
         snap = build_snapshot(objs, await self._readings(), now, memo=self._memo)
         await self.kai.probe()  # KAI installed later is picked up (one discovery call a minute)
-        kai = self.kai.state(objs.nodes.values())
+        kai = self.kai.state(self.caches["nodes"])
         return snap if kai is None else dataclasses.replace(snap, kai=kai)
 
     async def _readings(self) -> Readings | None:

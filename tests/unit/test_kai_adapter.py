@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from m2g.k8s.apply import Applier, ApplyResult
-from m2g.k8s.client import Conflict, Kube, Obj, ResourceMissing
+from m2g.k8s.cache import WatchCache
+from m2g.k8s.client import NODES, Conflict, Kube, Obj, ResourceMissing
 from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, KaiApplier, KaiSync
 from m2g.k8s.kai_convert import (
     BASE_GPU_LIMIT,
@@ -215,15 +216,27 @@ class DiscoveryApi(FakeWatchApi):
 
 async def test_no_caches_without_kai_and_probes_are_rate_limited() -> None:
     api, clock = DiscoveryApi({}), [0.0]
+    nodes = WatchCache(FakeWatchApi([{"metadata": {"resourceVersion": "1"}, "items": []}], []),
+                       NODES)
     sync = KaiSync(cast(Kube, api), clock=lambda: clock[0], probe_seconds=60)
     assert not await sync.probe()
     assert not await sync.probe()
-    assert api.probes == 1 and sync.caches() == [] and sync.state([]) is None
+    assert api.probes == 1 and sync.caches() == [] and sync.state(nodes) is None
     clock[0] = 61
     api.groups = {"/apis/kai.scheduler/v1alpha1": ["topologies"],
                   "/apis/scheduling.run.ai/v2": ["queues", "queues/status"]}
     assert await sync.probe()
     await asyncio.wait_for(asyncio.gather(*(c.wait_synced() for c in sync.caches())), 5)
-    state = sync.state([])
+    state = sync.state(nodes)
     assert state is not None and state.topologies == () and state.queues == ()
+    assert state.node_label_keys == frozenset()
+    # a node event (the cache's generation moves) refreshes the label keys
+    nodes.apply_event({"type": "ADDED", "object": {
+        "metadata": {"name": "n1", "resourceVersion": "2", "labels": {"m2g.io/rack": "r0"}}}})
+    state = sync.state(nodes)
+    assert state is not None and state.node_label_keys == {"m2g.io/rack"}
+    # KAI uninstalled: its caches fail with ResourceMissing and nothing is planned for it
+    assert sync.topologies is not None
+    sync.topologies.last_error = ResourceMissing("KAI CRDs not installed", 404, "NotFound")
+    assert sync.state(nodes) is None
     await sync.stop()
