@@ -8,16 +8,23 @@ telemetry stack, and the process's RSS is the controller's alone.
 
 Each reconcile is logged as one JSON line on stderr:
 ``{"reconcile": n, "total_s", "snapshot_s", "apply_s", "plan_s", "sheds", "checks",
-"workloads", "pods"}`` (plan_s = total − snapshot − apply: policies, planning, metrics).
+"workloads", "pods", "requests"}`` (plan_s = total − snapshot − apply: policies, planning,
+metrics; ``requests``: the API calls the reconcile made, ``{"PATCH workloads": [count,
+total seconds, max seconds], ...}``).
 
     python bench/controller_proc.py --kubeconfig K --policies DIR --metrics-port P \
-        [--resync-seconds S] [--check-name NAME] [--ramp-kw-per-second R] [--max-step-kw M]
+        [--resync-seconds S] [--check-name NAME] [--ramp-kw-per-second R] [--max-step-kw M] \
+        [--profile FILE]
+
+``--profile FILE`` runs the process under cProfile and writes its stats to FILE on exit
+(``python -m pstats FILE``): where the controller's own CPU goes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import json
 import logging
 import signal
@@ -26,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from m2g.k8s import client as k
 from m2g.k8s.convert import allocated_gpus
@@ -70,6 +78,36 @@ def modelled_power() -> Callable[[K8sCluster], Awaitable[Readings]]:
     return read
 
 
+def count_requests(kube: k.Kube) -> dict[str, list[float]]:
+    """Wrap ``kube.request`` to tally calls by method and resource: {key: [n, total s, max s]}.
+    The caller clears the returned dict when it starts a new tally (watches are not counted:
+    they stream through ``call_api`` directly)."""
+    tally: dict[str, list[float]] = {}
+    inner = kube.request
+
+    async def request(method: str, path: str, **kwargs: Any) -> k.Obj:
+        parts = path.split("?")[0].split("/")
+        kind = next((parts[i + 1] for i in range(len(parts) - 1) if parts[i] in {
+            "v1", "v1beta2", "v1alpha1"} and parts[i + 1] != "namespaces"), "")
+        if "namespaces" in parts:
+            j = parts.index("namespaces")
+            kind = parts[j + 2] if len(parts) > j + 2 else "namespaces"
+        if path.endswith("/status"):
+            kind += "/status"
+        t = time.perf_counter()
+        try:
+            return await inner(method, path, **kwargs)
+        finally:
+            dt = time.perf_counter() - t
+            row = tally.setdefault(f"{method} {kind}", [0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += dt
+            row[2] = max(row[2], dt)
+
+    kube.request = request  # type: ignore[method-assign]
+    return tally
+
+
 class TimedCluster(K8sCluster):
     """K8sCluster that remembers how long the last snapshot and apply took."""
 
@@ -94,10 +132,13 @@ class TimedCluster(K8sCluster):
 class TimedManager(Manager):
     """Manager that logs each reconcile's duration and its parts as a JSON line."""
 
+    tally: dict[str, list[float]]  # set by serve() (count_requests)
+
     async def reconcile(self) -> Plan | None:
         cluster = self.cluster
         assert isinstance(cluster, TimedCluster)
         cluster.snapshot_s = cluster.apply_s = 0.0
+        self.tally.clear()
         t = time.perf_counter()
         plan = await super().reconcile()
         total = time.perf_counter() - t
@@ -107,6 +148,8 @@ class TimedManager(Manager):
             "plan_s": round(total - cluster.snapshot_s - cluster.apply_s, 4),
             "sheds": len(plan.sheds) if plan else 0, "checks": len(plan.checks) if plan else 0,
             "workloads": len(cluster.caches["workloads"]), "pods": len(cluster.caches["pods"]),
+            "requests": {key: [int(n), round(tot, 4), round(top, 4)]
+                         for key, (n, tot, top) in sorted(self.tally.items())},
         }), file=sys.stderr, flush=True)
         return plan
 
@@ -120,6 +163,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
                            max_step_kw=args.max_step_kw)
     manager = TimedManager(cluster, PolicyStore(make_runtime()), metrics, config=config,
                            resync_seconds=args.resync_seconds, policy_dir=args.policies)
+    manager.tally = count_requests(kube)
     health = HealthServer(metrics.registry, manager.ready, "127.0.0.1", args.metrics_port)
     await health.start()
     try:
@@ -142,6 +186,7 @@ def main() -> int:
     p.add_argument("--check-name", default="m2g-bench")
     p.add_argument("--ramp-kw-per-second", type=float, default=PlannerConfig.ramp_kw_per_second)
     p.add_argument("--max-step-kw", type=float, default=PlannerConfig.max_step_kw)
+    p.add_argument("--profile", help="write cProfile stats of the whole run here on exit")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
@@ -152,7 +197,14 @@ def main() -> int:
             loop.add_signal_handler(sig, stop.set)
         await serve(args, stop)
 
-    asyncio.run(go())
+    if not args.profile:
+        asyncio.run(go())
+        return 0
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(asyncio.run, go())
+    finally:
+        prof.dump_stats(args.profile)
     return 0
 
 

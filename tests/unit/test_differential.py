@@ -126,3 +126,29 @@ def test_workload_data_equals_pydantic_dump(sample: list[PolicyInput]) -> None:
                                                         include=fields)
         assert workload_data(w, None) == w.model_dump(mode="json", by_alias=True)
         assert workload_data(w, set()) == {}
+
+
+def test_batch_runs_in_chunks_of_at_most_max_chunk() -> None:
+    """A long batch is evaluated a few items at a time (cel-expr-python's comprehensions cost
+    quadratic time and arena memory in the list's length), with the same answers in order."""
+    from m2g.policy.batch import FusedCache
+    from m2g.policy.runtime import make_runtime
+
+    runtime = make_runtime("cel-expr-python")
+    sizes: list[int] = []
+    inner = runtime.run_batch
+
+    def counting(program: object, act: object, items: list[object]) -> object:
+        sizes.append(len(items))
+        return inner(program, act, items)  # type: ignore[arg-type]
+
+    runtime.run_batch = counting  # type: ignore[method-assign]
+    program = runtime.compile_batch("m2g__items().map(w, w.n * 2)")
+    assert program is not None
+    act = runtime.activation({})
+    items = [{"n": i} for i in range(10)]
+    assert FusedCache(runtime, max_chunk=4).run(program, act, items) == [2 * i for i in range(10)]
+    assert sizes == [4, 4, 2]
+    sizes.clear()
+    assert FusedCache(runtime, max_chunk=100).run(program, act, items) == [2 * i for i in range(10)]
+    assert sizes == [10]

@@ -44,13 +44,19 @@ def queue_view(q: QueueState | None, name: str) -> QueueView:
 
 
 class InputBuilder:
-    """PolicyInputs for one snapshot; queue views are built once per ClusterQueue."""
+    """PolicyInputs for one snapshot; queue views are built once per ClusterQueue.
+
+    Workload inputs are copies of one validated input that differ only in ``workload`` and
+    ``queue``: validating a PolicyInput names its domains and derives ``topology`` from them
+    (~0.3 ms on a 100-rack factory), which 2,000 workloads would pay 2,000 times, each holding
+    its own copy. The copies share the snapshot's objects, so they also batch together."""
 
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
         self.v = views(snap)
         self._queues = {q.name: q for q in snap.queues}
         self._qviews: dict[str, QueueView] = {}
+        self._base: PolicyInput | None = None
 
     def queue(self, name: str) -> QueueView:
         if name not in self._qviews:
@@ -58,9 +64,11 @@ class InputBuilder:
         return self._qviews[name]
 
     def for_workload(self, w: WorkloadState, view: WorkloadView | None = None) -> PolicyInput:
-        return PolicyInput(workload=view or w.view, site=self.v.site, grid=self.v.grid,
-                           domains=self.v.domains, queue=self.queue(w.cluster_queue),
-                           now=self.snap.now)
+        if self._base is None:
+            self._base = PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.v.domains,
+                                     now=self.snap.now)
+        return self._base.model_copy(update={"workload": view or w.view,
+                                             "queue": self.queue(w.cluster_queue)})
 
     def for_flavor(self, flavor: FlavorState, nominal: int) -> PolicyInput:
         domain_name = flavor.domain or self.snap.factory.site

@@ -56,6 +56,12 @@ from m2g.policy.runtime import (
 _ITEM_VARIABLES = ("workload", "queue")
 _ERRORS = (CelEvalError, TypeError, ValueError, IndexError)
 _BUDGET = "Iteration budget exceeded"
+#: Items per evaluation, at most. cel-expr-python 0.1.3 builds a comprehension's result list by
+#: copying it at every step, into the activation's arena, which keeps it until the activation
+#: is dropped: a batch of n items costs O(n²) time and memory. 2,000 items in one evaluation
+#: took ~0.65 s and left ~70 MiB on the snapshot's activation; in chunks of 32, ~0.05 s and
+#: ~3 MiB (docs/benchmarks.md, "Controller latency").
+MAX_CHUNK = 32
 
 
 def _over_items(body: str, queue: bool) -> str:
@@ -212,8 +218,9 @@ class FusedCache:
     """Fused programs per policy and per policy list, compiled on first use (None: this runtime
     does not batch, or the expression does not compile)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, max_chunk: int = MAX_CHUNK) -> None:
         self._runtime = runtime
+        self._max_chunk = max(1, max_chunk)
         self._programs: dict[str, Fused | None] = {}
         self._combined: dict[tuple[tuple[str, ...], ...], Combined | None] = {}
         self._gates: dict[str, Program | None] = {}
@@ -225,10 +232,11 @@ class FusedCache:
         self.batches = runtime.compile_batch("[]") is not None
 
     def run(self, program: Program, act: Any, items: list[Any]) -> list[Any]:
-        """Run a batch program over ``items``, in chunks small enough for cel-expr-python's
+        """Run a batch program over ``items`` in chunks of at most ``max_chunk`` (MAX_CHUNK:
+        larger batches cost quadratic time and memory) and small enough for cel-expr-python's
         iteration budget (10,000 comprehension steps per evaluation; every bound variable is
         one): a chunk that exceeds it is halved, and the size that worked is remembered."""
-        size = self._chunk.get(id(program), len(items))
+        size = self._chunk.get(id(program), self._max_chunk)
         out: list[Any] = []
         i = 0
         while i < len(items):
@@ -320,11 +328,19 @@ class FusedCache:
         return Fused(None, tuple(p for p in progs if p is not None))
 
 
-def snapshot_key(inp: PolicyInput) -> tuple[Any, ...]:
+def snapshot_key(inp: PolicyInput, domain_ids: dict[int, tuple[int, ...]] | None = None
+                 ) -> tuple[Any, ...]:
     """``inp.batch_key()``, computed faster: inputs with equal keys share everything but the
-    workload and its queue (compared by identity)."""
-    return (id(inp.site), id(inp.grid), id(inp.flavor), id(inp.domain), inp.now,
-            tuple(map(id, inp.domains.values())))
+    workload and its queue (compared by identity). ``domain_ids``, when given, memoises the ids
+    of each ``domains`` dict's values by the dict's own id: inputs copied from one base share
+    that dict, and a 100-rack factory has ~200 domains (the caller keeps the inputs alive, so
+    an id is not reused meanwhile)."""
+    ids = None if domain_ids is None else domain_ids.get(id(inp.domains))
+    if ids is None:
+        ids = tuple(map(id, inp.domains.values()))
+        if domain_ids is not None:
+            domain_ids[id(inp.domains)] = ids
+    return (id(inp.site), id(inp.grid), id(inp.flavor), id(inp.domain), inp.now, ids)
 
 
 class Snapshots:

@@ -232,8 +232,9 @@ class Evaluator:
         if policies is None:  # one tuple per stage list: the batch path caches plans by it
             policies = self._policies[stages] = tuple(p for s in stages for p in self._stage(s))
         groups: dict[tuple[Any, ...], list[int]] = {}
+        domain_ids: dict[int, tuple[int, ...]] = {}
         for i, inp in enumerate(inputs):
-            groups.setdefault(snapshot_key(inp), []).append(i)
+            groups.setdefault(snapshot_key(inp, domain_ids), []).append(i)
         out: list[Fired] = [[] for _ in inputs]
         for key, idx in groups.items():
             batch = [inputs[i] for i in idx]
