@@ -128,6 +128,36 @@ def test_sheds_highest_score_first_within_the_ramp(ev: Evaluator) -> None:
     assert [a.name for a in make_plan(s, ev, slow).sheds] == ["t3"]
 
 
+def test_equal_scores_shed_the_fewest_workloads(ev: Evaluator) -> None:
+    """Same score: the largest first, then the smallest that covers the rest. Key order would
+    take a, b, c and d: four writes for the same 123 kW."""
+    s = snap(factory(draw_kw=200.0, event=True),  # limit 100 kW: 100 kW short
+             wl("a", Phase.ADMITTED, tier=3, kw=12.5), wl("b", Phase.ADMITTED, tier=3, kw=12.5),
+             wl("c", Phase.ADMITTED, tier=3, kw=75.0), wl("d", Phase.ADMITTED, tier=3, kw=50.0),
+             wl("e", Phase.ADMITTED, tier=3, kw=100.0), wl("f", Phase.ADMITTED, tier=2, kw=200.0))
+    # savings (82 %): a, b 10.25; c 61.5; d 41; e 82; f 164
+    assert [a.name for a in make_plan(s, ev, CFG).sheds] == ["e", "d"]  # 82 + 41 (not + c)
+
+
+def test_choose_victims_order_ramp_and_ties() -> None:
+    from m2g.planner.shedding import Candidate, choose_victims
+
+    cands = [Candidate(1.0, "x", 50.0), Candidate(2.0, "b", 10.0), Candidate(2.0, "a", 10.0),
+             Candidate(2.0, "c", 30.0), Candidate(2.0, "d", 25.0)]
+
+    def keys(shortfall: float, step: float = 1000.0) -> list[str]:
+        return [c.key for c in choose_victims(cands, shortfall, step, CFG)]
+
+    assert keys(8.0) == ["a"]  # smallest that covers, ties by key
+    assert keys(26.0) == ["c"]
+    assert keys(40.0) == ["c", "a"]  # 30, then 10 covers the remaining 10
+    assert keys(75.0) == ["c", "d", "a", "b"]
+    assert keys(100.0) == ["c", "d", "a", "b", "x"]  # the lower score only after the higher
+    assert keys(100.0, step=60.0) == ["c", "d"]  # 55 kW: nothing of score 2 fits in 5 more
+    assert keys(100.0, step=20.0) == ["a", "b"]  # c and d do not fit, 10 + 10 do; x waits
+    assert keys(0.0) == []
+
+
 def test_settling_sheds_are_not_shed_twice(ev: Evaluator) -> None:
     just = NOW - timedelta(seconds=10)
     s = snap(factory(draw_kw=160.0, event=True),

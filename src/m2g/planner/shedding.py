@@ -7,6 +7,9 @@ a while to stop and the meter lags), so a reconcile never sheds twice for the sa
 * Victims: admitted workloads the Preemption stage finds eligible, highest score first, until
   the shortfall is covered — but no more kW per reconcile than the ramp allows
   (``ramp_kw_per_second`` × seconds since the last shed or restore, at most ``max_step_kw``).
+  Among equal scores, as few workloads as it takes (``choose_victims``): the largest first,
+  and as the last one the smallest that covers the rest — fewer jobs paused, fewer writes
+  (each one passes Kueue's webhooks), and no more overshoot than needed.
 * Stale or missing power: never shed (docs/signals.md: a stale reading is no reason to act).
 * Restore: when there is no shortfall and no grid event is active, workloads m2g shed come
   back, oldest first, while the site stays ``restore_margin`` below its limit with their kW
@@ -15,6 +18,8 @@ a while to stop and the meter lags), so a reconcile never sheds twice for the sa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from m2g.planner.config import PlannerConfig
@@ -81,25 +86,57 @@ def _fits(total: float, step: float, has_any: bool, config: PlannerConfig) -> bo
     return total <= step or (not has_any and step >= config.max_step_kw)
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """A workload that may be shed: its Preemption score, key and saving (kW)."""
+
+    score: float
+    key: str
+    kw: float
+
+
+def choose_victims(candidates: Iterable[Candidate], shortfall: float, step: float,
+                   config: PlannerConfig) -> list[Candidate]:
+    """The workloads to shed, in order: highest score first, until their kW covers
+    ``shortfall``, within the ramp's ``step`` (when no candidate of the current score fits,
+    the step ends: lower scores never go before higher ones). Among equal scores, the fewest
+    that fit: the largest first, and once a single one can cover what remains, the smallest
+    such (then by key, so the choice is deterministic)."""
+    groups: dict[float, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.score, []).append(c)
+    out: list[Candidate] = []
+    covered = 0.0
+    for score in sorted(groups, reverse=True):
+        pool = sorted(groups[score], key=lambda c: (-c.kw, c.key))  # largest first
+        while pool and covered < shortfall:
+            fitting = [c for c in pool if _fits(covered + c.kw, step, bool(out), config)]
+            if not fitting:  # the ramp: lower scores wait for the next step
+                return out
+            rest = shortfall - covered
+            covers = [c for c in fitting if c.kw >= rest]
+            pick = min(covers, key=lambda c: (c.kw, c.key)) if covers else fitting[0]
+            pool.remove(pick)
+            out.append(pick)
+            covered += pick.kw
+        if covered >= shortfall:
+            break
+    return out
+
+
 def _shed(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
           shortfall: float, step: float) -> list[ShedAction]:
     running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
     if not running or step <= 0:
         return []
     results = evaluator.preemption_many([builder.for_workload(w) for w in running])
-    ranked = sorted(((r.score, w) for w, r in zip(running, results, strict=True) if r.eligible),
-                    key=lambda x: (-x[0], x[1].key))
-    out: list[ShedAction] = []
-    covered = 0.0
-    for score, w in ranked:
-        kw = saving_kw(w, config)
-        if covered >= shortfall or not _fits(covered + kw, step, bool(out), config):
-            break
-        covered += kw
-        out.append(ShedAction(w.namespace, w.name, False, kw,
-                              f"shed {kw:.0f} kW (score {score:.1f}) to cover a "
-                              f"{shortfall:.0f} kW shortfall"))
-    return out
+    by_key = {w.key: w for w in running}
+    chosen = choose_victims((Candidate(r.score, w.key, saving_kw(w, config))
+                             for w, r in zip(running, results, strict=True) if r.eligible),
+                            shortfall, step, config)
+    return [ShedAction(by_key[c.key].namespace, by_key[c.key].name, False, c.kw,
+                       f"shed {c.kw:.0f} kW (score {c.score:.1f}) to cover a "
+                       f"{shortfall:.0f} kW shortfall") for c in chosen]
 
 
 def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
