@@ -53,6 +53,8 @@ import yaml
 from m2g.k8s import client as k
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import allocated_gpus
+from m2g.planner.config import PlannerConfig
+from m2g.planner.shedding import Candidate, choose_victims
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALCP = ROOT / "kind-e2e" / "localcp"
@@ -390,27 +392,31 @@ class World:
                    if node in self.racks_of)
         return IDLE_KW * len(set(self.racks_of.values())) + gpus * KW_PER_GPU
 
-    def ranking(self) -> list[tuple[str, float]]:
-        """(key, kW) of the shed candidates in the planner's order: tier desc, then key."""
-        cands = [(spec.tier, key, float(spec.kw)) for key, (wl, spec) in self.mine().items()
-                 if spec.tier >= 1 and admitted(wl) and active(wl)]
-        cands.sort(key=lambda c: (-c[0], c[1]))
-        return [(key, kw) for _, key, kw in cands]
+    def candidates(self, fraction: float) -> list[Candidate]:
+        """The shed candidates as the planner scores them: admitted and active, flex tier ≥ 1,
+        score = tier, saving = ``fraction`` of the estimate (PlannerConfig.shed_saving_fraction)."""
+        return [Candidate(float(spec.tier), key, spec.kw * fraction)
+                for key, (wl, spec) in self.mine().items()
+                if spec.tier >= 1 and admitted(wl) and active(wl)]
 
 
-def victims_for(ranking: list[tuple[str, float]], shed_kw: float) -> tuple[set[str], float]:
-    """The shortest prefix covering ``shed_kw``, and a shortfall half-way inside its last kW."""
-    covered = 0.0
-    chosen: set[str] = set()
-    for key, kw in ranking:
-        if covered >= shed_kw:
-            break
-        chosen.add(key)
-        last = kw
-        covered += kw
-    if not chosen:
+def victims_for(cands: list[Candidate], shed_kw: float, step: float
+                ) -> tuple[set[str], float]:
+    """The workloads the planner sheds (``choose_victims``, the planner's own choice) for a
+    shortfall just under what covers ``shed_kw``, chosen so that a few hundredths of a kW
+    either way (rounding, float sums) give the same set; and that shortfall."""
+    config = PlannerConfig()
+    first = choose_victims(cands, shed_kw, step, config)
+    if not first:
         raise RuntimeError("no flexible workload to shed")
-    return chosen, covered - last / 2
+    covered = sum(c.kw for c in first)
+    for margin in (0.1, 0.2, 0.35, 0.5, 0.75):
+        shortfall = covered - margin
+        sets = [{c.key for c in choose_victims(cands, shortfall + d, step, config)}
+                for d in (-0.03, 0.0, 0.03)]
+        if sets[0] == sets[1] == sets[2]:
+            return sets[1], shortfall
+    raise RuntimeError(f"no shortfall near {covered:.2f} kW gives a stable set of victims")
 
 
 @dataclass
@@ -425,9 +431,10 @@ class Sample:
 
 
 async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
-                    i: int) -> Sample:
+                    step_kw: float, i: int) -> Sample:
     draw = world.draw_kw()
-    victims, shortfall = victims_for(world.ranking(), shed_kw)
+    victims, shortfall = victims_for(world.candidates(PlannerConfig().shed_saving_fraction),
+                                     shed_kw, step_kw)
     target = round(draw - shortfall, 2)
     seen: dict[str, float] = {}
     back: dict[str, float] = {}
@@ -548,7 +555,7 @@ async def run(args: argparse.Namespace) -> int:
                 f"RSS {report['rss_loaded_mib']}")
             await asyncio.sleep(3)
             n_setup = len(ctl.reconciles())
-            samples = [await one_round(kube, world, ctl, args.shed_kw, i)
+            samples = [await one_round(kube, world, ctl, args.shed_kw, args.max_step_kw, i)
                        for i in range(args.repeats)]
             recs = ctl.reconciles()
             report["rss_end_mib"] = proc_memory(ctl.proc.pid)
