@@ -146,6 +146,15 @@ def test_workload_phase(conds: list[tuple[str, str]], active: bool, phase: Phase
     assert cv.workload_phase(wl) is phase
 
 
+def test_holds_quota_follows_quota_reserved() -> None:
+    wl = load("workload_admitted")
+    wl["spec"]["active"] = False
+    assert cv.workload(wl, NOW).holds_quota  # deactivated, Kueue still evicting it
+    wl["status"]["conditions"] = [c for c in wl["status"]["conditions"]
+                                  if c["type"] not in ("QuotaReserved", "Admitted")]
+    assert not cv.workload(wl, NOW).holds_quota
+
+
 def test_m2g_check_and_shed_annotations() -> None:
     wl = load("workload_admitted")
     wl["status"]["admissionChecks"] = [

@@ -167,6 +167,20 @@ def test_settling_sheds_are_not_shed_twice(ev: Evaluator) -> None:
     assert make_plan(s, ev, CFG).sheds == ()
 
 
+def test_sheds_still_stopping_keep_settling(ev: Evaluator) -> None:
+    """Past settle_seconds, a shed workload whose quota Kueue still holds (its pods have not
+    stopped) counts as shed, up to settle_max_seconds; once released it no longer does."""
+    def with_gone(age_s: float, holds: bool) -> tuple[str, ...]:
+        gone = wl("gone", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True,
+                  shed_at=NOW - timedelta(seconds=age_s), holds_quota=holds)
+        s = snap(factory(draw_kw=160.0, event=True), gone, wl("t2", Phase.ADMITTED, tier=2, kw=70.0))
+        return tuple(a.name for a in make_plan(s, ev, CFG).sheds)
+
+    assert with_gone(90.0, holds=True) == ()  # still stopping: 160 - 65.6 <= 100
+    assert with_gone(90.0, holds=False) == ("t2",)  # stopped, yet the meter says 160 kW
+    assert with_gone(400.0, holds=True) == ("t2",)  # never released: not hidden for good
+
+
 def test_never_shed_on_stale_power(ev: Evaluator) -> None:
     s = snap(factory(draw_kw=500.0, event=True, stale=True), wl("t3", Phase.ADMITTED, tier=3))
     plan = make_plan(s, ev, CFG)

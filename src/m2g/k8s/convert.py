@@ -499,7 +499,8 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,
         check_state=state, check_message=message, shed_by_m2g=SHED_AT in annotations,
-        shed_at=shed_at, admitted_at=admitted_at, drained_for=annotations.get(DRAINED_FOR, ""))
+        shed_at=shed_at, holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
+        drained_for=annotations.get(DRAINED_FOR, ""))
 
 
 def base_quota_annotation(flavor: str) -> str:

@@ -1,8 +1,9 @@
 """Shedding and restoring: meet a grid or power limit by deactivating flexible work, paced.
 
 Shortfall = measured site draw − the limit in force (a grid event's target, else the site
-budget). Workloads that m2g shed within ``settle_seconds`` still count as shed (their pods take
-a while to stop and the meter lags), so a reconcile never sheds twice for the same kW.
+budget). Workloads that m2g shed within ``settle_seconds``, or longer while Kueue still holds
+their quota (their pods are still stopping; at most ``settle_max_seconds``), still count as
+shed (the meter lags), so a reconcile never sheds twice for the same kW.
 
 * Victims: admitted workloads the Preemption stage finds eligible, highest score first, until
   the shortfall is covered — but no more kW per reconcile than the ramp allows
@@ -46,11 +47,21 @@ def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | N
     return min(config.max_step_kw, config.ramp_kw_per_second * elapsed)
 
 
+def settling(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
+    """Shed by m2g and still counted as shed although the meter may not show it yet: within
+    ``settle_seconds``, or while Kueue still holds its quota (its pods are stopping) within
+    ``settle_max_seconds``."""
+    if not w.shed_by_m2g or w.shed_at is None:
+        return False
+    age = (now - w.shed_at).total_seconds()
+    return age < config.settle_seconds or (
+        w.holds_quota and w.phase is Phase.INACTIVE and age < config.settle_max_seconds)
+
+
 def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
     now = builder.snap.now
     return sum(saving_kw(w, config) for w in builder.snap.workloads
-               if w.shed_by_m2g and w.shed_at is not None
-               and (now - w.shed_at).total_seconds() < config.settle_seconds)
+               if settling(w, now, config))
 
 
 def last_action(builder: InputBuilder) -> datetime | None:

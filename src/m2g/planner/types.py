@@ -52,6 +52,9 @@ class WorkloadState:
     check_message: str = ""
     shed_by_m2g: bool = False  # deactivated by m2g (annotation), so m2g may bring it back
     shed_at: datetime | None = None
+    #: Kueue still holds its quota (QuotaReserved): for a deactivated workload, its pods have
+    #: not all stopped yet, so it still draws power.
+    holds_quota: bool = False
     admitted_at: datetime | None = None
     drained_for: str = ""  # set when m2g evicted it off nodes (e.g. "maintenance/<window>")
 
