@@ -153,7 +153,9 @@ class Manager:
         for q in plan.quotas:
             m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
         for s in plan.sheds:
-            m.shed_actions.labels("restore" if s.active else "shed").inc()
+            m.shed_actions.labels("restore" if s.active else ("drain" if s.drain else "shed")).inc()
+        for t in plan.taints:
+            m.taint_changes.labels(t.key, "add" if t.add else "remove").inc()
         for kq in plan.kai_queues:
             m.kai_gpu_limit.labels(kq.queue).set(kq.limit)
         for kt in plan.kai_topologies:

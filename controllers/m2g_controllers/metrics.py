@@ -32,7 +32,11 @@ class Metrics:
         self.shed_kw = Gauge(
             "m2g_shed_kilowatts", "kW of workloads m2g has shed and not yet restored", registry=r)
         self.shed_actions = Counter(
-            "m2g_shed_actions_total", "Workloads shed or restored", ["action"], registry=r)
+            "m2g_shed_actions_total", "Workloads shed, drained (maintenance) or restored",
+            ["action"], registry=r)
+        self.taint_changes = Counter(
+            "m2g_node_taint_changes_total", "m2g's own node taints decided, by key and action",
+            ["key", "action"], registry=r)
         self.site_draw_kw = Gauge("m2g_site_draw_kilowatts", "Measured site draw", registry=r)
         self.site_limit_kw = Gauge(
             "m2g_site_limit_kilowatts", "The limit in force (grid target or budget)", registry=r)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from m2g.model.factory import FactorySnapshot
+from m2g.model.factory import FactorySnapshot, MaintenanceWindow, Node, Rack
 from m2g.model.inputs import WorkloadView
 from m2g.planner.types import CheckState, ClusterSnapshot, Phase, Plan, WorkloadState
 from m2g.policy import make_runtime
@@ -103,3 +103,24 @@ async def test_run_loop_retries_after_a_failure() -> None:
     assert c.applied, "the loop should recover after the failed snapshot"
     assert m.ready() == (True, "ok")
     assert m.metrics.reconciles.labels("error")._value.get() == 1
+
+
+class NodeLeverCluster(FakeCluster):
+    """A hot rack and a maintenance window under way on it, with one workload running there."""
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        window = MaintenanceWindow("mw", now - timedelta(minutes=1), now + timedelta(hours=1),
+                                   racks=("r0",))
+        factory = FactorySnapshot(now=now, racks=(Rack("r0", "b", "pd", thermal_alarm=True),),
+                                  nodes=(Node("n0", "r0"),), maintenance=(window,))
+        w = WorkloadState("t", "run", WorkloadView(name="run", gpus=4), Phase.ADMITTED)
+        return ClusterSnapshot(factory, (w,), placements={"t/run": ("n0",)})
+
+
+async def test_taints_and_drains_are_counted() -> None:
+    m = manager(NodeLeverCluster())
+    plan = await m.reconcile()
+    assert plan is not None and [a.drain for a in plan.sheds] == ["maintenance/mw"]
+    assert m.metrics.shed_actions.labels("drain")._value.get() == 1
+    for key in ("m2g.io/maintenance", "m2g.io/thermal"):
+        assert m.metrics.taint_changes.labels(key, "add")._value.get() == 1
