@@ -27,7 +27,8 @@ output, field-notes §7); its inlet limit is the PowerDomain's ``inletLimitC``, 
 
 Placements (``placements``): workload → the nodes its unfinished pods are bound to, matching a
 pod to a Workload by owner UID (the pod's owners, or the pod itself, own the Workload: Jobs and
-plain pods; a JobSet's pods are a level further down and are not matched).
+plain pods; a JobSet's pods are a level further down and are not matched). Built only while a
+MaintenanceWindow exists or a workload is drained: drains are all that use them.
 
 Workloads: labels/annotations are read from the pod templates of ``spec.podSets`` (Kueue copies
 the job's pod template there) with the Workload's own metadata taking precedence. Bad values
@@ -697,5 +698,9 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     workloads = tuple(states)
     queues = tuple(cluster_queue(o) for _, o in sorted(objs.cluster_queues.items()))
     flavors = tuple(resource_flavor(o) for _, o in sorted(objs.resource_flavors.items()))
+    # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
+    # bench/node_levers.py) while there is no window and no drained workload
+    needed = bool(windows) or any(w.drained_for for w in workloads)
     return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors,
-                           placements=placements(objs.pods.values(), objs.workloads.values()))
+                           placements=placements(objs.pods.values(), objs.workloads.values())
+                           if needed else {})
