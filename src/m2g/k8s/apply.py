@@ -417,20 +417,21 @@ class Applier:
             return False
         verb = "add" if u.add else "remove"
         detail = f"{verb} {u.key}={u.value}:{u.effect}: {u.reason}"
-        if not self.dry_run:  # write first: a 409 here is retried, and recorded only once
-            await self.kube.patch(NODES, u.node, {
-                "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                "spec": {"taints": kept or None}}, field_manager=self.field_manager)
+        if self.dry_run:  # shadow: recorded (and logged) only, as sheds are — no Event per
+            return self._record(result, "taint", u.node, detail, True)  # node every pass
+        # write first: a 409 here is retried, and recorded only once
+        await self.kube.patch(NODES, u.node, {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "spec": {"taints": kept or None}}, field_manager=self.field_manager)
         self._record(result, "taint", u.node, detail, True)
-        try:  # the Event is best effort (and written in shadow mode too)
-            prefix = "[shadow] " if self.dry_run else ""
+        try:  # the Event is best effort: the taint itself is in place
             await self.emit_event(
                 {"apiVersion": "v1", "kind": "Node", "metadata": meta},
                 "Tainted" if u.add else "Untainted",
-                f"{prefix}{verb} taint {u.key}={u.value}:{u.effect}: {u.reason}", action="Taint")
+                f"{verb} taint {u.key}={u.value}:{u.effect}: {u.reason}", action="Taint")
         except KubeError as exc:
             log.warning("event for taint on %s: %s", u.node, exc)
-        return not self.dry_run
+        return True
 
     # ---- events and status ------------------------------------------------------------
 
