@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -59,7 +60,7 @@ class K8sCluster:
         self.caches = {name: WatchCache(kube, res, params=POD_SELECTOR if name == "pods"
                                         else None) for name, res in WATCHED.items()}
         self.policies = WatchCache(kube, k.POLICIES)
-        self.applier = Applier(kube, instance=instance)
+        self.applier = Applier(kube, instance=instance, background_events=True)
         self.kai = KaiSync(kube)  # KAI Scheduler's caches, only when its CRDs are served
         self._prometheus = prometheus
         self._signal_config = signal_config or SignalConfig()
@@ -80,6 +81,7 @@ class K8sCluster:
         await self.kai.probe(on_change)
 
     async def stop(self) -> None:
+        await self.applier.drain(timeout=10)
         for cache in self.all_caches():
             await cache.stop()
         if self._http is not None:
@@ -126,25 +128,24 @@ class K8sCluster:
 
     async def _check_events(self, plan: Plan, result: ApplyResult, shadow: bool) -> None:
         """One Event per check written, up to ``applier.parallel`` at once (2,000 admissions
-        one after the other would hold the reconcile for minutes)."""
+        one after the other would hold the reconcile for minutes), in the background: an Event
+        took as long as the check's own write, and the next reconcile need not wait for it."""
         written = {r.target for r in result.records if r.action == "check" and (
             r.written or shadow)}
-        gate = asyncio.Semaphore(max(1, self.applier.parallel))
 
         async def one(c: CheckUpdate, wl: k.Obj) -> None:
             reason, kind = _REASONS[c.state]
             prefix = "[shadow] " if shadow else ""
-            async with gate:
-                try:
-                    await self.applier.emit_event(wl, reason, prefix + c.message, kind,
-                                                  action="AdmissionCheck")
-                except k.KubeError as exc:  # an Event is best effort
-                    log.info("event for %s/%s not written: %s", c.namespace, c.name, exc)
+            try:
+                await self.applier.emit_event(wl, reason, prefix + c.message, kind,
+                                              action="AdmissionCheck")
+            except k.KubeError as exc:  # an Event is best effort
+                log.info("event for %s/%s not written: %s", c.namespace, c.name, exc)
 
-        todo = [(c, wl) for c in plan.checks
-                if f"{c.namespace}/{c.name}" in written
-                and (wl := self.caches["workloads"].get(f"{c.namespace}/{c.name}")) is not None]
-        await asyncio.gather(*(one(c, wl) for c, wl in todo))
+        for c in plan.checks:
+            wl = self.caches["workloads"].get(f"{c.namespace}/{c.name}")
+            if f"{c.namespace}/{c.name}" in written and wl is not None:
+                self.applier.in_background(partial(one, c, wl))
 
     async def policy_status(self, result: LoadResult) -> None:
         bad = {p.file.removeprefix("Policy/") for p in result.problems}

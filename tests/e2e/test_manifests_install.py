@@ -86,8 +86,9 @@ def test_m2g_governs_the_tenant_queues_under_its_rbac(
             check = wait_until("m2g to answer the job's admission check", answered, timeout=90)
             assert check["state"] in ("Ready", "Retry", "Rejected")
             assert check["message"]
-            events = get_json(kubeconfig, "events.events.k8s.io", "-n", ns)["items"]
-            assert any(e.get("reportingController") == "m2g.io/policy" for e in events)
+            wait_until("m2g's Event about it (written after the check)", lambda: any(
+                e.get("reportingController") == "m2g.io/policy" for e in get_json(
+                    kubeconfig, "events.events.k8s.io", "-n", ns)["items"]), timeout=30)
     finally:
         kubectl(kubeconfig, "delete", f"jobs.batch/{name}", "-n", ns, "--ignore-not-found",
                 "--cascade=background", check=False)

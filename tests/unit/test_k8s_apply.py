@@ -260,3 +260,33 @@ async def test_many_workload_changes_in_parallel_each_once() -> None:
     assert sorted(r.target for r in result.records) == sorted(f"ns/w{i}" for i in range(40))
     assert all(kube.stored(WORKLOADS, f"w{i}", "ns")["spec"]["active"] is False
                for i in range(20, 40))
+
+
+async def test_background_events_do_not_hold_up_the_apply() -> None:
+    """With ``background_events`` the shed is made and apply_plan returns while its Event is
+    still being written; ``drain`` waits for it."""
+    import asyncio
+
+    kube, _, clock = setup()
+    ap = Applier(cast(Kube, kube), clock=clock, background_events=True)
+    release = asyncio.Event()
+    create = kube.create
+
+    async def slow_create(res: Any, body: Any, namespace: str | None = None,
+                          dry_run: bool = False) -> Any:
+        if res.plural == EVENTS.plural:
+            await release.wait()
+        return await create(res, body, namespace, dry_run)
+
+    kube.create = slow_create  # type: ignore[method-assign]
+
+    def events() -> list[str]:
+        return [o["reason"] for (plural, _, _), o in kube.objects.items()
+                if plural == EVENTS.plural]
+
+    result = await ap.apply_plan(Plan(sheds=(ShedAction("ns", "w", False, 12.0, "ev-1"),)))
+    assert result.written == 1 and kube.stored(WORKLOADS, "w", "ns")["spec"]["active"] is False
+    assert events() == []  # still waiting to be written
+    release.set()
+    await ap.drain(timeout=5)
+    assert events() == ["Shed"]

@@ -143,7 +143,7 @@ class Applier:
     def __init__(self, kube: Kube, *, dry_run: bool = False,
                  field_manager: str = FIELD_MANAGER, instance: str = "m2g",
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 parallel: int = 16) -> None:
+                 parallel: int = 16, background_events: bool = False) -> None:
         self.kube = kube
         self.parallel = parallel  # Workload writes in flight at once
         self.dry_run = dry_run
@@ -151,6 +151,35 @@ class Applier:
         self.instance = instance
         self.clock = clock
         self.records: list[Record] = []
+        #: Write the Events that explain changes after ``apply_plan`` returns (the controller:
+        #: an Event never holds up the next reconcile; ``drain`` at shutdown).
+        self.background_events = background_events
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._gate: asyncio.Semaphore | None = None
+
+    def in_background(self, make: Callable[[], Awaitable[object]]) -> None:
+        """Run ``make()`` without waiting for it, at most ``parallel`` such at once in all
+        (best-effort writes: Events). A failure is logged."""
+        async def run() -> None:
+            if self._gate is None:
+                self._gate = asyncio.Semaphore(max(1, self.parallel))
+            async with self._gate:
+                try:
+                    await make()
+                except Exception as exc:  # best effort: never an unretrieved task error
+                    log.warning("background write failed: %s", exc)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait for the background writes; cancel those still running after ``timeout``."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        for task in pending:
+            task.cancel()
 
     def _record(self, result: ApplyResult | None, action: str, target: str, detail: str,
                 write: bool) -> bool:
@@ -190,8 +219,14 @@ class Applier:
         per_workload += [(f"check {c.namespace}/{c.name}", partial(self.apply_check, c, result))
                          for c in plan.checks]
         await self._bounded(step, per_workload)
-        await self._bounded(step, [(f"event {a.namespace}/{a.name}", partial(
-            self._shed_event, wl, a)) for wl, a in events])
+        shed_events: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
+            (f"event {a.namespace}/{a.name}", partial(self._shed_event, wl, a))
+            for wl, a in events]
+        if self.background_events:
+            for _, make in shed_events:
+                self.in_background(make)
+        else:
+            await self._bounded(step, shed_events)
         for w in plan.weights:
             await step(f"weight {w.cluster_queue}", self.apply_weight(w, result))
         return result
