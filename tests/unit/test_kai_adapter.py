@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.client import NODES, Conflict, Kube, Obj, ResourceMissing
+from m2g.k8s.client import NODES, Conflict, Kube, KubeError, Obj, ResourceMissing
 from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, KaiApplier, KaiSync
 from m2g.k8s.kai_convert import (
     BASE_GPU_LIMIT,
@@ -119,6 +119,15 @@ async def test_changed_levels_replace_m2gs_topology() -> None:
     assert [c[0] for c in kube.writes() if c[1] != "events"] == ["apply", "delete", "apply"]
     assert len(kube.stored(KAI_TOPOLOGIES, "nvl72")["spec"]["levels"]) == 3
     assert events(kube) == ["TopologySynced", "TopologyReplaced"]
+
+
+async def test_a_failed_topology_write_is_an_error_not_a_record() -> None:
+    kube, kai = setup()
+    kube.fail_next = [None, KubeError("apply: 422 Invalid", 422, "Invalid")]  # get, then apply
+    result = ApplyResult()
+    await kai.apply(Plan(kai_topologies=(KaiTopologyUpdate("nvl72", LEVELS, False, "r"),)), result)
+    assert [what for what, _ in result.errors] == ["kai-topology nvl72"]
+    assert result.records == [] and events(kube) == []
 
 
 async def test_someone_elses_topology_is_not_deleted() -> None:

@@ -36,7 +36,16 @@ from typing import Any
 
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.client import Conflict, Kube, KubeError, NotFound, Obj, Resource, ResourceMissing
+from m2g.k8s.client import (
+    Conflict,
+    Kube,
+    KubeError,
+    NotFound,
+    Obj,
+    PermanentError,
+    Resource,
+    ResourceMissing,
+)
 from m2g.k8s.convert import format_time, quantity
 from m2g.k8s.kai_convert import (
     BASE_GPU_LIMIT,
@@ -110,24 +119,26 @@ class KaiApplier:
         if current is not None and now == levels:
             self.applier._record(result, "kai-topology", u.name, "in place", False)
             return False
-        replace = current is not None and now != levels
+        replace = current is not None  # levels differ: KAI refuses an in-place edit
         if replace and labels.get(MANAGED_BY) != MANAGER:
-            raise KubeError(f"KAI Topology {u.name} was not created by m2g; not replaced")
+            raise PermanentError(f"KAI Topology {u.name} was not created by m2g; not replaced")
         detail = f"{'replace' if replace else 'apply'} levels {[x['nodeLabel'] for x in levels]}"
         body = {"apiVersion": KAI_TOPOLOGIES.api_version, "kind": KAI_TOPOLOGIES.kind,
                 "metadata": {"name": u.name, "labels": {MANAGED_BY: MANAGER}},
                 "spec": {"levels": levels}}
-        if self.applier._record(result, "kai-topology", u.name, f"{detail}: {u.reason}", True):
-            if replace and current is not None:
+        if not self.applier.dry_run:  # write first: a failed write is not recorded as made
+            if current is not None:
                 meta = current.get("metadata") or {}
                 await self.kube.request("DELETE", KAI_TOPOLOGIES.path(name=u.name), body={
                     "apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {
                         "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")}})
             current = await self.kube.apply(KAI_TOPOLOGIES, u.name, body,
                                             field_manager=self.applier.field_manager)
+        written = self.applier._record(result, "kai-topology", u.name, f"{detail}: {u.reason}",
+                                       True)
         await self._event(current or body, "TopologyReplaced" if replace else "TopologySynced",
                           u.reason)
-        return not self.applier.dry_run
+        return written
 
     async def apply_queue(self, u: KaiQueueUpdate, result: ApplyResult | None = None) -> bool:
         for attempt in range(CONFLICT_RETRIES):
