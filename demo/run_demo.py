@@ -494,7 +494,7 @@ def next_steps(d: Demo) -> None:
   .venv/bin/m2g workloads -o wide                  # m2g's check state and message per workload
   .venv/bin/m2g queues                             # quota (m2g-derated vs base), usage
   .venv/bin/m2g signals --prometheus {d.prom}   # power vs budget and grid limit
-  .venv/bin/m2g explain <workload> -n research --policies policies --prometheus {d.prom}
+  .venv/bin/m2g explain <job or workload> -n research --policies policies --prometheus {d.prom}
   {kubectl()} get events -A --field-selector reportingComponent=m2g.io/policy
   curl -s {d.metrics}/metrics | grep ^m2g_     # m2g's own metrics
   logs: {d.work / 'logs'} (m2g-run, simulator, prometheus), {d.run / 'logs'} (control plane)

@@ -91,8 +91,15 @@ def evaluator_for(view: ClusterView, policies: Path | None) -> Evaluator:
         raise CliError(f"policies from {where} do not load: {exc.problems[0].render()}") from None
 
 
+def _owners(raw: dict[str, Any] | None) -> list[str]:
+    """Names of the objects a Workload belongs to (the Job, JobSet, ... the user created)."""
+    refs = ((raw or {}).get("metadata") or {}).get("ownerReferences") or []
+    return [str(r.get("name")) for r in refs if r.get("name")]
+
+
 def explain(
-    workload: Annotated[str, typer.Argument(help="Workload name (or NAMESPACE/NAME)")],
+    workload: Annotated[str, typer.Argument(
+        help="Workload name, or the name of its Job (JobSet, ...); NAMESPACE/NAME works too")],
     namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
     policies: Annotated[Path | None, typer.Option(
         "--policies", help="Evaluate these policy files instead of the cluster's")] = None,
@@ -103,8 +110,8 @@ def explain(
     view = _view(kubeconfig, context, prometheus)
     prefix, _, name = workload.rpartition("/")
     ns = prefix or namespace
-    matches = [w for w in view.snapshot.workloads
-               if w.name == name and (ns is None or w.namespace == ns)]
+    matches = [w for w in view.snapshot.workloads if (ns is None or w.namespace == ns)
+               and name in (w.name, *_owners(view.objects.workloads.get(w.key)))]
     if len(matches) != 1:
         what = "no workload" if not matches else f"{len(matches)} workloads"
         term.fail(f"{what} named {workload!r}" + ("" if ns else " (use -n NAMESPACE)"),

@@ -232,11 +232,13 @@ def test_explain(factory: Factory, job_name: str, ns: str, output: str) -> None:
     golden(f"explain_{job_name}_{output}.txt", both(factory, out, err))
 
 
-def test_explain_namespace_slash_name_is_the_same(factory: Factory) -> None:
+def test_explain_by_namespace_slash_name_or_by_job_name(factory: Factory) -> None:
     name = factory.workloads["chat"]
     a, _ = m2g("explain", name, "-n", "inference", kubeconfig=factory.kubeconfig)
     b, _ = m2g("explain", f"inference/{name}", kubeconfig=factory.kubeconfig)
-    assert normalise(a) == normalise(b)
+    c, _ = m2g("explain", "inference/chat", kubeconfig=factory.kubeconfig)  # the Job's name
+    assert normalise(a) == normalise(b) == normalise(c)
+    assert a.startswith(f"Workload inference/{name}: Reserved")
 
 
 @pytest.mark.parametrize(("args", "name"), [
