@@ -7,7 +7,7 @@ unknown workload too).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -91,7 +91,7 @@ def evaluator_for(view: ClusterView, policies: Path | None) -> Evaluator:
         raise CliError(f"policies from {where} do not load: {exc.problems[0].render()}") from None
 
 
-def _owners(raw: dict[str, Any] | None) -> list[str]:
+def _owners(raw: Mapping[str, Any] | None) -> list[str]:
     """Names of the objects a Workload belongs to (the Job, JobSet, ... the user created)."""
     refs = ((raw or {}).get("metadata") or {}).get("ownerReferences") or []
     return [str(r.get("name")) for r in refs if r.get("name")]
