@@ -230,7 +230,7 @@ async def test_no_caches_without_kai_and_probes_are_rate_limited() -> None:
     sync = KaiSync(cast(Kube, api), clock=lambda: clock[0], probe_seconds=60)
     assert not await sync.probe()
     assert not await sync.probe()
-    assert api.probes == 1 and sync.caches() == [] and sync.state(nodes) is None
+    assert api.probes == 2 and sync.caches() == [] and sync.state(nodes) is None  # one round
     clock[0] = 61
     api.groups = {"/apis/kai.scheduler/v1alpha1": ["topologies"],
                   "/apis/scheduling.run.ai/v2": ["queues", "queues/status"]}
@@ -244,8 +244,24 @@ async def test_no_caches_without_kai_and_probes_are_rate_limited() -> None:
         "metadata": {"name": "n1", "resourceVersion": "2", "labels": {"m2g.io/rack": "r0"}}}})
     state = sync.state(nodes)
     assert state is not None and state.node_label_keys == {"m2g.io/rack"}
-    # KAI uninstalled: its caches fail with ResourceMissing and nothing is planned for it
-    assert sync.topologies is not None
+    # KAI uninstalled: its caches fail with ResourceMissing and nothing is planned for them
+    assert sync.topologies is not None and sync.queues is not None
     sync.topologies.last_error = ResourceMissing("KAI CRDs not installed", 404, "NotFound")
+    state = sync.state(nodes)
+    assert state is not None and not state.topology_served
+    sync.queues.last_error = ResourceMissing("KAI CRDs not installed", 404, "NotFound")
     assert sync.state(nodes) is None
+    await sync.stop()
+
+
+async def test_queues_alone_when_kai_serves_no_topology_crd() -> None:
+    api = DiscoveryApi({"/apis/scheduling.run.ai/v2": ["queues"]})
+    nodes = WatchCache(FakeWatchApi([{"metadata": {"resourceVersion": "1"}, "items": []}], []),
+                       NODES)
+    sync = KaiSync(cast(Kube, api), clock=lambda: 0.0)
+    assert await sync.probe()
+    assert sync.topologies is None and sync.queues is not None
+    await asyncio.wait_for(sync.queues.wait_synced(), 5)
+    state = sync.state(nodes)
+    assert state is not None and not state.topology_served
     await sync.stop()

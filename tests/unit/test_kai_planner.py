@@ -72,6 +72,10 @@ def test_a_topology_m2g_did_not_create_is_never_replaced() -> None:
     assert ups == [] and "did not create it" in notes[0]
 
 
+def test_no_topology_when_kai_serves_no_topology_crd() -> None:
+    assert topology_updates(KaiState(ALL, topology_served=False), CFG) == ([], [])
+
+
 def test_no_topology_without_labelled_gpu_nodes() -> None:
     ups, notes = topology_updates(KaiState(frozenset({"kubernetes.io/os"})), CFG)
     assert ups == [] and "no GPU node" in notes[0]

@@ -3,8 +3,8 @@
 m2g runs fine without KAI. ``KaiSync.probe`` asks API discovery whether
 ``kai.scheduler/v1alpha1`` (Topology) and ``scheduling.run.ai/v2`` (Queue) are served; only
 then are Topology and Queue watch caches started (a cluster that installs KAI later is picked
-up by a later probe). Until both caches have synced, and while a CRD is gone again (KAI
-uninstalled), ``state`` is None and the planner plans nothing for KAI. The node label keys are
+up by a later probe); each CRD is found on its own. Until a cache has synced, and while its CRD
+is gone again (KAI uninstalled), the planner plans nothing for that kind. The node label keys are
 recomputed only when the node cache has changed (its ``generation``): on a 1,800-node factory
 the scan costs 5–12 ms.
 
@@ -181,66 +181,76 @@ class KaiApplier:
 
 
 class KaiSync:
-    """KAI's watch caches, started once discovery shows KAI's CRDs."""
+    """KAI's watch caches, each started once discovery shows its CRD (a KAI release without the
+    Topology CRD still gets Queue limits)."""
 
     def __init__(self, kube: Kube, *, clock: Callable[[], float] = time.monotonic,
                  probe_seconds: float = PROBE_SECONDS) -> None:
         self.kube = kube
         self.clock = clock
         self.probe_seconds = probe_seconds
-        self.topologies: WatchCache | None = None
-        self.queues: WatchCache | None = None
+        self._caches: dict[str, WatchCache] = {}  # plural -> cache
         self._last_probe: float | None = None
         self._on_change: Callable[..., None] | None = None
         self._label_keys: tuple[int, frozenset[str]] | None = None  # (node cache generation, keys)
 
     @property
-    def present(self) -> bool:
-        return self.topologies is not None
+    def topologies(self) -> WatchCache | None:
+        return self._caches.get(KAI_TOPOLOGIES.plural)
+
+    @property
+    def queues(self) -> WatchCache | None:
+        return self._caches.get(KAI_QUEUES.plural)
 
     def caches(self) -> list[WatchCache]:
-        return [c for c in (self.topologies, self.queues) if c is not None]
+        return list(self._caches.values())
 
     async def probe(self, on_change: Callable[..., None] | None = None) -> bool:
-        """Start the caches if KAI's CRDs are served (at most one discovery call per
-        ``probe_seconds`` while they are not). True when KAI is present."""
+        """Start the cache of each KAI CRD that is served (at most one round of discovery calls
+        per ``probe_seconds`` while one is missing). True when any is present."""
         if on_change is not None:
             self._on_change = on_change
-        if self.present:
+        if len(self._caches) == 2:
             return True
         now = self.clock()
         if self._last_probe is not None and now - self._last_probe < self.probe_seconds:
-            return False
+            return bool(self._caches)
         self._last_probe = now
-        try:
-            found = await served(self.kube, KAI_TOPOLOGIES) and await served(self.kube,
-                                                                             KAI_QUEUES)
-        except KubeError as exc:
-            log.info("KAI discovery failed, retried later: %s", exc)
-            return False
-        if not found:
-            return False
-        self.topologies = WatchCache(self.kube, KAI_TOPOLOGIES)
-        self.queues = WatchCache(self.kube, KAI_QUEUES)
-        for cache in self.caches():
+        for res in (KAI_TOPOLOGIES, KAI_QUEUES):
+            if res.plural in self._caches:
+                continue
+            try:
+                if not await served(self.kube, res):
+                    continue
+            except KubeError as exc:
+                log.info("KAI discovery failed, retried later: %s", exc)
+                continue
+            cache = self._caches[res.plural] = WatchCache(self.kube, res)
             if self._on_change is not None:
                 cache.subscribe(self._on_change)
             cache.start()
-        log.info("KAI Scheduler CRDs found: keeping its Topology and Queue limits in step")
-        return True
+            log.info("KAI Scheduler's %s CRD found: keeping it in step", res.kind)
+        return bool(self._caches)
+
+    @staticmethod
+    def _usable(cache: WatchCache | None) -> WatchCache | None:
+        """The cache when synced and its CRD still served (KAI may be uninstalled)."""
+        if cache is None or not cache.synced.is_set() or isinstance(cache.last_error,
+                                                                    ResourceMissing):
+            return None
+        return cache
 
     def state(self, nodes: WatchCache) -> KaiState | None:
-        """The KAI part of a snapshot; None until KAI is present and both caches synced, and
-        while its CRDs are gone."""
-        caches = self.caches()
-        if len(caches) < 2 or not all(c.synced.is_set() for c in caches) or any(
-                isinstance(c.last_error, ResourceMissing) for c in caches):
+        """The KAI part of a snapshot; None while no KAI CRD is served and synced."""
+        topologies, queues = self._usable(self.topologies), self._usable(self.queues)
+        if topologies is None and queues is None:
             return None
-        assert self.topologies is not None and self.queues is not None
         if self._label_keys is None or self._label_keys[0] != nodes.generation:
             self._label_keys = (nodes.generation, node_label_keys(nodes.view().values()))
-        state = kai_state((), self.topologies.view().values(), self.queues.view().values())
-        return replace(state, node_label_keys=self._label_keys[1])
+        state = kai_state((), topologies.view().values() if topologies else (),
+                          queues.view().values() if queues else ())
+        return replace(state, node_label_keys=self._label_keys[1],
+                       topology_served=topologies is not None)
 
     async def stop(self) -> None:
         for cache in self.caches():

@@ -45,6 +45,8 @@ def desired_levels(kai: KaiState, config: PlannerConfig) -> tuple[str, ...]:
 def topology_updates(kai: KaiState, config: PlannerConfig
                      ) -> tuple[list[KaiTopologyUpdate], list[str]]:
     """Create or replace m2g's KAI Topology when its levels differ from the node labels."""
+    if not kai.topology_served:
+        return [], []
     levels = desired_levels(kai, config)
     name = config.kai_topology_name
     if not levels:

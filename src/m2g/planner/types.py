@@ -127,6 +127,7 @@ class KaiState:
     node_label_keys: frozenset[str] = frozenset()
     topologies: tuple[KaiTopologyState, ...] = ()
     queues: tuple[KaiQueueState, ...] = ()
+    topology_served: bool = True  # False: KAI without its Topology CRD (Queues only)
 
 
 @dataclass(frozen=True)
