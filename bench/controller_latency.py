@@ -12,10 +12,11 @@ it afterwards.
    created concurrently (bounded), and waited for until every Workload is Admitted (m2g
    answered its check) and every pod runs.
 2. ``--repeats`` times: compute the site draw the controller sees (idle + 1.3 kW per bound GPU)
-   and the workloads the planner must shed for ``--shed-kw`` (highest flex tier first, then by
-   key, as the Preemption policy scores them); create a GridEvent whose IMPORT_CAPACITY_LIMIT
-   leaves exactly that shortfall (half-way between two victims, so rounding cannot change the
-   set); t0 = the create call's return; a Workload watch stream records when each shed
+   and the workloads the planner will shed for ``--shed-kw`` of savings, with the planner's own
+   ``choose_victims`` (score = flex tier, saving = 82 % of the estimate: highest tier first,
+   the fewest workloads among equal tiers); create a GridEvent whose IMPORT_CAPACITY_LIMIT
+   leaves just under that shortfall (a few hundredths of a kW either way give the same set);
+   t0 = the create call's return; a Workload watch stream records when each shed
    (``spec.active: false``) arrives. Latency = last expected change − t0 (and the first one).
    Then the event is deleted, the restore is timed the same way, and the bench waits until
    everything is admitted and running again.
@@ -23,7 +24,11 @@ it afterwards.
    reconcile durations (its JSON log: snapshot / plan / apply), its Prometheus histograms, its
    RSS (VmRSS, VmHWM from /proc) and the machine's load.
 
-The ramp is set high (``--ramp-kw-per-second``) so one reconcile may shed the whole step.
+What "all changes" means: the shed is paced (``ramp_kw_per_second``, ``max_step_kw``: pausing
+MW of training is itself a grid transient), so the goal is read per paced step. The bench sets
+the ramp high and the step to twice ``--shed-kw`` so that the whole event is one step; with the
+product defaults (50 kW/s, 500 kW per reconcile) an event of up to 500 kW of savings is one
+step too, and a larger one takes one step per reconcile at the ramp's pace by design.
 A benchmark script, never a test: it prints figures and asserts nothing about time.
 """
 
@@ -428,6 +433,8 @@ class Sample:
     restore_s: float
     unexpected: int
     reconciles_between: int
+    late: int = 0  # more sheds while the event lasted, after the step (none expected)
+    evict_s: float = math.nan  # first shed seen → every shed workload's pods gone
 
 
 async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
@@ -471,6 +478,7 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
         first = min(seen.values()) - t0
         last = max(seen[k] for k in victims) - t0 if victims <= seen.keys() else math.nan
         unexpected = len(set(seen) - victims) + len(victims - set(seen))
+        n_early = len(seen)
         n_between = len(ctl.reconciles()) - n_before
         # let Kueue finish evicting before the restore: Kueue v0.19.2 can leave a Workload
         # that is reactivated mid-eviction Admitted with its Job suspended ("restore info:
@@ -479,6 +487,8 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
         shed_pods = sum(mine[key][1].pods for key in seen if key in mine)
         await until("the shed pods to be gone",
                     lambda: world.pods_total() <= world.expected_pods() - shed_pods, 600)
+        evict = time.monotonic() - t0 - first
+        late = len(seen) - n_early
         await kube.delete(k.GRID_EVENTS, name)
         t1 = time.monotonic()
         if seen.keys() <= back.keys():
@@ -491,10 +501,12 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
             await kube.delete(k.GRID_EVENTS, name)
     log(f"round {i}: draw {draw:.1f} kW, target {target:.1f} kW, {len(victims)} shed "
         f"({shortfall:.1f} kW): first {first:.3f} s, all {last:.3f} s, restore {restore:.3f} s"
-        + (f", {unexpected} unexpected" if unexpected else ""))
+        f"; pods gone {evict:.1f} s after the first shed"
+        + (f", {unexpected} unexpected" if unexpected else "") + (f", {late} late" if late else ""))
     await until("everything admitted and running again", world.steady, 1800, every=1)
     await asyncio.sleep(1)
-    return Sample(len(victims), shortfall, first, last, restore, unexpected, n_between)
+    return Sample(len(victims), shortfall, first, last, restore, unexpected, n_between, late,
+                  evict)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -573,6 +585,19 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def api_calls(recs: list[dict[str, Any]]) -> str:
+    """The controller's API calls in ``recs`` by kind: count, mean and max seconds each."""
+    total: dict[str, list[float]] = {}
+    for r in recs:
+        for key, (n, secs, top) in (r.get("requests") or {}).items():
+            row = total.setdefault(key, [0, 0.0, 0.0])
+            row[0] += n
+            row[1] += secs
+            row[2] = max(row[2], top)
+    return "; ".join(f"{key} {n:.0f} (mean {secs / n:.3f} s, max {top:.3f} s)"
+                     for key, (n, secs, top) in sorted(total.items()) if n) or "none recorded"
+
+
 def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list[Sample],
                  recs: list[dict[str, Any]], setup_recs: list[dict[str, Any]], nodes: int,
                  gpus: int, jobs: list[JobSpec]) -> None:
@@ -595,6 +620,9 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list
         f"  GridEvent -> all sheds visible:  {p50_p99([s.all_s for s in samples])}",
         f"  event deleted -> all restored:  {p50_p99([s.restore_s for s in samples])}",
         f"  sheds other than predicted (extra or missing): {sum(s.unexpected for s in samples)}",
+        f"  sheds later while the event lasted (none expected): {sum(s.late for s in samples)}",
+        f"  first shed -> every shed workload's pods gone (Kueue's eviction): "
+        f"{p50_p99([s.evict_s for s in samples])}",
     ]
     if shed_recs:
         lines.append(
@@ -604,6 +632,7 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list
             vals = [r[part] for r in shed_recs]
             lines.append(f"    {part[:-2]:>8}: p50 {nearest_rank(vals, .5):.3f} s, "
                          f"p99 {nearest_rank(vals, .99):.3f} s")
+        lines.append(f"    API calls in them: {api_calls(shed_recs)}")
     if recs:
         lines.append(f"  all reconciles during the rounds ({len(recs)}): "
                      f"{p50_p99([r['total_s'] for r in recs])}")
