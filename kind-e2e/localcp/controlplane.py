@@ -25,6 +25,7 @@ from localcp.paths import (
     TOOLS,
     RunPaths,
     binary,
+    cache_dir,
     read_versions,
     run_paths,
 )
@@ -83,7 +84,7 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
     ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))
     ctx.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
     ctx.load_cert_chain(str(p / "admin.crt"), str(p / "admin.key"))
-    server_ctx = ssl.create_default_context(cafile=str(p / "ca.crt"))  # verifies our webhook
+    server_ctx = ssl.create_default_context(cafile=str(p / "serving-ca.crt"))  # our webhook
     server_ctx.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
     etcd_url = f"http://127.0.0.1:{ports['etcd']}"
     peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
@@ -200,7 +201,7 @@ def up(factory_spec: Path | None, log: Log = print,
              "versions": read_versions(), "started": time.time(), "factories": []}
     run.state.write_text(json.dumps(state, indent=2))
 
-    ensure_pki(run.pki)
+    ensure_pki(run.pki, cache_dir() / "pki-kueue-serving")
     write_kubeconfig(run.kubeconfig, run.pki, server)
     kueue.install_certs(run.pki, run.kueue_certs)
     kueue.config(run.root, run.kueue_certs, ports)
@@ -278,7 +279,7 @@ def _install_crds(kube: Kube, log: Log, extra: list[str]) -> None:
 
 
 def _register_webhooks(kube: Kube, run: RunPaths, ports: dict[str, int], log: Log) -> None:
-    hooks = kueue.webhook_configurations((run.pki / "ca.crt").read_bytes(),
+    hooks = kueue.webhook_configurations((run.pki / "serving-ca.crt").read_bytes(),
                                          ports["kueue_webhook"])
     for hook in hooks:
         kube.apply(hook)
@@ -289,7 +290,7 @@ def _register_webhooks(kube: Kube, run: RunPaths, ports: dict[str, int], log: Lo
 def _register_visibility(kube: Kube, run: RunPaths, ports: dict[str, int], log: Log) -> None:
     """Serve Kueue's visibility API (pending workloads) through kube-apiserver: an
     ExternalName Service ``localhost`` plus an APIService. Not fatal if it stays unavailable."""
-    for obj in kueue.visibility_objects((run.pki / "ca.crt").read_bytes(),
+    for obj in kueue.visibility_objects((run.pki / "serving-ca.crt").read_bytes(),
                                         ports["kueue_visibility"]):
         kube.apply(obj)
     url = f"/apis/apiregistration.k8s.io/v1/apiservices/{kueue.VISIBILITY_APISERVICE}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from localcp import UserError
 from localcp.gomod import ensure_module
 from localcp.kube import Kube, Obj
 from localcp.paths import read_versions
-from localcp.pki import VISIBILITY_SERVICE
+from localcp.pki import VISIBILITY_SERVICE, write_atomic
 
 NAMESPACE = "kueue-system"
 WEBHOOK_PREFIX = "m2g-kueue-"
@@ -60,13 +59,14 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
 
 def install_certs(pki: Path, cert_dir: Path) -> None:
     """The webhook pair as tls.crt/tls.key in certDir and in Kueue's two hard-coded paths
-    (metrics server, visibility server); both are read when internal cert management is off."""
+    (metrics server, visibility server); both are read when internal cert management is off.
+    The pair is the same for every control plane on the machine (pki.ensure_serving_pki), and
+    is written atomically and only when it differs, so a running Kueue never reloads another's."""
     for target in (cert_dir, METRICS_CERTS, VISIBILITY_CERTS):
         try:
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(pki / "webhook.crt", target / "tls.crt")
-            shutil.copyfile(pki / "webhook.key", target / "tls.key")
-            (target / "tls.key").chmod(0o600)
+            write_atomic(target / "tls.crt", (pki / "webhook.crt").read_bytes())
+            write_atomic(target / "tls.key", (pki / "webhook.key").read_bytes(), 0o600)
         except OSError as exc:
             raise UserError(f"cannot write Kueue's certificates to {target} ({exc.strerror}): "
                             "Kueue reads them from that fixed path; run as root or make "

@@ -8,7 +8,9 @@ httpx) accepts it. Adapted from the checked generator in shared/docs/local-contr
 from __future__ import annotations
 
 import datetime
+import fcntl
 import ipaddress
+import os
 from pathlib import Path
 
 from cryptography import x509
@@ -66,35 +68,74 @@ def issue(
     return builder.sign(signer, hashes.SHA256()), key
 
 
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` in one step, so a process reading it (Kueue's certificate watchers)
+    never sees half a file; no write at all when the content is already there."""
+    if path.exists() and path.read_bytes() == data:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
 def _save(directory: Path, stem: str, pair: CertAndKey) -> None:
     cert, key = pair
-    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(ser.Encoding.PEM))
-    key_path = directory / f"{stem}.key"
-    key_path.write_bytes(
-        key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
-    )
-    key_path.chmod(0o600)
+    write_atomic(directory / f"{stem}.crt", cert.public_bytes(ser.Encoding.PEM))
+    write_atomic(directory / f"{stem}.key",
+                 key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption()),
+                 0o600)
 
 
-def ensure_pki(directory: Path) -> None:
-    """Create the PKI in ``directory`` unless it is already complete.
+SERVING_FILES = ("serving-ca.crt", "webhook.crt", "webhook.key")
 
-    Files: ca, apiserver, webhook (Kueue's webhook, metrics and visibility servers), admin
-    (CN=admin, O=system:masters), front-proxy-client (the aggregator's client) as
-    ``.crt``/``.key``; ``sa.key``/``sa.pub`` for service-account tokens.
+
+def ensure_serving_pki(directory: Path) -> None:
+    """The machine-wide serving pair of Kueue's webhook, metrics and visibility servers, and the
+    CA that signed it (``serving-ca``), created once under a lock.
+
+    Kueue v0.19 reads its metrics and visibility certificates from fixed paths
+    (``/etc/kueue/metrics/certs``, ``/visibility``) and reloads them when they change, so every
+    local control plane on a machine serves the same files. With one pair for all of them,
+    starting a second control plane no longer swaps the first one's visibility certificate
+    (which broke its API discovery and hung namespace deletion). Client authentication keeps a
+    CA per run (``ensure_pki``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all((directory / f).exists() for f in SERVING_FILES):
+            return
+        local = (x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"))
+        ca = issue("m2g-dev-kueue-serving-ca")
+        # The aggregator verifies an APIService backend as <service>.<namespace>.svc.
+        sans = (*local, x509.DNSName(f"{VISIBILITY_SERVICE}.kueue-system.svc"))
+        _save(directory, "webhook", issue("kueue-webhook", ca=ca, eku=(
+            ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans))
+        write_atomic(directory / "serving-ca.crt", ca[0].public_bytes(ser.Encoding.PEM))
+
+
+def ensure_pki(directory: Path, serving: Path) -> None:
+    """Create the run's PKI in ``directory`` unless it is already complete, and copy the
+    machine-wide serving pair from ``serving`` (see ``ensure_serving_pki``) into it.
+
+    Files: ca, apiserver, admin (CN=admin, O=system:masters), front-proxy-client (the
+    aggregator's client) as ``.crt``/``.key``; ``sa.key``/``sa.pub`` for service-account tokens;
+    ``serving-ca.crt`` and ``webhook.crt``/``.key`` (Kueue's webhook, metrics and visibility
+    servers).
     """
-    wanted = ["ca", "apiserver", "webhook", "admin", "front-proxy-client"]
+    ensure_serving_pki(serving)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in SERVING_FILES:
+        write_atomic(directory / name, (serving / name).read_bytes(),
+                     0o600 if name.endswith(".key") else 0o644)
+    wanted = ["ca", "apiserver", "admin", "front-proxy-client"]
     if all((directory / f"{s}.crt").exists() for s in wanted) and (directory / "sa.pub").exists():
         return
-    directory.mkdir(parents=True, exist_ok=True)
     local = (x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"))
     ca = issue("m2g-dev-ca")
     _save(directory, "ca", ca)
     server = (ExtendedKeyUsageOID.SERVER_AUTH,)
     _save(directory, "apiserver", issue("kube-apiserver", ca=ca, eku=server, sans=local))
-    # The aggregator verifies an APIService backend as <service>.<namespace>.svc.
-    visibility = (*local, x509.DNSName(f"{VISIBILITY_SERVICE}.kueue-system.svc"))
-    _save(directory, "webhook", issue("kueue-webhook", ca=ca, eku=server, sans=visibility))
     client = (ExtendedKeyUsageOID.CLIENT_AUTH,)
     _save(directory, "admin", issue("admin", org="system:masters", ca=ca, eku=client))
     # kube-apiserver's client certificate towards aggregated APIs (Kueue's visibility API)
