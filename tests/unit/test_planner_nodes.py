@@ -170,3 +170,23 @@ def test_m2g_taints_are_not_health_reasons_and_placements_follow_owners() -> Non
         "start": "2026-11-29T16:00:00Z", "end": "2026-11-29T17:00:00Z",
         "scope": {"racks": ["r"]}, "drainLeadSeconds": 120}})
     assert mw is not None and mw.drain_lead_seconds == 120
+
+
+def test_placements_include_the_nodes_kueue_tas_assigned() -> None:
+    # the shape Kueue v0.19.2 writes (seen in the e2e control plane)
+    ta = {"levels": ["kubernetes.io/hostname"], "slices": [
+        {"domainCount": 2, "podCounts": {"universal": 1},
+         "valuesPerLevel": [{"individual": {"prefix": "small-r000-n0", "roots": ["0", "1"]}}]},
+        {"domainCount": 1, "podCounts": {"universal": 2},
+         "valuesPerLevel": [{"universal": "host-9"}]}]}
+    wl = {"metadata": {"name": "w", "namespace": "t"},
+          "status": {"admission": {"podSetAssignments": [{"name": "main",
+                                                          "topologyAssignment": ta}]}}}
+    assert cv.tas_hosts(wl) == {"small-r000-n00", "small-r000-n01", "host-9"}
+    assert cv.placements([], [wl], {"host-9": "node-9"}) == {
+        "t/w": ("node-9", "small-r000-n00", "small-r000-n01")}
+    by_rack = {"levels": ["m2g.io/rack"], "slices": [
+        {"domainCount": 1, "podCounts": {"universal": 1},
+         "valuesPerLevel": [{"universal": "rack-0"}]}]}
+    wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = by_rack
+    assert cv.tas_hosts(wl) == set()  # not down to hosts: pods tell

@@ -27,8 +27,9 @@ output, field-notes §7); its inlet limit is the PowerDomain's ``inletLimitC``, 
 
 Placements (``placements``): workload → the nodes its unfinished pods are bound to, matching a
 pod to a Workload by owner UID (the pod's owners, or the pod itself, own the Workload: Jobs and
-plain pods; a JobSet's pods are a level further down and are not matched). Built only while a
-MaintenanceWindow exists or a workload is drained: drains are all that use them.
+plain pods; a JobSet's pods are a level further down and are not matched), plus the hostnames
+Kueue TAS assigned it in ``status.admission`` (which covers pods not bound yet, and JobSets).
+Built only while a MaintenanceWindow exists or a workload is drained: drains alone use them.
 
 Workloads: labels/annotations are read from the pod templates of ``spec.podSets`` (Kueue copies
 the job's pod template there) with the Workload's own metadata taking precedence. Bad values
@@ -291,19 +292,48 @@ def m2g_taints(obj: Obj) -> tuple[tuple[str, str], ...]:
                         if str(t.get("key", "")).startswith(L.M2G_TAINT_PREFIX)))
 
 
-def placements(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, tuple[str, ...]]:
-    """Workload "ns/name" → the nodes its unfinished pods are bound to (sorted)."""
+def tas_hosts(wl: Obj) -> set[str]:
+    """The hostnames Kueue TAS assigned a Workload's pod sets (``status.admission.
+    podSetAssignments[].topologyAssignment``, v1beta2's sliced form: per slice, the lowest
+    level's value is ``universal`` or ``prefix + root + suffix`` for each of ``individual.roots``);
+    empty when the lowest level is not ``kubernetes.io/hostname``."""
+    hosts: set[str] = set()
+    for psa in (_status(wl).get("admission") or {}).get("podSetAssignments") or []:
+        ta = psa.get("topologyAssignment") or {}
+        levels = ta.get("levels") or []
+        if not levels or levels[-1] != L.HOSTNAME:
+            continue
+        for sl in ta.get("slices") or []:
+            values = sl.get("valuesPerLevel") or []
+            if len(values) != len(levels):
+                continue
+            last = values[-1] or {}
+            if last.get("universal"):
+                hosts.add(str(last["universal"]))
+            ind = last.get("individual") or {}
+            pre, suf = str(ind.get("prefix") or ""), str(ind.get("suffix") or "")
+            hosts.update(f"{pre}{root}{suf}" for root in ind.get("roots") or [])
+    return hosts
+
+
+def placements(pods: Iterable[Obj], workloads: Iterable[Obj],
+               host_to_node: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
+    """Workload "ns/name" → the nodes its unfinished pods are bound to, and the nodes Kueue TAS
+    assigned it (pods not bound yet: gated, or held by a taint); sorted. ``host_to_node``: the
+    ``kubernetes.io/hostname`` label → node name, where they differ."""
     owner_of: dict[str, str] = {}
+    out: dict[str, set[str]] = {}
+    hosts = host_to_node or {}
     for wl in workloads:
         meta = _meta(wl)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         for ref in meta.get("ownerReferences") or []:
             if ref.get("uid"):
                 owner_of[str(ref["uid"])] = key
-    if not owner_of:
-        return {}
-    out: dict[str, set[str]] = {}
-    for pod in pods:
+        assigned = tas_hosts(wl)
+        if assigned:
+            out[key] = {hosts.get(h, h) for h in assigned}
+    for pod in pods if owner_of else ():
         node_name = _spec(pod).get("nodeName")
         if not node_name or _status(pod).get("phase") in TERMINAL_POD_PHASES:
             continue
@@ -562,6 +592,17 @@ def resource_flavor(obj: Obj) -> FlavorState:
                        node_labels=node_labels)
 
 
+def _host_names(nodes: Iterable[Obj]) -> dict[str, str]:
+    """``kubernetes.io/hostname`` → node name, for the nodes where the two differ."""
+    out: dict[str, str] = {}
+    for o in nodes:
+        name = str(_meta(o).get("name", ""))
+        host = (_meta(o).get("labels") or {}).get(L.HOSTNAME)
+        if host and host != name:
+            out[str(host)] = name
+    return out
+
+
 # ---- the snapshot -----------------------------------------------------------------------
 
 
@@ -702,5 +743,6 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     # bench/node_levers.py) while there is no window and no drained workload
     needed = bool(windows) or any(w.drained_for for w in workloads)
     return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors,
-                           placements=placements(objs.pods.values(), objs.workloads.values())
+                           placements=placements(objs.pods.values(), objs.workloads.values(),
+                                                 _host_names(objs.nodes.values()))
                            if needed else {})
