@@ -122,6 +122,10 @@ def explain(
         evaluator = evaluator_for(view, policies)
     except CliError as exc:
         term.fail(str(exc), exc.code)
+    if policies is None and not view.policies:
+        typer.echo("warning: the cluster has no m2g Policy objects, so nothing objects; pass "
+                   "--policies DIR to evaluate a policy folder (the one `m2g run --policies` "
+                   "reads)", err=True)
     w = matches[0]
     raw = view.objects.workloads.get(f"{w.namespace}/{w.name}") or {}
     conditions = (raw.get("status") or {}).get("conditions") or []

@@ -41,7 +41,8 @@ def _view_variants(w: WorkloadView, queues: list[str]) -> list[tuple[str, Worklo
     while gpus > 1 and len(out) < 3:
         gpus //= 2
         scale = gpus / w.gpus if w.gpus else 0
-        out.append((f"request {gpus} GPUs instead of {w.gpus}", w.model_copy(update={
+        unit = "GPU" if gpus == 1 else "GPUs"
+        out.append((f"request {gpus} {unit} instead of {w.gpus}", w.model_copy(update={
             "gpus": gpus, "pod_sets": (), "estimated_kw": w.estimated_kw * scale})))
     for tier in sorted({0, 3} - {w.flex_tier}):
         out.append((f"flex tier {tier} instead of {w.flex_tier}",
