@@ -22,7 +22,8 @@ GOLDEN = Path(__file__).parent / "golden"
 
 _AGE_CELL = re.compile(r"^\d+[smh]$")
 _STRUCTURED = [
-    (re.compile(r'("?(?:waitSeconds|powerAgeSeconds)"?: )\d+(?:\.\d+)?'), r"\1<age>"),
+    (re.compile(r'("?(?:waitSeconds|powerAgeSeconds)"?: )-?[0-9.]+(?:[eE][-+]?\d+)?'),
+     r"\1<age>"),
     (re.compile(r'("?requeueAfterSeconds"?: )\d+'), r"\1<secs>"),
     (re.compile(r"\bin \d+( ?s)\b"), r"in <secs>\1"),
 ]
