@@ -138,14 +138,21 @@ async def test_maintenance_window_taints_and_drains_its_rack_on_time(
             "events.k8s.io", "v1", namespace, "events")["items"] if e.get("reason") == "Drained"]
         assert sorted(e["regarding"]["name"] for e in drains) == sorted(names)  # once each
         for e in drains:
-            assert datetime.fromisoformat(e["eventTime"].replace("Z", "+00:00")) < start
+            drained_at = datetime.fromisoformat(e["eventTime"].replace("Z", "+00:00"))
+            assert drained_at < start
             assert mw in e["note"]
+            lead, gone = start - drained_at, start - datetime.now(UTC)
+            print(f"drained {e['regarding']['name']} {lead.total_seconds():.1f} s before the "
+                  f"window; pods gone {gone.total_seconds():.1f} s before it at the latest")
         # ... and comes back on the other rack
         for n in on_target:
             await until(f"{n} re-admitted after the drain", lambda n=n: admitted_active(
                 workload_of(cluster, namespace, n)) and len(
                     pod_nodes(cluster, namespace, n)) == 8, timeout=120)
             assert {racks[x] for x in pod_nodes(cluster, namespace, n)} == {other}
+            ahead = start - datetime.now(UTC)
+            print(f"{n} running again on {other}, {ahead.total_seconds():.1f} s before the "
+                  "window's start (negative: after)")
         events = cluster.core.list_namespaced_event("default").items
         assert any(e.reason == "Tainted" and e.involved_object.name in target_nodes
                    for e in events)
