@@ -190,3 +190,12 @@ def test_placements_include_the_nodes_kueue_tas_assigned() -> None:
          "valuesPerLevel": [{"universal": "rack-0"}]}]}
     wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = by_rack
     assert cv.tas_hosts(wl) == set()  # not down to hosts: pods tell
+
+
+def test_a_tas_placed_workload_says_so() -> None:
+    wl: dict[str, Any] = {"metadata": {"name": "w", "namespace": "t"}, "spec": {},
+                          "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+                              {"name": "main", "topologyAssignment": {"levels": ["h"]}}]}}}
+    assert cv.workload(wl, NOW).view.topology_assigned
+    wl["status"]["admission"]["podSetAssignments"][0].pop("topologyAssignment")
+    assert not cv.workload(wl, NOW).view.topology_assigned

@@ -513,6 +513,8 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         checkpoint=Checkpoint(
             interval_seconds=_nonneg_int(fact(L.CHECKPOINT_INTERVAL)),
             last_age_seconds=max(0, int((now - last_ckpt).total_seconds())) if last_ckpt else 0),
+        topology_assigned=any(psa.get("topologyAssignment") for psa in (
+            st.get("admission") or {}).get("podSetAssignments") or []),
     )
     check, state, message = "", None, ""
     for entry in st.get("admissionChecks") or []:

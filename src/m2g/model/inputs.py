@@ -94,6 +94,9 @@ class WorkloadView(CelModel):
     requeue_count: int = Field(default=0, ge=0)
     estimated_kw: float = Field(default=0.0, ge=0.0)
     checkpoint: Checkpoint = Checkpoint()
+    #: Kueue TAS has assigned its nodes (``status.admission`` has a topologyAssignment): a
+    #: nodeSelector in podSetUpdates can no longer steer it (it may only conflict).
+    topology_assigned: bool = False
 
     @model_validator(mode="after")
     def _derive_gpus(self) -> WorkloadView:
