@@ -181,6 +181,20 @@ def test_sheds_still_stopping_keep_settling(ev: Evaluator) -> None:
     assert with_gone(400.0, holds=True) == ("t2",)  # never released: not hidden for good
 
 
+def test_restore_waits_for_kueue_to_finish_evicting(ev: Evaluator) -> None:
+    """Reactivating a workload Kueue is still evicting can leave its Job suspended for good:
+    a shed workload whose quota is still held comes back only after settle_max_seconds."""
+    def restored(age_s: float, holds: bool) -> bool:
+        w = wl("a", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True,
+               shed_at=NOW - timedelta(seconds=age_s), holds_quota=holds)
+        return bool(make_plan(snap(factory(draw_kw=100.0), w), ev, CFG).sheds)
+
+    assert restored(90.0, holds=False)
+    assert not restored(90.0, holds=True)  # pods still stopping
+    assert restored(400.0, holds=True)  # Kueue never released it: not held back for good
+    assert not restored(30.0, holds=False)  # min_shed_seconds
+
+
 def test_never_shed_on_stale_power(ev: Evaluator) -> None:
     s = snap(factory(draw_kw=500.0, event=True, stale=True), wl("t3", Phase.ADMITTED, tier=3))
     plan = make_plan(s, ev, CFG)

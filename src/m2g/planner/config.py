@@ -26,7 +26,8 @@ class PlannerConfig:
     #: ... and for as long as Kueue still holds its quota (its pods have not stopped), up to
     #: this long: on a busy cluster evicting ~100 workloads took minutes, and after 60 s m2g
     #: shed 4× the kW needed (docs/benchmarks.md). Bounded, so a workload Kueue never
-    #: releases cannot hide a real shortfall for good.
+    #: releases cannot hide a real shortfall for good. Restoring also waits for the release
+    #: (reactivating mid-eviction: see min_shed_seconds), up to this long.
     settle_max_seconds: float = 300.0
     #: A shed workload stays shed at least this long: restoring one that Kueue is still
     #: evicting can leave its Job suspended for good (seen with Kueue v0.19.2).

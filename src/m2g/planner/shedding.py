@@ -13,8 +13,8 @@ shed (the meter lags), so a reconcile never sheds twice for the same kW.
   (each one passes Kueue's webhooks), and no more overshoot than needed.
 * Stale or missing power: never shed (docs/signals.md: a stale reading is no reason to act).
 * Restore: when there is no shortfall and no grid event is active, workloads m2g shed come
-  back, oldest first, while the site stays ``restore_margin`` below its limit with their kW
-  added, at the same ramp.
+  back (once Kueue has finished evicting them: ``evicted``), oldest first, while the site
+  stays ``restore_margin`` below its limit with their kW added, at the same ramp.
 """
 
 from __future__ import annotations
@@ -56,6 +56,18 @@ def settling(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
     age = (now - w.shed_at).total_seconds()
     return age < config.settle_seconds or (
         w.holds_quota and w.phase is Phase.INACTIVE and age < config.settle_max_seconds)
+
+
+def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
+    """May a shed workload come back: shed ``min_shed_seconds`` ago and Kueue has finished
+    evicting it (quota released) — reactivating one mid-eviction can leave its Job suspended
+    for good (Kueue v0.19.2, docs/benchmarks.md) — or, if Kueue never releases it,
+    ``settle_max_seconds`` ago."""
+    if w.shed_at is None:
+        return True
+    age = (now - w.shed_at).total_seconds()
+    return age >= config.min_shed_seconds and (
+        not w.holds_quota or age >= config.settle_max_seconds)
 
 
 def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
@@ -154,8 +166,7 @@ def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: f
              step: float) -> list[ShedAction]:
     now = builder.snap.now
     shed = sorted((w for w in builder.snap.workloads if w.shed_by_m2g and not w.drained_for
-                   and w.phase is Phase.INACTIVE and (w.shed_at is None or (
-                       now - w.shed_at).total_seconds() >= config.min_shed_seconds)),
+                   and w.phase is Phase.INACTIVE and evicted(w, now, config)),
                   key=lambda w: (w.shed_at or now, w.key))
     out: list[ShedAction] = []
     used = 0.0
