@@ -14,6 +14,7 @@ What the normaliser masks, and only that — everything else in the output is co
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -67,4 +68,7 @@ def golden(name: str, text: str) -> None:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"missing {path}; run with M2G_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs; M2G_UPDATE_GOLDEN=1 to accept"
+    want = path.read_text()
+    diff = "".join(difflib.unified_diff(want.splitlines(keepends=True),
+                                        text.splitlines(keepends=True), "golden", "got"))
+    assert text == want, f"{name} differs; M2G_UPDATE_GOLDEN=1 to accept:\n{diff}"
