@@ -16,6 +16,8 @@ from typing import Annotated
 
 import typer
 
+from m2g_cli import term
+
 
 def simulate(
     kubeconfig: Annotated[Path | None, typer.Option(
@@ -29,8 +31,7 @@ def simulate(
 ) -> None:
     """Simulate GPU power/temperature and rack/power-domain kW for the cluster's KWOK nodes."""
     if kubeconfig is not None and not kubeconfig.is_file():
-        typer.echo(f"error: kubeconfig {kubeconfig} not found", err=True)
-        raise typer.Exit(2)
+        term.fail(f"no cluster: kubeconfig {kubeconfig} not found", term.CLUSTER)
     argv = [sys.executable, "-m", "m2g_controllers.simulator", "--host", host,
             "--port", str(port), "--interval", str(interval)]
     if kubeconfig is not None:

@@ -237,7 +237,8 @@ def render_explanation(ex: Explanation, out: Output,
     w = ex.workload
     lines = [f"Workload {w.namespace}/{w.name}: {w.phase.value}"
              + (f", m2g check {w.check_state.value}" if w.check_state else "")
-             + (" (shed by m2g)" if w.shed_by_m2g else ""), *_decision_lines(ex.now)]
+             + (" (shed by m2g)" if w.shed_by_m2g else ""),
+             *_decision_lines(ex.now, again=w.phase is Phase.ADMITTED)]
     if conditions:
         lines.append("Kueue:")
         for c in conditions:
@@ -250,8 +251,11 @@ def render_explanation(ex: Explanation, out: Output,
     return "\n".join(lines) + "\n"
 
 
-def _decision_lines(now: AdmissionResult) -> list[str]:
-    lines = [f"m2g would decide now: {now.decision.value}"
+def _decision_lines(now: AdmissionResult, again: bool = False) -> list[str]:
+    """``again``: the workload runs, so the decision is for the same request arriving now
+    (its own GPUs and kW count as in use)."""
+    when = "now, were it submitted again" if again else "now"
+    lines = [f"m2g would decide {when}: {now.decision.value}"
              + (f" (retry in {now.requeue_after_seconds}s)" if now.requeue_after_seconds else "")]
     for r in now.reasons:
         lines.append(f"  {r.decision:6} {r.policy}/{r.rule}: {r.message}")

@@ -58,3 +58,11 @@ def test_errors_are_one_plain_line_off_a_terminal(capsys: pytest.CaptureFixture[
 def test_shell_completion_script() -> None:
     result = runner.invoke(app, ["--show-completion", "bash"])
     assert result.exit_code == 0 and "_M2G_COMPLETE=complete_bash" in result.stdout
+
+
+def test_a_missing_kubeconfig_is_exit_1_everywhere() -> None:
+    missing = "/nonexistent/kubeconfig"
+    for args in (["simulate", "--kubeconfig", missing], ["queues", "--kubeconfig", missing]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
