@@ -231,6 +231,7 @@ class TestExpect(SpecModel):
     score: float | None = None
     weight: float | None = None
     errors: int | None = None
+    message_contains: str | None = None  # some fired rule's message contains this text
 
 
 class TestCase(SpecModel):

@@ -95,6 +95,10 @@ def _compare(expect: TestExpect, result: StageResult) -> list[str]:
     unwanted = [r for r in expect.not_reasons if r in fired]
     if unwanted:
         failures.append(f"notReasons: {unwanted} fired but must not")
+    if expect.message_contains is not None and not any(
+            expect.message_contains in str(r.get("message", "")) for r in got.get("reasons", [])):
+        failures.append(f"messageContains: no fired rule's message contains "
+                        f"{expect.message_contains!r}")
     if expect.errors is not None and len(got.get("errors", [])) != expect.errors:
         failures.append(f"errors: expected {expect.errors}, got {got.get('errors', [])}")
     if failures:
