@@ -60,6 +60,7 @@ from m2g.k8s.convert import (
     SHED_REASON,
     base_quota_annotation,
     format_time,
+    owned_annotations,
     quantity,
     quota_base,
     set_quota_annotation,
@@ -80,6 +81,18 @@ log = logging.getLogger(__name__)
 MAX_CHECK_MESSAGE = 32 * 1024
 MAX_EVENT_NOTE = 1024
 CONFLICT_RETRIES = 5
+
+
+async def retry_on_conflict(once: Callable[[], Awaitable[bool]]) -> bool:
+    """Run a read-modify-write ``once``; on a 409 (someone wrote in between) read and try again,
+    at most ``CONFLICT_RETRIES`` times, then let the Conflict out (a retryable error)."""
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            return await once()
+        except Conflict:
+            if attempt == CONFLICT_RETRIES - 1:
+                raise
+    return False  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -120,17 +133,6 @@ def _pruned(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_pruned(v) for v in value]
     return value
-
-
-def _quota_annotations(annotations: Mapping[str, str], flavor: str, base: int,
-                       nominal: int) -> dict[str, Any]:
-    """The annotation changes that go with writing ``nominal``: at the base m2g owns nothing any
-    more (both removed); below it, the base and what m2g wrote are recorded."""
-    base_key, set_key = base_quota_annotation(flavor), set_quota_annotation(flavor)
-    if nominal == base:
-        return {k: None for k in (base_key, set_key) if k in annotations}
-    want = {base_key: str(base), set_key: str(nominal)}
-    return {k: v for k, v in want.items() if annotations.get(k) != v}
 
 
 def _micro_time(value: datetime) -> str:
@@ -312,13 +314,7 @@ class Applier:
 
     async def apply_quota(self, u: QuotaUpdate, result: ApplyResult | None = None) -> bool:
         """Set one flavor's nominalQuota; re-read and retry on a conflict."""
-        for attempt in range(CONFLICT_RETRIES):
-            try:
-                return await self._apply_quota_once(u, result)
-            except Conflict:
-                if attempt == CONFLICT_RETRIES - 1:
-                    raise
-        return False  # pragma: no cover
+        return await retry_on_conflict(partial(self._apply_quota_once, u, result))
 
     async def _apply_quota_once(self, u: QuotaUpdate, result: ApplyResult | None) -> bool:
         cq = await self.kube.get(CLUSTER_QUEUES, u.cluster_queue)
@@ -338,7 +334,9 @@ class Applier:
         current = int(quantity(found.get("nominalQuota")))
         annotations = meta.get("annotations") or {}
         base = quota_base(annotations, u.flavor, current)
-        patch_annotations = _quota_annotations(annotations, u.flavor, base, u.nominal)
+        patch_annotations = owned_annotations(
+            annotations, base_quota_annotation(u.flavor), set_quota_annotation(u.flavor),
+            str(base), str(u.nominal))
         if current == u.nominal and not patch_annotations:
             self._record(result, "quota", u.cluster_queue, f"{u.flavor} {u.nominal}", False)
             return False
@@ -427,13 +425,7 @@ class Applier:
 
     async def apply_taint(self, u: NodeTaintUpdate, result: ApplyResult | None = None) -> bool:
         """Add, change or remove one m2g taint on a Node; re-read and retry on a conflict."""
-        for attempt in range(CONFLICT_RETRIES):
-            try:
-                return await self._apply_taint_once(u, result)
-            except Conflict:
-                if attempt == CONFLICT_RETRIES - 1:
-                    raise
-        return False  # pragma: no cover
+        return await retry_on_conflict(partial(self._apply_taint_once, u, result))
 
     async def _apply_taint_once(self, u: NodeTaintUpdate, result: ApplyResult | None) -> bool:
         try:

@@ -544,18 +544,37 @@ def set_quota_annotation(flavor: str) -> str:
     return f"{SET_QUOTA_PREFIX}{flavor}"
 
 
-def quota_base(annotations: Mapping[str, str], flavor: str, nominal: int) -> int:
-    """The platform team's quota for ``flavor``: the recorded base while the live quota is still
-    the one m2g wrote; the live quota itself when nothing is recorded or when someone else (a
-    GitOps sync, an operator) has changed it since — their new value is the new base, with no
-    annotation surgery. Bases recorded before m2g tracked its own writes are kept as they are."""
-    base_raw = annotations.get(base_quota_annotation(flavor))
+def recorded_base(annotations: Mapping[str, Any], base_key: str, set_key: str,
+                  live: float) -> float:
+    """The platform team's value of a field m2g lowers (a quota, a KAI limit): the one recorded
+    under ``base_key`` while the live value is still what m2g wrote (``set_key``); the live value
+    itself when nothing is recorded or when someone else (a GitOps sync, an operator) changed it
+    since — their value is the new base, with no annotation surgery. A base recorded before m2g
+    tracked its own writes (no ``set_key``) is kept as it is."""
+    base_raw = annotations.get(base_key)
     if base_raw is None:
-        return nominal
-    set_raw = annotations.get(set_quota_annotation(flavor))
-    if set_raw is not None and _nonneg_int(set_raw) != nominal:
-        return nominal
-    return _nonneg_int(base_raw)
+        return live
+    set_raw = annotations.get(set_key)
+    if set_raw is not None and quantity(set_raw) != live:
+        return live
+    return quantity(base_raw)
+
+
+def owned_annotations(annotations: Mapping[str, Any], base_key: str, set_key: str,
+                      base: str, written: str) -> dict[str, Any]:
+    """The annotation changes that go with m2g writing ``written``: back at ``base`` m2g owns
+    nothing any more (both keys removed); otherwise both are recorded. Only changes are
+    returned (an empty dict: nothing to write)."""
+    if written == base:
+        return {k: None for k in (base_key, set_key) if k in annotations}
+    want = {base_key: base, set_key: written}
+    return {k: v for k, v in want.items() if annotations.get(k) != v}
+
+
+def quota_base(annotations: Mapping[str, str], flavor: str, nominal: int) -> int:
+    """The platform team's quota for ``flavor`` (see ``recorded_base``)."""
+    return max(0, int(recorded_base(annotations, base_quota_annotation(flavor),
+                                    set_quota_annotation(flavor), nominal)))
 
 
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:

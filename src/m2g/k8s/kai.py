@@ -32,12 +32,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
-from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.apply import Applier, ApplyResult, retry_on_conflict
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.client import (
-    Conflict,
     Kube,
     KubeError,
     NotFound,
@@ -46,7 +46,7 @@ from m2g.k8s.client import (
     Resource,
     ResourceMissing,
 )
-from m2g.k8s.convert import format_time, quantity
+from m2g.k8s.convert import format_time, owned_annotations, quantity
 from m2g.k8s.kai_convert import (
     BASE_GPU_LIMIT,
     GPU_LIMIT_CHANGED_AT,
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 
 KAI_TOPOLOGIES = Resource("kai.scheduler", "v1alpha1", "topologies", "Topology", False)
 KAI_QUEUES = Resource("scheduling.run.ai", "v2", "queues", "Queue", False)
-CONFLICT_RETRIES = 5
 PROBE_SECONDS = 60.0
 
 
@@ -141,13 +140,7 @@ class KaiApplier:
         return written
 
     async def apply_queue(self, u: KaiQueueUpdate, result: ApplyResult | None = None) -> bool:
-        for attempt in range(CONFLICT_RETRIES):
-            try:
-                return await self._apply_queue_once(u, result)
-            except Conflict:
-                if attempt == CONFLICT_RETRIES - 1:
-                    raise
-        return False  # pragma: no cover
+        return await retry_on_conflict(partial(self._apply_queue_once, u, result))
 
     async def _apply_queue_once(self, u: KaiQueueUpdate, result: ApplyResult | None) -> bool:
         q = await self.kube.get(KAI_QUEUES, u.queue)
@@ -155,13 +148,8 @@ class KaiApplier:
         annotations = meta.get("annotations") or {}
         current = quantity(gpu_resources(q).get("limit", 0))
         base = limit_base(annotations, current)
-        patch_annotations: dict[str, Any]
-        if u.limit == base:  # handed back to the platform team: m2g owns nothing
-            patch_annotations = {k: None for k in (BASE_GPU_LIMIT, GPU_LIMIT_SET)
-                                 if k in annotations}
-        else:
-            want = {BASE_GPU_LIMIT: f"{_number(base)}", GPU_LIMIT_SET: f"{_number(u.limit)}"}
-            patch_annotations = {k: v for k, v in want.items() if annotations.get(k) != v}
+        patch_annotations = owned_annotations(annotations, BASE_GPU_LIMIT, GPU_LIMIT_SET,
+                                              f"{_number(base)}", f"{_number(u.limit)}")
         if current == u.limit and not patch_annotations:
             self.applier._record(result, "kai-queue", u.queue, f"gpu limit {u.limit:g}", False)
             return False

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from m2g.k8s.convert import is_gpu_node, parse_time, quantity
+from m2g.k8s.convert import is_gpu_node, parse_time, quantity, recorded_base
 from m2g.model import labels as L
 from m2g.planner.types import KaiQueueState, KaiState, KaiTopologyState
 
@@ -43,13 +43,7 @@ def limit_base(annotations: Mapping[str, Any], limit: float) -> float:
     """The platform team's GPU limit: the recorded ``m2g.io/base-gpu-limit`` while the live
     limit is still the one m2g wrote (``m2g.io/gpu-limit-set``); the live limit when nothing is
     recorded or someone else (a GitOps sync) has changed it since — their value is the new base."""
-    base_raw = annotations.get(BASE_GPU_LIMIT)
-    if base_raw is None:
-        return limit
-    set_raw = annotations.get(GPU_LIMIT_SET)
-    if set_raw is not None and quantity(set_raw) != limit:
-        return limit
-    return quantity(base_raw)
+    return recorded_base(annotations, BASE_GPU_LIMIT, GPU_LIMIT_SET, limit)
 
 
 def gpu_resources(obj: Obj) -> Mapping[str, Any]:
