@@ -108,6 +108,15 @@ class Applied:
         self.created.clear()
 
 
+def apply_crds(applied: Applied, folder: str = "deploy/crds") -> None:
+    """Server-side apply m2g's CRDs and wait until the API server serves them."""
+    crds = render(folder)
+    applied.apply(crds)
+    for crd in objects(crds):
+        kubectl(applied.kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+                f"crd/{crd['metadata']['name']}")
+
+
 def generations(kubeconfig: Path, text: str) -> dict[str, tuple[Any, Any]]:
     """metadata.generation (spec changes) of every object, by kubectl name."""
     out: dict[str, tuple[Any, Any]] = {}

@@ -19,19 +19,11 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import wait_until
-from manifests_helpers import Applied, generations, in_sync, kubectl, objects, render
+from manifests_helpers import Applied, apply_crds, generations, in_sync, kubectl, objects, render
 
 pytestmark = pytest.mark.e2e
 
 NS = "m2g-system"
-
-
-def apply_crds(applied: Applied) -> None:
-    crds = render("deploy/crds")
-    applied.apply(crds)
-    for crd in objects(crds):
-        kubectl(applied.kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-                f"crd/{crd['metadata']['name']}")
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,12 @@ from e2e_helpers import condition, unique, wait_until
 from manifests_helpers import (
     QUEUES,
     Applied,
+    apply_crds,
     controller,
     denied_lines,
     http_get,
     job,
     kubectl,
-    objects,
     render,
     sa_kubeconfig,
 )
@@ -39,11 +39,7 @@ def installed(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     applied = Applied(kubeconfig)
     try:
         applied.apply(render("kueue-config/overlays/nvl72"))
-        crds = render("deploy/crds")
-        applied.apply(crds)
-        for crd in objects(crds):
-            kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-                    f"crd/{crd['metadata']['name']}")
+        apply_crds(applied)
         applied.apply(render("deploy/overlays/default"))
         yield sa_kubeconfig(kubeconfig, tmp_path_factory.mktemp("install") / "m2g.kubeconfig")
     finally:

@@ -20,6 +20,7 @@ import yaml
 from e2e_helpers import unique, wait_until
 from manifests_helpers import (
     Applied,
+    apply_crds,
     controller,
     denied_lines,
     http_get,
@@ -41,11 +42,7 @@ def sa_kubeconfig(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) ->
     short-lived token of the ServiceAccount."""
     applied = Applied(kubeconfig)
     try:
-        crds = render("deploy/crds")
-        applied.apply(crds)
-        for crd in objects(crds):
-            kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-                    f"crd/{crd['metadata']['name']}")
+        apply_crds(applied)
         keep = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                 "RoleBinding"}
         docs = [o for o in objects(render("deploy/controller")) if o["kind"] in keep]
