@@ -217,7 +217,21 @@ def render_signals(f: FactorySnapshot, out: Output) -> str:
 
 # ---- explain -----------------------------------------------------------------------------
 
+# A Workload's conditions in the order of its life (Kueue stores them in the order it happened
+# to set them, which varies from run to run); other types follow by name.
+_LIFECYCLE = ("QuotaReserved", "Admitted", "PodsReady", "Evicted", "Preempted", "Requeued",
+              "Deactivated", "Finished")
+
+
+def _in_lifecycle_order(conditions: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def key(c: dict[str, Any]) -> tuple[int, str]:
+        kind = str(c.get("type", ""))
+        return (_LIFECYCLE.index(kind) if kind in _LIFECYCLE else len(_LIFECYCLE), kind)
+    return sorted(conditions, key=key)
+
+
 def explanation_data(ex: Explanation, conditions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    conditions = _in_lifecycle_order(conditions)
     w = ex.workload
     return {"workload": f"{w.namespace}/{w.name}", "phase": w.phase.value,
             "m2gCheck": w.check_state.value if w.check_state else None,
@@ -241,7 +255,7 @@ def render_explanation(ex: Explanation, out: Output,
              *_decision_lines(ex.now, again=w.phase is Phase.ADMITTED)]
     if conditions:
         lines.append("Kueue:")
-        for c in conditions:
+        for c in _in_lifecycle_order(conditions):
             lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason', '')}: "
                          f"{c.get('message', '')}".rstrip(": "))
     if w.phase is Phase.ADMITTED and not ex.alternatives:

@@ -38,7 +38,14 @@ import yaml
 from cli_goldens import golden, normalise
 from e2e_helpers import REPO, condition, wait_until
 from fake_prometheus import fake_prometheus
-from manifests_helpers import Applied, controller, kubectl, objects, render, sa_kubeconfig
+from manifests_helpers import (
+    Applied,
+    apply_crds,
+    controller,
+    kubectl,
+    render,
+    sa_kubeconfig,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -142,11 +149,7 @@ def _build(kubeconfig: Path, applied: Applied, prom: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Factory]:
     made_ns = False
     try:
-        crds = render("deploy/crds")
-        applied.apply(crds)
-        for crd in objects(crds):
-            kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
-                    f"crd/{crd['metadata']['name']}")
+        apply_crds(applied)
         applied.apply(render("kueue-config/overlays/nvl72"))
         applied.apply(render("deploy/policies"))
         applied.apply(STATE)

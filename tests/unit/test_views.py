@@ -30,6 +30,7 @@ from m2g.planner.types import (
 )
 from m2g_cli.views import (
     Output,
+    explanation_data,
     render_explanation,
     render_preview,
     render_queues,
@@ -115,6 +116,13 @@ def test_explain(tmp_path: Path) -> None:
     conditions = [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
                    "message": "Quota reserved in ClusterQueue research"}]
     golden("explain_table.txt", render_explanation(ex, Output.TABLE, conditions))
+    # Kueue stores conditions in whatever order it set them; m2g shows them in life order
+    shuffled = [{"type": "Custom", "status": "True"}, {"type": "PodsReady", "status": "False"},
+                *conditions]
+    got = [c["type"] for c in explanation_data(ex, shuffled)["kueueConditions"]]
+    assert got == ["QuotaReserved", "PodsReady", "Custom"]
+    text = render_explanation(ex, Output.TABLE, shuffled)
+    assert text.index("QuotaReserved=") < text.index("PodsReady=") < text.index("Custom=")
 
 
 def test_submit_preview(tmp_path: Path) -> None:
