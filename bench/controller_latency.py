@@ -518,6 +518,7 @@ async def run(args: argparse.Namespace) -> int:
     load_start = os.getloadavg()
     kube = await k.connect(kubeconfig)
     ctl: Controller | None = None
+    world: World | None = None
     report: dict[str, Any] = {"factory": args.factory, "workloads": args.workloads,
                               "load_start": load_start}
     try:
@@ -577,6 +578,9 @@ async def run(args: argparse.Namespace) -> int:
             ctl.proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 ctl.proc.wait(15)
+        if world is not None:  # before the API server goes: no watch error after the report
+            for cache in (world.workloads, world.pods):
+                await cache.stop()
         await kube.close()
         if args.down:
             localcp(run_dir, "down")
