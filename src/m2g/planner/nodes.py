@@ -22,7 +22,7 @@ tainted nodes and m2g's admission check decides it again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from m2g.model.factory import MaintenanceWindow, Node, Rack, rack_alarm
@@ -43,11 +43,15 @@ def taint_value(text: str) -> str:
 
 
 def _window_of(snap_now: datetime, node: Node, windows: Iterable[MaintenanceWindow],
-               lead: float) -> MaintenanceWindow | None:
-    """The earliest window covering ``node`` that is active or starts within ``lead``."""
+               lead: Callable[[MaintenanceWindow], float]) -> MaintenanceWindow | None:
+    """The earliest window covering ``node`` that is active or starts within its ``lead``."""
     hits = [w for w in windows if w.covers(node) and w.end > snap_now
-            and w.start - timedelta(seconds=lead) <= snap_now]
-    return min(hits, key=lambda w: (w.start, w.name)) if hits else None
+            and w.start - timedelta(seconds=lead(w)) <= snap_now]
+    return _earliest(hits)
+
+
+def _earliest(windows: Iterable[MaintenanceWindow]) -> MaintenanceWindow | None:
+    return min(windows, key=lambda w: (w.start, w.name), default=None)
 
 
 def _thermal_clear(rack: Rack | None, config: PlannerConfig) -> bool:
@@ -72,7 +76,8 @@ def taint_updates(builder: InputBuilder, config: PlannerConfig) -> list[NodeTain
     out: list[NodeTaintUpdate] = []
     for node in factory.nodes:
         current = dict(node.m2g_taints)
-        window = _window_of(now, node, factory.maintenance, config.maintenance_taint_lead_seconds)
+        window = _window_of(now, node, factory.maintenance,
+                            lambda _: config.maintenance_taint_lead_seconds)
         want: dict[str, tuple[str, str]] = {}
         if window is not None:
             when = "under way" if window.start <= now else \
@@ -127,13 +132,12 @@ def drain_actions(builder: InputBuilder, config: PlannerConfig,
     for w in snap.workloads:
         if w.phase is not Phase.ADMITTED or w.key in skip:
             continue
-        windows = [win for name in snap.placements.get(w.key, ()) if name in nodes
-                   for win in snap.factory.maintenance
-                   if win.covers(nodes[name]) and win.end > now
-                   and win.start - timedelta(seconds=_lead(win, config)) <= now]
-        if not windows:
+        window = _earliest(
+            win for name in snap.placements.get(w.key, ()) if name in nodes
+            if (win := _window_of(now, nodes[name], snap.factory.maintenance,
+                                  lambda x: _lead(x, config))) is not None)
+        if window is None:
             continue
-        window = min(windows, key=lambda x: (x.start, x.name))
         if window.start > now and _finishes_before(w, window.start):
             continue
         due.append((w, window))
