@@ -69,3 +69,12 @@ async def test_connect_with_bad_kubeconfig_is_permanent(tmp_path: Path) -> None:
     bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     with pytest.raises(c.PermanentError):
         await c.connect(bad, context="nope")
+
+
+async def test_connect_with_a_file_that_is_not_yaml_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "README.md"
+    bad.write_text("# m2g\n\nMake it: run this: now\n")
+    with pytest.raises(c.PermanentError) as err:
+        await c.connect(bad)
+    assert str(err.value) == (f"{bad} is not a kubeconfig: unreadable YAML at line 3 "
+                              "(mapping values are not allowed here)")

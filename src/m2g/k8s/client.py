@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import kr8s
 import kr8s.asyncio
+import yaml
 
 Obj = dict[str, Any]
 
@@ -309,6 +310,11 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
             api = await kr8s.asyncio.api(kubeconfig=path, context=context)
     except KubeError:
         raise
+    except yaml.YAMLError as exc:  # its text spans lines: say where, in one
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PermanentError(f"{path} is not a kubeconfig: unreadable YAML{at} "
+                             f"({getattr(exc, 'problem', None) or 'syntax error'})") from exc
     except (ValueError, KeyError, OSError) as exc:
         where = path or "in-cluster service account"
         raise PermanentError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
