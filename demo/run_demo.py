@@ -309,7 +309,7 @@ def states(d: Demo) -> dict[str, Obj]:
 def all_running(d: Demo, specs: tuple[Spec, ...]) -> bool:
     wls = states(d)
     return all(is_running(wls.get(f"{s.namespace}/{s.name}", {})) for s in specs) and \
-        d.k.running_pods() == sum(s.gpus // 4 for s in specs)
+        d.k.running_pods() >= sum(s.gpus // 4 for s in specs)
 
 
 def draw_steady(d: Demo, samples: list[float]) -> bool:
@@ -399,13 +399,21 @@ def any_action(d: Demo, reason: str, key: str | None = None) -> bool:
 def phase_restore(d: Demo) -> None:
     section("4. The event ends: m2g restores what it shed")
     say(d, f"GridEvent {d.event_name} is over ({d.event_end:%H:%M:%S} UTC)")
-    everyone = (*MIX, LATE)
-    wait_for(d, "shed work to be restored and everything running again",
-             lambda: all_running(d, everyone), 120, "m2g run", m2g_log(d))
+    wait_for(d, "shed work to be restored and running again",
+             lambda: all_running(d, MIX), 120, "m2g run", m2g_log(d))
+    # The late job was deferred (Retry) shortly before the event ended; Kueue holds a Retry until
+    # its requeue time (m2g caps it at 60 s, Kueue may back off longer), so it may still wait
+    # here although m2g would admit it now: m2g explain shows both.
+    late = states(d).get(f"{LATE.namespace}/{LATE.name}")
+    if late is not None and not is_running(late):
+        say(d, f"{LATE.namespace}/{LATE.name} still waits for Kueue to requeue its deferral")
+        show(d, ["explain", str(late["metadata"]["name"]), "-n", LATE.namespace, "--policies",
+                 str(REPO / "policies"), "--prometheus", d.prom],
+             f"explain {late['metadata']['name']} -n {LATE.namespace}")
     samples: list[float] = []
     wait_for(d, "the site draw to settle", lambda: draw_steady(d, samples), 60,
              "simulator", d.work / "logs" / "simulator.log")
-    say(d, "all work is running again")
+    say(d, "the shed work is running again")
     show(d, ["workloads", "-o", "wide"], "workloads -o wide")
     show(d, ["signals", "--prometheus", d.prom], f"signals --prometheus {d.prom}")
 
