@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv test test-unit test-e2e lint policy-test demo bench bench-controller up down status clean
+.PHONY: venv test test-unit test-e2e lint policy-test demo bench bench-controller bench-scale up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 $(STAMP): pyproject.toml
@@ -52,6 +52,12 @@ bench: $(STAMP)
 bench-controller: $(STAMP)
 	$(PY) kind-e2e/localcp build
 	$(PY) bench/controller_latency.py --up --down $(BENCH_ARGS)
+
+## bench-scale: one reconcile of the pure core at 100 / 400 / 1,400 racks (2k / 20k / 100k
+## workloads), each size in its own memory-limited subprocess (docs/benchmarks.md).
+## BENCH_ARGS: e.g. --sizes 100,400.
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py $(BENCH_ARGS)
 
 ## demo: the main job — control plane + small factory, simulator, Prometheus, `m2g run`, a
 ## workload mix, a grid event; shows what m2g deferred, shed and restored (docs/quickstart.md).
