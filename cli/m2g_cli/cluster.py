@@ -12,14 +12,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
+from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.cache import object_key
 from m2g.k8s.convert import ClusterObjects, build_snapshot
 from m2g.planner.types import ClusterSnapshot
-from m2g.signals.config import SignalConfig
+from m2g.signals.config import PrometheusSettings
+from m2g.signals.http import make_http_client
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
 
@@ -111,12 +112,30 @@ async def read(kubeconfig: str | None, context: str | None,
     return ClusterView(snap, objs, policies, warnings)
 
 
-async def _readings(url: str | None, warnings: list[str]) -> Any:
-    if not url:
+def site_config() -> SiteConfig | None:
+    """The site configuration named by ``$M2G_CONFIG`` (the file ``m2g run --config`` reads),
+    so the CLI reads the signals with the site's PromQL and Prometheus auth."""
+    path = os.environ.get("M2G_CONFIG")
+    if not path:
         return None
-    async with httpx.AsyncClient() as http:
-        try:
-            return await read_signals(PrometheusClient(url, http), SignalConfig())
-        except Exception as exc:  # signals are optional for the CLI: say so, go on
-            warnings.append(f"signals from {url} unavailable: {exc}")
-            return None
+    try:
+        return load_site_config(Path(path))
+    except SiteConfigError as exc:
+        raise CliError(f"M2G_CONFIG: {exc}", code=2) from None
+
+
+async def _readings(url: str | None, warnings: list[str]) -> Any:
+    site = site_config() or SiteConfig()
+    prom = site.prometheus
+    if url:
+        prom = (prom or PrometheusSettings()).model_copy(update={"url": url})
+    if prom is None:
+        return None
+    config = site.signal_config().model_copy(update={"url": prom.url})
+    try:
+        async with make_http_client(prom) as http:
+            return await read_signals(PrometheusClient(prom.url, http, prom.timeout_seconds),
+                                      config)
+    except Exception as exc:  # signals are optional for the CLI: say so, go on
+        warnings.append(f"signals from {prom.where()} unavailable: {exc}")
+        return None

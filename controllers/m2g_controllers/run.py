@@ -1,7 +1,11 @@
 """``m2g run``: the controller process (leader election, caches, the loop, /metrics, /readyz).
 
-    python -m m2g_controllers.run [--kubeconfig K] [--context C] [--shadow] [--policies DIR]
-        [--prometheus URL] [--leader-elect --lease-namespace NS] [--metrics-port 8080]
+    python -m m2g_controllers.run [--config FILE] [--kubeconfig K] [--context C] [--shadow]
+        [--policies DIR] [--prometheus URL] [--leader-elect [--lease-namespace NS]]
+        [--metrics-port 8080]
+
+The site configuration (``--config``, docs/configuration.md) says where Prometheus is and how to
+authenticate, which PromQL gives each signal, the planner's settings and the Lease.
 
 Logs are JSON lines on stderr. SIGTERM/SIGINT stop the loop, release the Lease and exit 0.
 """
@@ -17,12 +21,18 @@ import signal
 import socket
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.leader import LeaderElector
 from m2g.planner.config import PlannerConfig
 from m2g.policy import EngineUnavailable, make_runtime
+from m2g.signals.config import PrometheusSettings
+from m2g.signals.http import PrometheusSetupError, make_http_client
 from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
@@ -42,24 +52,61 @@ class JsonFormatter(logging.Formatter):
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="m2g run", description=__doc__.splitlines()[0])
-    p.add_argument("--kubeconfig")
-    p.add_argument("--context")
+    p = argparse.ArgumentParser(
+        prog="m2g run", description=__doc__.splitlines()[0],
+        epilog="A flag given on the command line overrides the same setting of --config.")
+    p.add_argument("--config", type=Path, default=os.environ.get("M2G_CONFIG"),
+                   help="site configuration YAML: Prometheus and its auth, the PromQL of each "
+                        "signal, planner settings, the Lease (docs/configuration.md; "
+                        "env M2G_CONFIG)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then "
+                   "$KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context to use")
     p.add_argument("--shadow", action="store_true", help="decide and record, write nothing")
-    p.add_argument("--policies", type=Path, help="policy folder (default: Policy objects)")
+    p.add_argument("--policies", type=Path,
+                   help="policy folder (default: the cluster's Policy objects)")
     p.add_argument("--prometheus", default=os.environ.get("M2G_PROMETHEUS_URL"),
-                   help="Prometheus URL for power, thermal and XID signals")
-    p.add_argument("--leader-elect", action="store_true", help="campaign for a Lease")
-    p.add_argument("--lease-namespace", default="m2g-system")
-    p.add_argument("--lease-name", default="m2g-controller")
-    p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname())
-    p.add_argument("--metrics-port", type=int, default=8080)
-    p.add_argument("--metrics-host", default="0.0.0.0")
-    p.add_argument("--resync-seconds", type=float, default=10.0)
-    p.add_argument("--check-name", default="m2g-policy")
-    p.add_argument("--engine", choices=["cel-expr-python", "cel-python"])
-    p.add_argument("--log-level", default="info")
+                   help="Prometheus URL for power, thermal and XID signals (overrides "
+                        "prometheus.url of --config; env M2G_PROMETHEUS_URL)")
+    p.add_argument("--leader-elect", action="store_true",
+                   help="campaign for a Lease; only the leader writes")
+    p.add_argument("--lease-namespace", help="namespace of the Lease (default: "
+                   "leaderElection.leaseNamespace, else $POD_NAMESPACE, else m2g-system)")
+    p.add_argument("--lease-name", help="name of the Lease (default: m2g-controller)")
+    p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
+                   help="this replica's name in the Lease (default: $POD_NAME or the host name)")
+    p.add_argument("--metrics-port", type=int, default=8080,
+                   help="port of /metrics, /healthz and /readyz (0: any free port)")
+    p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
+    p.add_argument("--resync-seconds", type=float, default=10.0,
+                   help="reconcile at least this often, changes or not")
+    p.add_argument("--check-name", default="m2g-policy",
+                   help="the AdmissionCheck m2g keeps Active and answers")
+    p.add_argument("--engine", choices=["cel-expr-python", "cel-python"],
+                   help="CEL runtime (default: cel-expr-python, else cel-python)")
+    p.add_argument("--log-level", default="info", help="debug, info, warning or error")
     return p.parse_args(argv)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The command line and the site configuration resolved into what ``serve`` needs."""
+
+    site: SiteConfig
+    prometheus: PrometheusSettings | None
+    lease_namespace: str
+    lease_name: str
+
+
+def resolve(args: argparse.Namespace, environ: dict[str, str]) -> Settings:
+    """Flags over the file over the environment over the defaults; raises SiteConfigError."""
+    site = load_site_config(args.config) if args.config else SiteConfig()
+    prom = site.prometheus
+    if args.prometheus:
+        prom = (prom or PrometheusSettings()).model_copy(update={"url": args.prometheus})
+        PrometheusSettings.model_validate(prom.model_dump())  # the flag's URL checked too
+    return Settings(site, prom, args.lease_namespace or site.lease_namespace(environ),
+                    args.lease_name or site.leader_election.lease_name)
 
 
 async def kick_on_leadership(elector: LeaderElector, manager: Manager,
@@ -72,14 +119,25 @@ async def kick_on_leadership(elector: LeaderElector, manager: Manager,
             await asyncio.sleep(0.5)
 
 
-async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
+async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Event) -> int:
+    prom = settings.prometheus
+    http = make_http_client(prom) if prom is not None else None  # token file checked here
+    if prom is not None and prom.insecure_skip_verify:
+        log.warning("TLS verification of %s is off (prometheus.insecureSkipVerify)",
+                    prom.where())
     kube = await k.connect(args.kubeconfig, args.context)
-    cluster = K8sCluster(kube, prometheus=args.prometheus, instance=args.identity)
+    signals = settings.site.signal_config()
+    if prom is not None:
+        signals = signals.model_copy(update={"url": prom.url,
+                                             "timeout_seconds": prom.timeout_seconds})
+    cluster = K8sCluster(kube, prometheus=prom.url if prom else None, signal_config=signals,
+                         http=http, instance=args.identity)
     metrics = Metrics()
-    elector = LeaderElector(kube, args.lease_name, args.lease_namespace, args.identity) \
-        if args.leader_elect else None
+    elector = LeaderElector(kube, settings.lease_name, settings.lease_namespace,
+                            args.identity) if args.leader_elect else None
+    planner = settings.site.planner_config(PlannerConfig(check_name=args.check_name))
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
-                      config=PlannerConfig(check_name=args.check_name), shadow=args.shadow,
+                      config=planner, shadow=args.shadow,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                       resync_seconds=args.resync_seconds, policy_dir=args.policies)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
@@ -119,11 +177,22 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        return await serve(args, stop)
+        return await serve(args, settings, stop)
 
     try:
+        settings = resolve(args, dict(os.environ))
+        if settings.prometheus is not None:
+            log.info("signals from %s", settings.prometheus.where())
         return asyncio.run(go())
-    except (k.KubeError, EngineUnavailable, OSError, TimeoutError) as exc:
+    except SiteConfigError as exc:
+        for line in exc.problems:
+            print(f"error: m2g run: {line}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:  # --prometheus with an unusable URL
+        print(f"error: m2g run: --prometheus: {exc.errors()[0]['msg']}", file=sys.stderr)
+        return 2
+    except (k.KubeError, EngineUnavailable, OSError, TimeoutError,
+            PrometheusSetupError) as exc:
         print(f"error: m2g run: {exc}", file=sys.stderr)
         return 1
 

@@ -54,6 +54,7 @@ class K8sCluster:
 
     def __init__(self, kube: k.Kube, *, prometheus: str | None = None,
                  signal_config: SignalConfig | None = None, instance: str = "m2g",
+                 http: httpx.AsyncClient | None = None,
                  readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None
                  ) -> None:
         self.kube = kube
@@ -64,7 +65,7 @@ class K8sCluster:
         self.kai = KaiSync(kube)  # KAI Scheduler's caches, only when its CRDs are served
         self._prometheus = prometheus
         self._signal_config = signal_config or SignalConfig()
-        self._http: httpx.AsyncClient | None = None
+        self._http = http  # the site's auth, CA and headers (m2g.signals.http); closed by stop
         self._read_override = readings  # another signal source (tests, replay); else Prometheus
         self._memo = SnapshotMemo()  # unchanged nodes and workloads are not converted again
 
@@ -103,7 +104,9 @@ class K8sCluster:
             self._http = httpx.AsyncClient()
         try:  # a failed read is stale data (fail-safe rules), never a failed reconcile
             return await asyncio.wait_for(read_signals(
-                PrometheusClient(self._prometheus, self._http), self._signal_config), 10)
+                PrometheusClient(self._prometheus, self._http,
+                                 self._signal_config.timeout_seconds),
+                self._signal_config), 10)
         except Exception as exc:
             log.warning("signals unavailable, treated as stale: %s", exc)
             return None

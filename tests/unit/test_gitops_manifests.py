@@ -20,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from m2g.config import parse_site_config
 from m2g.planner.config import PlannerConfig
 from m2g.planner.types import CHECK_CONTROLLER
 from m2g_controllers.metrics import Metrics
@@ -187,7 +188,16 @@ def test_controller_deployment(deploy_objs: list[Obj]) -> None:
     (container,) = pod["spec"]["containers"]
     cmd = container["command"]
     assert cmd[:2] == ["m2g", "run"] and "--leader-elect" in cmd and "--shadow" not in cmd
-    assert cmd[cmd.index("--lease-namespace") + 1] == "m2g-system"
+    assert "--lease-namespace" not in cmd  # the Lease is in the pod's namespace (POD_NAMESPACE)
+    env = {e["name"]: e.get("valueFrom", {}) for e in container["env"]}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    config_path = Path(cmd[cmd.index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    config_map = by_kind(deploy_objs, "ConfigMap")[volume["configMap"]["name"]]
+    assert config_map["metadata"]["namespace"] == "m2g-system"
+    site = parse_site_config(config_map["data"][config_path.name], "m2g-config")
+    assert site.prometheus is not None and site.prometheus.url.startswith("http")
     assert cmd[cmd.index("--metrics-port") + 1] == "8080"
     assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

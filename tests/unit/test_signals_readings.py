@@ -126,3 +126,34 @@ def test_status_metrics_and_lines() -> None:
     assert lines[0].startswith("gpu_power_w") and "FAIL-SAFE" in lines[0]
     rack_line = next(x for x in lines if x.startswith("rack_power_kw"))
     assert "unreachable" in rack_line and "oldest ∞" in rack_line
+
+
+def test_pdus_of_a_rack_sum_and_sensors_max_and_one_stale_part_spoils_the_sum() -> None:
+    cfg = SignalConfig.model_validate({"signals": {
+        "rack_power_kw": {"query": "pdu_w", "keyLabel": "rack", "aggregate": "sum",
+                          "scale": 0.001},
+        "rack_inlet_c": {"query": "inlet", "aggregate": "max"}}})
+
+    def pdu(rack: str, n: int, watts: float, age: float) -> Sample:
+        return Sample({"rack": rack, "pdu": f"{rack}-ps{n}"}, watts, NOW - age)
+
+    samples = {
+        SignalName.RACK_POWER_KW: [pdu("r0", i, 16_000, 5 + i) for i in range(8)]
+        + [pdu("r1", 0, 16_000, 5), pdu("r1", 1, 16_000, 500)],
+        SignalName.RACK_INLET_C: [Sample({"rack": "r0", "sensor": s}, t, NOW - 3)
+                                  for s, t in (("top", 31.0), ("bottom", 27.5))]}
+    # the scale is applied by fetch_signals; here the readings see W and sum them
+    r = build_readings(samples, NOW, cfg, Expected(racks=("r0", "r1", "r2")))
+    assert r.racks["r0"].power_kw.value == pytest.approx(128_000)
+    assert r.racks["r0"].power_kw.age_seconds == pytest.approx(12)  # the oldest PDU
+    assert r.racks["r1"].power_kw.freshness is Freshness.STALE  # a partial sum under-reports
+    assert r.racks["r2"].power_kw.freshness is Freshness.MISSING
+    assert r.racks["r0"].inlet_c.value == 31.0
+
+
+def test_config_accepts_camel_case_and_merges_it_with_the_defaults() -> None:
+    cfg = SignalConfig.model_validate({"timeoutSeconds": 2, "signals": {
+        "gpu_power_w": {"maxAgeSeconds": 15}}})
+    spec = cfg.spec(SignalName.GPU_POWER_W)
+    assert (spec.query, spec.max_age_seconds, cfg.timeout_seconds) == (
+        "DCGM_FI_DEV_POWER_USAGE", 15, 2)

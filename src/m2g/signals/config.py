@@ -13,9 +13,15 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+#: Models of site configuration files: camelCase keys in YAML (``maxAgeSeconds``), the Python
+#: names (``max_age_seconds``) accepted too; unknown keys rejected; frozen.
+CAMEL = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
 class SignalName(StrEnum):
@@ -42,10 +48,18 @@ class SignalConfigError(Exception):
     """A signal configuration file that cannot be used; the message is one line."""
 
 
+class Aggregate(StrEnum):
+    """How several series with the same key (rack, power domain) combine into one reading."""
+
+    NEWEST = "newest"  # one series per key is expected; of duplicates the newest counts
+    SUM = "sum"  # e.g. the PDUs / power shelves of a rack: the rack's power is their sum
+    MAX = "max"  # e.g. several inlet sensors of a rack: the hottest counts
+
+
 class SignalSpec(BaseModel):
     """One signal: its PromQL, what its series describe and its maximum age."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = CAMEL
 
     query: str = Field(min_length=1)
     scope: SignalScope
@@ -53,6 +67,8 @@ class SignalSpec(BaseModel):
     gpu_label: str = Field(default="gpu", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     max_age_seconds: float = Field(gt=0)
     scale: float = 1.0  # multiply values by this (e.g. 0.001 for a W series feeding a kW signal)
+    #: Facility signals only: how series sharing a key combine (a sum is stale if any part is).
+    aggregate: Aggregate = Aggregate.NEWEST
 
 
 DCGM_HOST_LABEL = "Hostname"
@@ -82,10 +98,64 @@ DEFAULT_SIGNALS: dict[SignalName, SignalSpec] = {
 }
 
 
+def redact_url(url: str) -> str:
+    """``url`` fit for a log line or an error: no user:password, no query values."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(f"{kv.split('=', 1)[0]}=***" for kv in parts.query.split("&") if kv)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+class PrometheusSettings(BaseModel):
+    """How to reach the site's Prometheus-compatible API (Prometheus, Thanos Querier, Mimir,
+    OpenShift's monitoring stack). Credentials are read from files (a mounted Secret or the
+    pod's ServiceAccount token), never written in the configuration itself."""
+
+    model_config = CAMEL
+
+    url: str = Field(default="http://127.0.0.1:9090", pattern=r"^https?://[^\s]+$")
+    timeout_seconds: float = Field(default=5.0, gt=0)
+    #: ``Authorization: Bearer <file's content>``, re-read when the file changes (projected
+    #: ServiceAccount tokens rotate). A file that is missing is an error, never anonymous access.
+    bearer_token_file: Path | None = None
+    #: PEM bundle to verify the server's certificate with (e.g. OpenShift's service CA).
+    ca_file: Path | None = None
+    #: Skip certificate verification (test clusters only; says so in the log).
+    insecure_skip_verify: bool = False
+    #: Extra request headers, e.g. ``X-Scope-OrgID`` (Mimir, Cortex, Thanos tenancy).
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials_inline(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if name.lower() in ("authorization", "proxy-authorization", "cookie"):
+                raise ValueError(f"header {name} carries a credential: put the token in a file "
+                                 "and name it with bearerTokenFile")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _no_password_in_url(cls, value: str) -> str:
+        if "@" in urlsplit(value).netloc:
+            raise ValueError(f"the URL {redact_url(value)} carries credentials: use "
+                             "bearerTokenFile")
+        return value
+
+    def where(self) -> str:
+        """The server as errors name it (credentials never printed)."""
+        return redact_url(self.url)
+
+
 class SignalConfig(BaseModel):
     """Where Prometheus is and the spec of every signal (missing ones take the default)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = CAMEL
 
     url: str = "http://127.0.0.1:9090"
     timeout_seconds: float = Field(default=5.0, gt=0)
@@ -103,13 +173,20 @@ class SignalConfig(BaseModel):
             if isinstance(spec, SignalSpec):
                 merged[key] = spec
             elif isinstance(spec, dict) and key in merged:
-                merged[key] = {**merged[key], **spec}
+                merged[key] = {**merged[key], **_snake_keys(spec)}
             else:
                 merged[key] = spec
         return merged
 
     def spec(self, name: SignalName) -> SignalSpec:
         return self.signals[name]
+
+
+def _snake_keys(spec: dict[Any, Any]) -> dict[Any, Any]:
+    """``{maxAgeSeconds: 15}`` → ``{max_age_seconds: 15}`` for the merge with a default (an
+    unknown key stays as it is, so validation still names it)."""
+    names = {to_camel(f): f for f in SignalSpec.model_fields}
+    return {names.get(k, k) if isinstance(k, str) else k: v for k, v in spec.items()}
 
 
 def load_signal_config(path: Path) -> SignalConfig:

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from m2g.signals.config import SignalConfig, SignalName
+from m2g.signals.config import SignalConfig, SignalName, redact_url
 from m2g.signals.sample import Sample
 
 Clock = Callable[[], float]
@@ -80,7 +80,7 @@ class PrometheusClient:
         if at is not None:
             params["time"] = f"{at:.3f}"
         url = self.base_url.rstrip("/") + "/api/v1/query"
-        where = f"Prometheus at {self.base_url}"
+        where = f"Prometheus at {redact_url(self.base_url)}"
         try:
             resp = await self.http.get(url, params=params, timeout=self.timeout_seconds)
         except httpx.TimeoutException:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from m2g.signals.config import SignalConfig, SignalName, SignalScope
+from m2g.signals.config import Aggregate, SignalConfig, SignalName, SignalScope
 from m2g.signals.sample import Sample
 
 INF = math.inf
@@ -140,9 +140,19 @@ def _latest(samples: Iterable[Sample], key: tuple[str, ...]) -> dict[tuple[str, 
 
 
 def _keyed(samples: Sequence[Sample] | None, label: str, now: float, max_age: float,
-           expected: Iterable[str]) -> dict[str, SignalReading]:
-    out = {k[0]: SignalReading.of(s.value, now - s.timestamp, max_age)
-           for k, s in _latest(samples or (), (label,)).items()}
+           expected: Iterable[str], aggregate: Aggregate = Aggregate.NEWEST
+           ) -> dict[str, SignalReading]:
+    if aggregate is Aggregate.NEWEST:
+        out = {k[0]: SignalReading.of(s.value, now - s.timestamp, max_age)
+               for k, s in _latest(samples or (), (label,)).items()}
+    else:  # every distinct series of a key is one part (a PDU of the rack, a sensor)
+        parts: dict[str, list[SignalReading]] = {}
+        for s in samples or ():
+            if label in s.labels:
+                parts.setdefault(s.labels[label], []).append(
+                    SignalReading.of(s.value, now - s.timestamp, max_age))
+        how = "sum" if aggregate is Aggregate.SUM else "max"
+        out = {key: _combine(p, how, max_age) for key, p in parts.items()}
     for name in expected:
         out.setdefault(name, SignalReading.missing(max_age))
     return out
@@ -217,7 +227,8 @@ def build_readings(samples: Mapping[SignalName, Sequence[Sample]], now: float,
 
     def facility(name: SignalName, expected_keys: Iterable[str]) -> dict[str, SignalReading]:
         s = spec[name]
-        return _keyed(samples.get(name), s.key_label, now, s.max_age_seconds, expected_keys)
+        return _keyed(samples.get(name), s.key_label, now, s.max_age_seconds, expected_keys,
+                      s.aggregate)
 
     rp = facility(SignalName.RACK_POWER_KW, exp.racks)
     ri = facility(SignalName.RACK_INLET_C, exp.racks)

@@ -1,0 +1,195 @@
+"""The site configuration of ``m2g run --config FILE`` (docs/configuration.md).
+
+One YAML document, camelCase keys like a Kubernetes object, every part optional:
+
+* ``prometheus`` — where the site's Prometheus-compatible API is and how to authenticate
+  (``m2g.signals.config.PrometheusSettings``);
+* ``signals`` — which PromQL gives each signal (``SignalSpec``; a partial entry overrides only the
+  fields it names, absent signals keep the DCGM / facility defaults);
+* ``planner`` — the planner's knobs (ramp, hysteresis, dwell, caps; ``PlannerConfig``);
+* ``leaderElection`` — the Lease (its namespace defaults to ``$POD_NAMESPACE``).
+
+Pure apart from reading the file: no clock, no network. ``load_site_config`` turns every problem
+into a ``SiteConfigError`` whose lines point at ``FILE:LINE`` — an unknown key is named with the
+line it is on (and the closest known key), never ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+from typing import Any, Final, Literal, get_args, get_origin
+
+from pydantic import BaseModel, Field, ValidationError
+
+from m2g.planner.config import PlannerConfig
+from m2g.policy.yamlsrc import parse_documents
+from m2g.signals.config import CAMEL, PrometheusSettings, SignalConfig, SignalSpec
+
+API_VERSION: Final = "m2g.io/v1alpha1"
+KIND: Final = "SiteConfig"
+DEFAULT_LEASE_NAMESPACE = "m2g-system"
+
+
+class SiteConfigError(Exception):
+    """A site configuration that cannot be used; ``problems`` are ``FILE:LINE: message`` lines."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{problems[0]}{more}" if problems else "invalid site configuration")
+
+
+class PlannerSettings(BaseModel):
+    """The planner's knobs; a field left out keeps ``PlannerConfig``'s default (and its reason,
+    documented there and in docs/configuration.md)."""
+
+    model_config = CAMEL
+
+    #: Shedding and restoring are paced at this many kW per second (a grid transient otherwise).
+    ramp_kw_per_second: float | None = Field(default=None, gt=0)
+    #: The most kW one reconcile may shed or restore.
+    max_step_kw: float | None = Field(default=None, gt=0)
+    #: Quota changes smaller than this many GPUs are not written (hysteresis).
+    quota_hysteresis_gpus: int | None = Field(default=None, ge=0)
+    #: A raised quota waits this long after the last change (lowering is immediate).
+    quota_raise_dwell_seconds: float | None = Field(default=None, ge=0)
+    settle_seconds: float | None = Field(default=None, ge=0)
+    settle_max_seconds: float | None = Field(default=None, ge=0)
+    #: A shed workload stays shed at least this long (dwell before a restore).
+    min_shed_seconds: float | None = Field(default=None, ge=0)
+    restore_margin: float | None = Field(default=None, ge=0, lt=1)
+    #: Cap on the requeueAfterSeconds of a Retry answer.
+    max_retry_hold_seconds: int | None = Field(default=None, ge=1)
+    shed_saving_fraction: float | None = Field(default=None, gt=0, le=1)
+    default_kw_per_gpu: float | None = Field(default=None, gt=0)
+    kai_topology_name: str | None = Field(default=None, min_length=1)
+    kai_kw_per_gpu: float | None = Field(default=None, gt=0)
+    maintenance_taint_lead_seconds: float | None = Field(default=None, ge=0)
+    maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0)
+    drain_deadline_seconds: float | None = Field(default=None, ge=0)
+    thermal_clear_margin_c: float | None = Field(default=None, ge=0)
+
+    def apply_to(self, base: PlannerConfig) -> PlannerConfig:
+        """``base`` with every field this section sets."""
+        return dataclasses.replace(base, **self.model_dump(exclude_none=True))
+
+
+class LeaderElectionSettings(BaseModel):
+    """The Lease the replicas campaign for."""
+
+    model_config = CAMEL
+
+    #: Default: the pod's own namespace ($POD_NAMESPACE, from the downward API), else m2g-system.
+    lease_namespace: str | None = Field(default=None, min_length=1, max_length=63)
+    lease_name: str = Field(default="m2g-controller", min_length=1, max_length=253)
+
+
+class SiteConfig(BaseModel):
+    """Everything a site tells ``m2g run`` (see the module docstring)."""
+
+    model_config = CAMEL
+
+    api_version: Literal["m2g.io/v1alpha1"] = API_VERSION
+    kind: Literal["SiteConfig"] = KIND
+    #: None: no Prometheus (unless ``m2g run --prometheus`` names one): every signal missing.
+    prometheus: PrometheusSettings | None = None
+    signals: dict[str, Any] = Field(default_factory=dict)
+    planner: PlannerSettings = Field(default_factory=PlannerSettings)
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+
+    def signal_config(self) -> SignalConfig:
+        """The signals with this site's overrides, and its Prometheus URL and timeout."""
+        prom = self.prometheus or PrometheusSettings()
+        return SignalConfig.model_validate({
+            "url": prom.url, "timeout_seconds": prom.timeout_seconds, "signals": self.signals})
+
+    def planner_config(self, base: PlannerConfig | None = None) -> PlannerConfig:
+        return self.planner.apply_to(base or PlannerConfig())
+
+    def lease_namespace(self, environ: dict[str, str]) -> str:
+        return (self.leader_election.lease_namespace or environ.get("POD_NAMESPACE")
+                or DEFAULT_LEASE_NAMESPACE)
+
+
+def _field_type(model: type[BaseModel], key: str) -> Any:
+    for name, info in model.model_fields.items():
+        if key in (name, info.alias):
+            return info.annotation
+    return None
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where ``loc``'s last part is (for a "did you mean")."""
+    current: Any = SiteConfig
+    for part in loc[:-1]:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            current = _field_type(current, str(part))
+            if part == "signals" and current is not None:
+                current = dict[str, SignalSpec]
+        elif get_origin(current) is dict:
+            current = get_args(current)[1]
+        else:
+            return []
+        args = [a for a in get_args(current) if a is not type(None)]
+        if get_origin(current) is not dict and len(args) == 1:
+            current = args[0]
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [info.alias or name for name, info in current.model_fields.items()]
+    return []
+
+
+def _message(error: Any) -> str:
+    loc = tuple(p for p in error["loc"] if p != "[key]")
+    where = ".".join(str(p) for p in loc) or "<root>"
+    if error["type"] == "extra_forbidden":
+        key, known = str(loc[-1]), _known_keys(loc)
+        near = [k for k in known if k.lower().startswith(key.lower())] \
+            or difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        return f"{where}: unknown key{hint}"
+    return f"{where}: {error['msg']}"
+
+
+def parse_site_config(text: str, file: str) -> SiteConfig:
+    """Validate the YAML text of a site configuration (``file`` names it in errors)."""
+    docs, problems = parse_documents(text, file)
+    if problems:
+        raise SiteConfigError([f"{p.file}:{p.line}: {p.message}" for p in problems])
+    if len(docs) > 1:
+        raise SiteConfigError([f"{file}:{docs[1].start_line}: one document expected, found "
+                               f"{len(docs)}"])
+    doc = docs[0] if docs else None
+    data = doc.data if doc is not None and doc.data is not None else {}
+    if not isinstance(data, dict):
+        raise SiteConfigError([f"{file}:1: a mapping expected, found {type(data).__name__}"])
+    errors: list[Any] = []
+    config = None
+    try:
+        config = SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        errors += [e for e in exc.errors() if e["loc"][:1] != ("signals",)]
+    try:  # the signals validate in their own model; their locations start with "signals" too
+        SignalConfig.model_validate({"signals": data.get("signals") or {}})
+    except ValidationError as exc:
+        errors += exc.errors()
+    bad_keys = {tuple(e["loc"][:-1]) for e in errors if e["loc"][-1:] == ("[key]",)}
+    errors = [e for e in errors if e["loc"][-1:] == ("[key]",)
+              or not any(tuple(e["loc"][:len(b)]) == b for b in bad_keys)]
+    if errors or config is None:
+        located = sorted(((doc.line_of(tuple(p for p in e["loc"] if p != "[key]"))
+                           if doc else 1), _message(e)) for e in errors)
+        raise SiteConfigError([f"{file}:{line}: {msg}" for line, msg in located])
+    return config
+
+
+def load_site_config(path: Path) -> SiteConfig:
+    """Read and validate ``path``; every problem is a ``FILE:LINE`` line of the error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise SiteConfigError([f"{path}: cannot read the site configuration: {reason}"]) \
+            from None
+    return parse_site_config(text, str(path))
