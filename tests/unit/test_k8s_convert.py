@@ -125,7 +125,8 @@ def test_workload_metadata_wins_over_pod_template_and_bad_values_are_normalised(
     v = cv.workload(wl, NOW, local_queues={"rec/default": "cq-from-lq"}).view
     assert v.flex_tier == 3 and v.kind is WorkloadKind.UNSPECIFIED
     assert v.estimated_kw == 0.0 and v.expected_runtime_seconds == 0
-    assert v.checkpoint.interval_seconds == 600 and v.checkpoint.last_age_seconds == 120
+    # not running: an eviction loses nothing, whatever the report says
+    assert v.checkpoint.interval_seconds == 600 and v.checkpoint.last_age_seconds == 0
     assert v.cluster_queue == "cq-from-lq"
     assert v.wait_seconds == 600
     bad = pending_workload(**{"m2g.io/flex-tier": "two", "m2g.io/workload-kind": "inference"})
@@ -346,8 +347,50 @@ def test_workload_memo_keeps_only_states_that_do_not_depend_on_now() -> None:
     memo = cv.SnapshotMemo()
     first = cv.build_snapshot(objs, None, NOW, memo=memo)
     assert set(memo.workloads) == {"a/admitted"}  # a pending one's wait time moves with now
+    cached = memo.workloads["a/admitted"][1]
     later = NOW + timedelta(minutes=5)
     again = cv.build_snapshot(objs, None, later, memo=memo)
     assert again == cv.build_snapshot(objs, None, later)
-    assert again.workloads[0] is first.workloads[0]
+    assert memo.workloads["a/admitted"][1] is cached  # not converted again ...
+    assert again.workloads[0].view.checkpoint.last_age_seconds == \
+        first.workloads[0].view.checkpoint.last_age_seconds + 300  # ... but its age moves
     assert again.workloads[1].view.wait_seconds == first.workloads[1].view.wait_seconds + 300
+
+
+def admitted_at(**annotations: str) -> dict[str, Any]:
+    """The recorded workload (admitted 22:42:18, 600 s before NOW), annotated."""
+    wl = load("workload_admitted")
+    wl["metadata"].setdefault("annotations", {}).update(annotations)
+    return wl
+
+
+def test_checkpoint_age_is_the_time_since_the_report_or_since_the_start() -> None:
+    ckpt = "m2g.io/last-checkpoint-time"
+    v = cv.workload(admitted_at(**{ckpt: "2026-11-29T22:50:18Z"}), NOW).view.checkpoint
+    assert (v.last_age_seconds, v.reported) == (120, True)
+    # no report: it has run 600 s, all of which an eviction throws away (not "just saved")
+    v = cv.workload(admitted_at(), NOW).view.checkpoint
+    assert (v.last_age_seconds, v.reported) == (600, False)
+    # a report from before this run started (an earlier run's): the start counts
+    v = cv.workload(admitted_at(**{ckpt: "2026-11-29T20:00:00Z"}), NOW).view.checkpoint
+    assert (v.last_age_seconds, v.reported) == (600, False)
+    v = cv.workload(admitted_at(**{ckpt: "not a time"}), NOW).view.checkpoint
+    assert (v.last_age_seconds, v.reported) == (600, False)
+
+
+def test_a_pod_reports_the_checkpoint_of_its_workload() -> None:
+    wl = admitted_at(**{"m2g.io/last-checkpoint-time": "2026-11-29T22:45:18Z"})
+    pod = load("pod_running")
+    job_uid = wl["metadata"]["ownerReferences"][0]["uid"]
+    pod["metadata"]["ownerReferences"] = [{"kind": "Job", "name": "rec", "uid": job_uid}]
+    pod["metadata"]["annotations"] = {"m2g.io/last-checkpoint-time": "2026-11-29T22:51:18Z"}
+    other = load("pod_running")
+    other["metadata"].update(name="other", uid="u-other", ownerReferences=[
+        {"kind": "Job", "name": "x", "uid": "someone-else"}], annotations={
+        "m2g.io/last-checkpoint-time": "2026-11-29T22:52:00Z"})
+    objs = cv.ClusterObjects(workloads={"rec/w": wl}, pods={"rec/p": pod, "rec/o": other})
+    ckpt = cv.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
+    assert (ckpt.last_age_seconds, ckpt.reported) == (60, True)  # the pod's, newer than the wl's
+    pod["metadata"]["annotations"]["m2g.io/last-checkpoint-time"] = "2026-11-29T22:44:18Z"
+    ckpt = cv.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
+    assert ckpt.last_age_seconds == 420  # the Workload's own report is newer now

@@ -84,11 +84,11 @@ def test_taint_values_are_label_values() -> None:
 
 def running(name: str, kw: float = 10.0, runtime: int = 0, ckpt_age: int | None = None,
             admitted: timedelta = timedelta(minutes=10), **kw_args: Any) -> WorkloadState:
-    ann = {"m2g.io/last-checkpoint-time": "x"} if ckpt_age is not None else {}
+    age = ckpt_age if ckpt_age is not None else int(admitted.total_seconds())
     view = WorkloadView(name=name, namespace="t", gpus=8, estimated_kw=kw,
-                        expected_runtime_seconds=runtime, annotations=ann,
-                        checkpoint=Checkpoint(interval_seconds=600,
-                                                   last_age_seconds=ckpt_age or 0))
+                        expected_runtime_seconds=runtime,
+                        checkpoint=Checkpoint(interval_seconds=600, last_age_seconds=age,
+                                              reported=ckpt_age is not None))
     fields: dict[str, Any] = {"admitted_at": NOW - admitted, **kw_args}
     phase = fields.pop("phase", Phase.ADMITTED)
     return WorkloadState("t", name, view, phase, **fields)

@@ -35,6 +35,12 @@ Workloads: labels/annotations are read from the pod templates of ``spec.podSets`
 the job's pod template there) with the Workload's own metadata taking precedence. Bad values
 never raise: an unknown kind reads as "", a bad flex tier as 0 (out of range: clamped to 0–3),
 a bad number as 0.
+
+Checkpoints (``checkpoint``): a job reports its last checkpoint as the RFC 3339 annotation
+``m2g.io/last-checkpoint-time`` on one of its pods (its own process annotates itself) or on its
+Workload; the newest report counts. ``checkpoint.lastAgeSeconds`` is the time since that report,
+or since the workload was admitted when it reported none (or only one older than its admission):
+what an eviction would lose.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -316,6 +322,17 @@ def tas_hosts(wl: Obj) -> set[str]:
     return hosts
 
 
+def _key(obj: Obj) -> str:
+    meta = _meta(obj)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _owners(workloads: Iterable[Obj]) -> dict[str, str]:
+    """Owner UID (the Job, or the plain pod) → the key of the Workload it owns."""
+    return {str(ref["uid"]): _key(wl) for wl in workloads
+            for ref in _meta(wl).get("ownerReferences") or [] if ref.get("uid")}
+
+
 def placements(pods: Iterable[Obj], workloads: Iterable[Obj],
                host_to_node: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
     """Workload "ns/name" → the nodes its unfinished pods are bound to, and the nodes Kueue TAS
@@ -325,11 +342,8 @@ def placements(pods: Iterable[Obj], workloads: Iterable[Obj],
     out: dict[str, set[str]] = {}
     hosts = host_to_node or {}
     for wl in workloads:
-        meta = _meta(wl)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("uid"):
-                owner_of[str(ref["uid"])] = key
+        key = _key(wl)
+        owner_of.update(_owners([wl]))
         assigned = tas_hosts(wl)
         if assigned:
             out[key] = {hosts.get(h, h) for h in assigned}
@@ -494,7 +508,10 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     phase = workload_phase(wl)
     created = parse_time(meta.get("creationTimestamp"))
     waiting = phase in (Phase.PENDING, Phase.RESERVED) and created is not None
-    last_ckpt = parse_time(annotations.get(L.LAST_CHECKPOINT) or labels.get(L.LAST_CHECKPOINT))
+    reported = parse_time(annotations.get(L.LAST_CHECKPOINT) or labels.get(L.LAST_CHECKPOINT))
+    admitted = condition(wl, "Admitted")
+    admitted_at = parse_time(admitted.get("lastTransitionTime")) \
+        if admitted and admitted.get("status") == "True" else None
 
     def fact(key: str) -> str | None:
         return labels.get(key) if key in labels else annotations.get(key)
@@ -510,9 +527,8 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         wait_seconds=max(0, int((now - created).total_seconds())) if waiting and created else 0,
         requeue_count=_nonneg_int((st.get("requeueState") or {}).get("count")),
         estimated_kw=_nonneg_float(fact(L.ESTIMATED_KW)),
-        checkpoint=Checkpoint(
-            interval_seconds=_nonneg_int(fact(L.CHECKPOINT_INTERVAL)),
-            last_age_seconds=max(0, int((now - last_ckpt).total_seconds())) if last_ckpt else 0),
+        checkpoint=checkpoint(_nonneg_int(fact(L.CHECKPOINT_INTERVAL)), reported,
+                              admitted_at if phase is Phase.ADMITTED else None, now),
         topology_assigned=any(psa.get("topologyAssignment") for psa in (
             st.get("admission") or {}).get("podSetAssignments") or []),
     )
@@ -526,14 +542,59 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
                 state = None
             break
     shed_at = parse_time(annotations.get(SHED_AT))
-    admitted = condition(wl, "Admitted")
-    admitted_at = parse_time(admitted.get("lastTransitionTime")) \
-        if admitted and admitted.get("status") == "True" else None
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,
         check_state=state, check_message=message, shed_by_m2g=SHED_AT in annotations,
         shed_at=shed_at, holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
-        drained_for=annotations.get(DRAINED_FOR, ""))
+        drained_for=annotations.get(DRAINED_FOR, ""), checkpoint_reported_at=reported)
+
+
+def checkpoint(interval: int, reported: datetime | None, started: datetime | None,
+               now: datetime) -> Checkpoint:
+    """What an eviction at ``now`` would lose: the seconds since the newest of the reported
+    checkpoint and the start of the current run (a report older than the start is of an
+    earlier run, whose work the restart already lost or resumed). Not running: nothing."""
+    if started is None:
+        return Checkpoint(interval_seconds=interval, reported=reported is not None)
+    fresh = reported is not None and reported >= started
+    anchor = reported if reported is not None and fresh else started
+    return Checkpoint(interval_seconds=interval, reported=fresh,
+                      last_age_seconds=max(0, int((now - anchor).total_seconds())))
+
+
+def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, datetime]:
+    """Workload "ns/name" → the newest ``m2g.io/last-checkpoint-time`` its unfinished pods
+    report (matched by owner UID, as ``placements``). A job's process annotates its own pod
+    (docs/policies.md, "Reporting checkpoints"); Kueue never copies that onto the Workload."""
+    reports: list[tuple[list[str], datetime]] = []
+    for pod in pods:
+        meta = _meta(pod)
+        at = parse_time((meta.get("annotations") or {}).get(L.LAST_CHECKPOINT))
+        if at is None or _status(pod).get("phase") in TERMINAL_POD_PHASES:
+            continue
+        uids = [str(r.get("uid", "")) for r in meta.get("ownerReferences") or []]
+        reports.append(([*uids, str(meta.get("uid", ""))], at))
+    if not reports:
+        return {}
+    owner_of = _owners(workloads)
+    out: dict[str, datetime] = {}
+    for uids, at in reports:
+        owner = next((owner_of[u] for u in uids if u in owner_of), None)
+        if owner is not None and (owner not in out or at > out[owner]):
+            out[owner] = at
+    return out
+
+
+def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
+                        now: datetime) -> WorkloadState:
+    """``w`` with its checkpoint age at ``now``, counting its pods' report as well."""
+    reports = [t for t in (w.checkpoint_reported_at, pod_report) if t is not None]
+    started = w.admitted_at if w.phase is Phase.ADMITTED else None
+    ckpt = checkpoint(w.view.checkpoint.interval_seconds, max(reports, default=None), started,
+                      now)
+    if ckpt == w.view.checkpoint:
+        return w
+    return replace(w, view=w.view.model_copy(update={"checkpoint": ckpt}))
 
 
 def base_quota_annotation(flavor: str) -> str:
@@ -655,7 +716,7 @@ class SnapshotMemo:
     """Conversions kept between snapshots (the caller keeps one): a node whose
     resourceVersion, allocated and XID GPUs are unchanged, and a Workload whose
     resourceVersion, LocalQueues and check names are unchanged and whose state does not
-    depend on ``now`` (not waiting, no checkpoint time), are not converted again. On a
+    depend on ``now`` (not waiting; the checkpoint age is set afresh), are not converted again. On a
     100-rack factory with 2,000 workloads these conversions were most of a snapshot
     (docs/benchmarks.md, "Controller latency")."""
 
@@ -665,9 +726,9 @@ class SnapshotMemo:
 
 
 def _timeless(w: WorkloadState) -> bool:
-    """Does this state not depend on ``now``? (wait time and checkpoint age do)"""
-    return w.phase not in (Phase.PENDING, Phase.RESERVED) and \
-        L.LAST_CHECKPOINT not in w.view.annotations and L.LAST_CHECKPOINT not in w.view.labels
+    """Does this state not depend on ``now``? (wait time does; the checkpoint age is set on
+    every snapshot by ``with_pod_checkpoint``, cached or not)"""
+    return w.phase not in (Phase.PENDING, Phase.RESERVED)
 
 
 def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
@@ -745,6 +806,7 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     lq_key = hash(frozenset(lq_map.items()))
     states: list[WorkloadState] = []
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState]] = {}
+    pod_reports = pod_checkpoints(objs.pods.values(), objs.workloads.values())
     for wname, o in sorted(objs.workloads.items()):
         wkey = (str(_meta(o).get("resourceVersion") or ""), lq_key, checks)
         whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
@@ -754,7 +816,7 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
             ws = workload(o, now, local_queues=lq_map, checks=checks)
         if wkey[0] and _timeless(ws):
             kept[wname] = (wkey, ws)
-        states.append(ws)
+        states.append(with_pod_checkpoint(ws, pod_reports.get(ws.key), now))
     if memo is not None:
         memo.workloads = kept
     workloads = tuple(states)

@@ -68,10 +68,15 @@ class PodSetView(CelModel):
 
 
 class Checkpoint(CelModel):
-    """Checkpoint facts: how often the workload checkpoints and how old the last one is."""
+    """Checkpoint facts: how often the workload checkpoints and how much work an eviction now
+    would lose. ``lastAgeSeconds``: seconds since the last checkpoint the job reported
+    (annotation ``m2g.io/last-checkpoint-time``, docs/policies.md), or since it started running
+    when it reported none (or the report predates its start): what an eviction throws away.
+    ``reported`` (an extension): the age comes from a report, not from the start time."""
 
     interval_seconds: int = Field(default=0, ge=0)
     last_age_seconds: int = Field(default=0, ge=0)
+    reported: bool = False
 
 
 class WorkloadView(CelModel):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from m2g.model.factory import MaintenanceWindow, Node, Rack, rack_alarm
-from m2g.model.labels import LAST_CHECKPOINT, M2G_TAINT_PREFIX, TAINT_MAINTENANCE, TAINT_THERMAL
+from m2g.model.labels import M2G_TAINT_PREFIX, TAINT_MAINTENANCE, TAINT_THERMAL
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.shedding import last_action, workload_kw
@@ -113,11 +113,10 @@ def _finishes_before(w: WorkloadState, start: datetime) -> bool:
 
 
 def _checkpoint_order(w: WorkloadState) -> tuple[int, float, str]:
-    """Freshest checkpoint first (least work lost), then workloads without checkpoints."""
-    known = LAST_CHECKPOINT in w.view.annotations or LAST_CHECKPOINT in w.view.labels
-    if known:
-        return 0, float(w.view.checkpoint.last_age_seconds), w.key
-    return 1, 0.0, w.key
+    """Freshest reported checkpoint first (least work lost), then workloads that reported
+    none, the most recently started first."""
+    return (0 if w.view.checkpoint.reported else 1), float(w.view.checkpoint.last_age_seconds), \
+        w.key
 
 
 def drain_actions(builder: InputBuilder, config: PlannerConfig,

@@ -57,6 +57,9 @@ class WorkloadState:
     holds_quota: bool = False
     admitted_at: datetime | None = None
     drained_for: str = ""  # set when m2g evicted it off nodes (e.g. "maintenance/<window>")
+    #: The newest checkpoint time the Workload itself reports (``m2g.io/last-checkpoint-time``);
+    #: reports on its pods are merged in when the snapshot is built (``view.checkpoint``).
+    checkpoint_reported_at: datetime | None = None
 
     @property
     def key(self) -> str:

@@ -144,7 +144,7 @@ def container(ctx: Context, name: str, command: list[str] | None, gpus: int) -> 
     out: Obj = {"name": name, "image": v.image}
     if command is not None:
         out["command"] = command
-    out |= {"env": [{"name": k, "value": val} for k, val in env.items()],
+    out |= {"env": [{"name": k, "value": val} for k, val in env.items()] + checkpoint_env(),
                 "resources": {"limits": {L.GPU_RESOURCE: gpus},
                               "requests": {L.GPU_RESOURCE: gpus}},
                 "volumeMounts": mounts(v)}
@@ -152,6 +152,16 @@ def container(ctx: Context, name: str, command: list[str] | None, gpus: int) -> 
     if port:
         out["ports"] = [{"name": "http", "containerPort": port}]
     return out
+
+
+def checkpoint_env() -> list[Obj]:
+    """How the job reports a checkpoint (docs/policies.md, "Reporting checkpoints"): after
+    each save it annotates its own pod, ``$M2G_POD_NAMESPACE/$M2G_POD_NAME``, with
+    ``$M2G_CHECKPOINT_ANNOTATION`` = the save's RFC 3339 time (downward API)."""
+    return [{"name": "M2G_CHECKPOINT_ANNOTATION", "value": L.LAST_CHECKPOINT},
+            *({"name": env, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+              for env, path in (("M2G_POD_NAME", "metadata.name"),
+                                ("M2G_POD_NAMESPACE", "metadata.namespace")))]
 
 
 def mounts(v: Values) -> list[Obj]:
