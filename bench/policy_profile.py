@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from m2g.policy import Evaluator, Stage, load_dir
-from m2g.policy.batch import _run_fused, batch_items, plan
+from m2g.policy.batch import batch_items, run_fused, split_by_gates
 from m2g.testing.scenarios import SCENARIOS, inputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ def main() -> None:
         snap = cache.snapshots.get(batch[0])
         data = batch_items(cache, policies, batch)
         batches.append((snap.activation(rt), data))
-        combined.append(plan(cache, snap, policies)[1])
+        combined.append(split_by_gates(cache, snap, policies)[1])
 
     def cost(run: object) -> tuple[float, bool]:
         best, ok = float("inf"), True
@@ -57,7 +57,7 @@ def main() -> None:
     for policy in policies:
         fused = cache.get(policy)
         kind = "FALLBACK" if fused is None else ("whole" if fused.whole else "per-rule")
-        t, ok = cost(lambda act, data, p=policy: _run_fused(cache, p, act, data))
+        t, ok = cost(lambda act, data, p=policy: run_fused(cache, p, act, data))
         total += t
         print(f"{t * 1e6:8.1f} µs/workload  {kind if ok else 'FALLBACK':8}  "
               f"{policy.stage.value:10} {policy.name}")

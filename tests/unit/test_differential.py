@@ -12,7 +12,7 @@ import pytest
 from m2g.model.factory import domain_views, grid_view, site_view
 from m2g.model.inputs import PolicyInput, QueueView
 from m2g.policy import Evaluator, Stage, load_dir
-from m2g.policy.batch import plan, workload_data
+from m2g.policy.batch import split_by_gates, workload_data
 from m2g.testing.scenarios import OPENB, SCENARIOS, factory, workloads
 from tests.unit.policy_helpers import evaluator, policy
 
@@ -71,7 +71,7 @@ def test_example_policies_run_in_one_combined_expression(sample: list[PolicyInpu
     policies = [p for s in (Stage.ADMISSION, Stage.PLACEMENT) for p in ev.policy_set.by_stage[s]]
     for inp in sample[:4]:
         snap = ev._fused.snapshots.get(inp)
-        idle, comb = plan(ev._fused, snap, policies)
+        idle, comb = split_by_gates(ev._fused, snap, policies)
         assert comb is not None
         assert sorted(p.name for p in [*idle, *comb.policies]) == sorted(p.name for p in policies)
         assert all(g is not None for g in snap.gates.values())  # no gate raised
