@@ -1,0 +1,64 @@
+"""A trace job as the batch/v1 Job a user would submit (docs/twin.md "What a job carries").
+
+m2g lives in wall time, so the durations it reads are wall seconds: the checkpoint interval
+and the expected runtime are the trace's divided by the time scale. A foreign job carries no
+m2g label or annotation (and no priority class): m2g gives it its defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from m2g.model.inputs import WorkloadKind
+from m2g.sim.power import PowerModel
+from twinkit.kube import TWIN_LABEL
+from twinkit.trace import TraceJob
+
+Obj = dict[str, Any]
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+
+
+def estimated_kw(job: TraceJob, model: PowerModel) -> float:
+    """What the job adds to the site at full power: its GPUs' draw above idle (the trays'
+    overhead is drawn whether they are busy or not)."""
+    try:
+        kind = WorkloadKind(job.kind)
+    except ValueError:
+        kind = WorkloadKind.UNSPECIFIED
+    per_gpu = model.gpu_watts(kind) - model.idle_w
+    return round(float(job.gpus * per_gpu) / 1000.0, 1)
+
+
+def manifest(job: TraceJob, time_scale: float, model: PowerModel) -> Obj:
+    labels: dict[str, str] = {TWIN_LABEL: "true"}
+    annotations: dict[str, str] = {}
+    if not job.foreign:
+        labels |= {"m2g.io/workload-kind": job.kind, "m2g.io/flex-tier": str(job.tier)}
+        annotations["m2g.io/estimated-kw"] = str(estimated_kw(job, model))
+        annotations["m2g.io/expected-runtime-seconds"] = str(max(1, round(job.runtime /
+                                                                          time_scale)))
+        if job.checkpoint_s > 0:
+            annotations["m2g.io/checkpoint-interval-seconds"] = str(
+                max(1, round(job.checkpoint_s / time_scale)))
+    if job.topology == "preferred-rack":
+        annotations[PREFERRED] = "m2g.io/rack"
+    elif job.topology == "required-block":
+        annotations[REQUIRED] = "m2g.io/block"
+    job_labels = {TWIN_LABEL: "true", "kueue.x-k8s.io/queue-name": "default"}
+    if job.priority_class:
+        job_labels["kueue.x-k8s.io/priority-class"] = job.priority_class
+    gpus = str(job.gpus_per_pod)
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels},
+        "spec": {"parallelism": job.pods, "completions": job.pods, "backoffLimit": 0,
+                 "template": {
+                     "metadata": {"labels": labels, "annotations": annotations},
+                     "spec": {"restartPolicy": "Never", "containers": [{
+                         "name": "main", "image": "registry.invalid/m2g-twin:1",
+                         "resources": {"requests": {"cpu": "8", "memory": "64Gi",
+                                                    "nvidia.com/gpu": gpus},
+                                       "limits": {"nvidia.com/gpu": gpus}}}]}}},
+    }
+

@@ -1,0 +1,226 @@
+"""The report's figures, as ../shared/docs/twin-metrics.md defines them (pure).
+
+Inputs are plain samples and the driver's job records; nothing here reads a clock or a file.
+Times: grid figures in wall seconds, workload figures in trace seconds (wall × time scale).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+TOLERANCE = 1.01  # a sample is above target when draw > target × 1.01
+RAMP_DEFAULT_S = 30.0
+AFTER_EVENT_S = 120.0  # allocation "outside the event" excludes [start, end + 120 s]
+RACK_GPUS = 72
+
+
+def nearest_rank(values: Iterable[float], q: float) -> float | None:
+    data = sorted(values)
+    if not data:
+        return None
+    return data[max(0, math.ceil(q * len(data)) - 1)]
+
+
+# ---- grid ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GridEvent:
+    """The event as the report judges it (wall seconds from the replay's start)."""
+
+    start: float
+    end: float
+    ramp: float  # the event's own ramp, else RAMP_DEFAULT_S
+    target_kw: float  # the plateau limit
+    limit: Callable[[float], float]  # the limit in force at a time (= target without steps)
+
+
+def grid_figures(samples: Sequence[tuple[float, float]], ev: GridEvent | None) -> dict[str, Any]:
+    """samples: (t, site kW) in time order."""
+    ramp_rate = max((abs(b[1] - a[1]) / (b[0] - a[0]) for a, b in pairwise(samples)
+                     if b[0] > a[0]), default=None)
+    if ev is None:
+        return {"targetKw": None, "secondsToTarget": None, "secondsAboveTarget": None,
+                "secondsAboveTargetAfterRamp": None, "kwhAboveTarget": None,
+                "maxRampKwPerSecond": _r(ramp_rate, 3)}
+    to_target = next((t - ev.start for t, kw in samples
+                      if t >= ev.start and kw <= ev.target_kw * TOLERANCE), None)
+    above = after = kwh = 0.0
+    for (t, kw), (t2, _) in pairwise(samples):
+        lo, hi = max(t, ev.start), min(t2, ev.end)
+        if hi <= lo:
+            continue
+        limit = ev.limit(t)
+        if kw > limit * TOLERANCE:
+            above += hi - lo
+            after += max(0.0, hi - max(lo, ev.start + ev.ramp))
+        kwh += max(0.0, kw - limit) * (hi - lo) / 3600.0
+    return {"targetKw": _r(ev.target_kw, 1), "secondsToTarget": _r(to_target, 1),
+            "secondsAboveTarget": _r(above, 1), "secondsAboveTargetAfterRamp": _r(after, 1),
+            "kwhAboveTarget": _r(kwh, 3), "maxRampKwPerSecond": _r(ramp_rate, 3)}
+
+
+def baseline_kw(samples: Sequence[tuple[float, float]], start: float,
+                window: float = 60.0) -> float | None:
+    """Mean site draw over the ``window`` wall seconds before ``start``."""
+    vals = [kw for t, kw in samples if start - window <= t < start]
+    return sum(vals) / len(vals) if vals else None
+
+
+# ---- workloads -------------------------------------------------------------------------------
+
+def performance(jobs: Sequence[Mapping[str, Any]], event_s_trace: float) -> dict[str, Any]:
+    """Emerald's definition over the jobs running at the event's start: perf = work done in
+    the window / min(remaining, full-speed work in the window)."""
+    tiers: dict[str, list[tuple[int, float]]] = {str(t): [] for t in range(4)}
+    every: list[tuple[int, float]] = []
+    for j in jobs:
+        if not j.get("running_at_event_start") or j.get("done_at_event_end") is None:
+            continue
+        full = min(float(j["remaining_at_event_start"]), j["gpus"] * event_s_trace)
+        if full <= 0:
+            continue
+        done = float(j["done_at_event_end"]) - float(j["done_at_event_start"])
+        perf = min(1.0, max(0.0, done) / full)
+        every.append((j["gpus"], perf))
+        tiers.setdefault(str(j["tier"]), []).append((j["gpus"], perf))
+    return {"weightedPerformance": _weighted(every),
+            "perTier": {t: _weighted(v) for t, v in sorted(tiers.items())}}
+
+
+def _weighted(pairs: Sequence[tuple[int, float]]) -> float | None:
+    gpus = sum(g for g, _ in pairs)
+    return round(sum(g * p for g, p in pairs) / gpus, 4) if gpus else None
+
+
+def workload_figures(jobs: Sequence[Mapping[str, Any]], time_scale: float,
+                     run_end: float, event_s_trace: float | None) -> dict[str, Any]:
+    """Waits include jobs never admitted, counted until the run's end (a lower bound)."""
+    waits = [((j["admitted"] if j.get("admitted") is not None else run_end) - j["submitted"])
+             * time_scale for j in jobs if j.get("submitted") is not None]
+    jct = [(j["finished"] - j["submitted"]) * time_scale for j in jobs
+           if j.get("finished") is not None and j.get("submitted") is not None]
+    perf = performance(jobs, event_s_trace) if event_s_trace else \
+        {"weightedPerformance": None, "perTier": {str(t): None for t in range(4)}}
+    return {
+        **perf,
+        "queueWaitSeconds": {f"p{q}": _r(nearest_rank(waits, q / 100), 1) for q in (50, 95, 99)},
+        "jctSeconds": {f"p{q}": _r(nearest_rank(jct, q / 100), 1) for q in (50, 95)},
+        "completed": len(jct),
+        "preemptions": sum(int(j.get("evictions", 0)) for j in jobs),
+        "restarts": sum(int(j.get("restarts", 0)) for j in jobs),
+        "lostGpuSeconds": _r(sum(float(j.get("lost", 0.0)) for j in jobs), 1),
+    }
+
+
+# ---- placement -------------------------------------------------------------------------------
+
+def fragmentation(free_by_rack: Mapping[str, int], sizes: Mapping[int, float]) -> float:
+    """FGD's expected fragmentation (Weng et al., ATC '23) with the NVL72 rack as the unit a
+    job of ≤ 72 GPUs must fit in: for each rack and task size m (weighted by its share of the
+    trace), the rack's free GPUs count as fragment when m does not fit in them. Pods are whole
+    trays, so no partial-GPU leftovers exist. Summed over racks, in GPUs."""
+    small = {g: s for g, s in sizes.items() if g <= RACK_GPUS}
+    total = sum(small.values())
+    if not total:
+        return 0.0
+    return sum(s / total * free for free in free_by_rack.values()
+               for g, s in small.items() if g > free)
+
+
+def placement_figures(jobs: Sequence[Mapping[str, Any]], node_rack: Mapping[str, str],
+                      node_block: Mapping[str, str], alarmed_bindings: int,
+                      frag_samples: Sequence[float]) -> dict[str, Any]:
+    small = [j for j in jobs if j["gpus"] <= RACK_GPUS and j.get("runs")]
+    inside = sum(1 for j in small
+                 if all(len({node_rack.get(n, n) for n in run}) == 1 for run in j["runs"]))
+    violations = 0
+    for j in jobs:
+        if j.get("topology") == "required-block":
+            violations += sum(1 for run in j.get("runs") or []
+                              if len({node_block.get(n, n) for n in run}) > 1)
+    return {"inOneNvlinkDomainPct": _r(100.0 * inside / len(small), 2) if small else None,
+            "onAlarmedRacks": alarmed_bindings,
+            "fragmentation": _r(sum(frag_samples) / len(frag_samples), 2)
+            if frag_samples else None,
+            "topologyViolations": violations}
+
+
+def alarmed(bindings: Sequence[Sequence[Any]], is_alarmed: Callable[[str, float], bool]) -> int:
+    """Pod bindings (job, node, t) made to a node that was alarmed at that time."""
+    return sum(1 for _, node, t in bindings if is_alarmed(str(node), float(t)))
+
+
+def allocation_outside(samples: Sequence[Sequence[float]], total_gpus: int,
+                       start: float | None, end: float | None) -> float | None:
+    """Mean allocated / total GPUs (%) over samples (t, GPUs, …) outside [start, end + 120]."""
+    vals = [s[1] for s in samples
+            if start is None or end is None or not start <= s[0] <= end + AFTER_EVENT_S]
+    return _r(100.0 * sum(vals) / len(vals) / total_gpus, 2) if vals and total_gpus else None
+
+
+# ---- the controller --------------------------------------------------------------------------
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition → name → [(labels, value)] (enough for our own metrics)."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, rest = head.partition("{")
+        labels = {}
+        for part in rest.rstrip("}").split('",') if rest else []:
+            k, _, v = part.partition("=")
+            if k:
+                labels[k.strip()] = v.strip().strip('"')
+        try:
+            out.setdefault(name.strip(), []).append((labels, float(value)))
+        except ValueError:
+            continue
+    return out
+
+
+def histogram_quantile(buckets: Sequence[tuple[float, float]], q: float) -> float | None:
+    """Prometheus's histogram_quantile over cumulative (le, count) buckets."""
+    data = sorted(buckets)
+    if not data or data[-1][1] <= 0:
+        return None
+    rank = q * data[-1][1]
+    prev_le, prev_count = 0.0, 0.0
+    for le, count in data:
+        if count >= rank:
+            if math.isinf(le):
+                return prev_le
+            span = count - prev_count
+            return prev_le + (le - prev_le) * ((rank - prev_count) / span if span else 1.0)
+        prev_le, prev_count = le, count
+    return prev_le
+
+
+def actions_from_metrics(metrics: Mapping[str, list[tuple[dict[str, str], float]]],
+                         quota_changes: int) -> dict[str, int]:
+    def total(name: str, **want: str) -> int:
+        return int(sum(v for labels, v in metrics.get(name, [])
+                       if all(labels.get(k) == x for k, x in want.items())))
+
+    return {"admits": total("m2g_admission_decisions_total", state="Ready"),
+            "defers": total("m2g_admission_decisions_total", state="Retry"),
+            "sheds": total("m2g_shed_actions_total", action="shed"),
+            "restores": total("m2g_shed_actions_total", action="restore"),
+            "drains": total("m2g_shed_actions_total", action="drain"),
+            "quotaChanges": quota_changes}
+
+
+def reaction(metrics: Mapping[str, list[tuple[dict[str, str], float]]]) -> dict[str, Any]:
+    buckets = [(float(labels["le"].replace("+Inf", "inf")), v)
+               for labels, v in metrics.get("m2g_reaction_latency_seconds_bucket", [])]
+    return {"reactionSecondsP50": _r(histogram_quantile(buckets, 0.5), 3),
+            "reactionSecondsP99": _r(histogram_quantile(buckets, 0.99), 3)}
+
+
+def _r(v: float | None, nd: int) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, nd)

@@ -1,0 +1,95 @@
+"""The twin's job driver on hand-made pods: progress, completion, checkpoints, evictions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twinkit.driver import LAST_CHECKPOINT, Driver
+from twinkit.trace import TraceJob
+
+T0 = 1_000_000.0
+
+
+def tj(name: str = "twin-00001", gpus: int = 8, runtime: float = 600.0,
+       checkpoint_s: int = 120) -> TraceJob:
+    return TraceJob(name, "openb-pod", 0.0, runtime, gpus, "fine-tuning", 2, "research",
+                    "m2g-fine-tuning", checkpoint_s, False, "", False)
+
+
+def pod(job: str, i: int, node: str | None, phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"{job}-{i}", "namespace": "research", "uid": f"{job}-{i}-u",
+                         "labels": {"batch.kubernetes.io/job-name": job}},
+            "spec": {"nodeName": node} if node else {}, "status": {"phase": phase}}
+
+
+def wl(job: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"job-{job}-abc", "namespace": "research",
+                         "creationTimestamp": "1970-01-12T13:46:40Z",
+                         "ownerReferences": [{"kind": "Job", "name": job}]},
+            "status": {"conditions": [{"type": "Admitted", "status": "True",
+                                       "lastTransitionTime": "1970-01-12T13:46:42Z"}]}}
+
+
+def running(job: str = "twin-00001") -> list[dict[str, Any]]:
+    return [pod(job, 0, "n1", "Running"), pod(job, 1, "n2", "Running")]
+
+
+def driver(**kw: Any) -> Driver:
+    job = tj(**kw)
+    d = Driver({job.name: job}, time_scale=60.0, t0=T0, event_start=3.0, event_end=6.0)
+    d.node_rack = {"n1": "r1", "n2": "r1", "n3": "r2"}
+    d.rack_trays = {"r1": 18, "r2": 18}
+    d.sizes = {8: 1.0}
+    return d
+
+
+def test_a_job_runs_checkpoints_and_completes_through_kwok() -> None:
+    d = driver()
+    d.observe(T0, running(), [wl("twin-00001")])
+    rec = d.records["twin-00001"]
+    assert rec.submitted == 0.0 and rec.admitted == 2.0 and rec.runs == [["n1", "n2"]]
+    w = d.observe(T0 + 2.5, running(), [wl("twin-00001")])  # 150 trace s: one checkpoint
+    assert [c[:2] for c in w.checkpoints] == [("research", "job-twin-00001-abc")]
+    assert LAST_CHECKPOINT == "m2g.io/last-checkpoint-time"
+    w = d.observe(T0 + 10.0, running(), [wl("twin-00001")])  # 600 trace s in all: done
+    assert sorted(w.complete_pods) == [("research", "twin-00001-0"), ("research", "twin-00001-1")]
+    done = [pod("twin-00001", i, "n1", "Succeeded") for i in range(2)]
+    w = d.observe(T0 + 11.0, done, [wl("twin-00001")])
+    assert w.delete_jobs == [("research", "twin-00001")] and rec.finished == 11.0
+    assert rec.evictions == 0
+
+
+def test_an_evicted_job_loses_work_and_restarts() -> None:
+    d = driver()
+    d.observe(T0, running(), [wl("twin-00001")])
+    d.observe(T0 + 3.0, running(), [wl("twin-00001")])  # 180 trace s: checkpoint at 120
+    d.observe(T0 + 4.0, [], [wl("twin-00001")])  # pods gone: evicted
+    rec = d.records["twin-00001"]
+    assert rec.evictions == 1 and rec.lost == 8 * 60.0
+    assert d.progress["twin-00001"].done == 8 * 120.0
+    d.observe(T0 + 5.0, [pod("twin-00001", 0, "n3", "Running"),
+                         pod("twin-00001", 1, "n1", "Running")], [wl("twin-00001")])
+    assert rec.restarts == 1 and rec.runs[-1] == ["n1", "n3"]
+
+
+def test_a_failed_tray_stalls_its_job_and_caps_slow_it() -> None:
+    d = driver(runtime=6000.0)
+    d.observe(T0, running(), [wl("twin-00001")])
+    d.observe(T0 + 1.0, running(), [wl("twin-00001")], [{"kind": "tray-failed", "node": "n2"}])
+    assert d.progress["twin-00001"].done == 0.0
+    d.observe(T0 + 2.0, running(), [wl("twin-00001")],
+              [{"kind": "power-cap", "rack": "r1", "fraction": 0.5}])
+    assert 0 < d.progress["twin-00001"].done < 8 * 60.0
+
+
+def test_event_window_and_allocation_samples() -> None:
+    d = driver(runtime=6000.0, checkpoint_s=0)
+    d.observe(T0, [pod("twin-00001", 0, "n1", "Running"), pod("twin-00001", 1, "n2",
+                                                               "Pending")], [wl("twin-00001")])
+    assert d.samples[-1][1] == 8  # bound pods hold their GPUs even before they run
+    d.observe(T0 + 3.0, running(), [wl("twin-00001")])
+    rec = d.records["twin-00001"]
+    assert rec.running_at_event_start and rec.done_at_event_start == 0.0
+    d.observe(T0 + 6.0, running(), [wl("twin-00001")])
+    assert rec.done_at_event_end == 8 * 180.0  # from t=3 (it started) to t=6
+    assert d.samples[-1][2] >= 0.0

@@ -1,0 +1,121 @@
+"""The twin's trace mapping: validation, skipped rows, NVL72 sizes, seeded flavours, re-timing."""
+
+from __future__ import annotations
+
+import pytest
+from twinkit import trace as T
+
+import tests.unit.twin_path as tp
+
+HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+          "deletion_time,scheduled_time\n")
+
+
+def csv_of(*rows: str) -> str:
+    return HEADER + "".join(r + "\n" for r in rows)
+
+
+def test_missing_columns_is_one_line_error() -> None:
+    with pytest.raises(T.TraceError, match=r"lacks column.*num_gpu"):
+        T.read_trace("name,qos\npod-1,LS\n")
+
+
+def test_bad_rows_are_skipped_and_counted() -> None:
+    read = T.read_trace(csv_of(
+        "p0,1,1,1,1000,,LS,Running,0,100,10",       # good
+        "p1,1,1,0,0,,BE,Running,0,100,10",          # CPU only
+        "p2,1,1,1,1000,,LS,Pending,5,100,",         # never scheduled
+        "p3,1,1,x,1000,,LS,Running,0,100,10",       # unreadable
+        "p4,1,1,1,1000,,LS,Running,50,40,60",       # deleted before scheduled
+        "p5,1,1,2,1000,,BE,Running,7,900,8",        # good
+    ))
+    assert read.rows == 6
+    assert [p.name for p in read.pods] == ["p0", "p5"]
+    assert read.skipped == {"no GPU": 1, "never scheduled": 1, "unreadable number": 1,
+                            "inconsistent times": 1}
+    assert read.pods[1].runtime == 892
+    assert read.pods[1].censored  # ends last: still running when the trace ends
+
+
+def test_shared_gpu_counts_as_its_fraction() -> None:
+    read = T.read_trace(csv_of("p0,1,1,1,250,,LS,Running,0,100,10"))
+    assert read.pods[0].gpus == 0.25
+
+
+def test_no_usable_row_is_an_error_not_a_traceback() -> None:
+    read = T.read_trace(csv_of("p1,1,1,0,0,,BE,Running,0,100,10"))
+    with pytest.raises(T.TraceError, match=r"no usable GPU pod.*1 no GPU"):
+        T.plan_jobs(read, T.Mapping(), factory_gpus=144, horizon_s=3600)
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(0.25, 4), (0.5, 8), (1, 16), (2, 32),
+                                                (4, 64), (8, 72)])
+def test_nvl72_sizes_are_whole_trays_within_a_rack(gpus: float, expected: int) -> None:
+    import random
+
+    m = T.Mapping(multi_rack_probability=0.0)
+    assert T.nvl72_gpus(gpus, m, random.Random(1)) == expected
+
+
+def test_eight_gpu_pods_can_become_two_rack_jobs() -> None:
+    import random
+
+    m = T.Mapping(multi_rack_probability=1.0)
+    assert T.nvl72_gpus(8, m, random.Random(1)) == 144
+
+
+def test_mapping_is_seeded_and_follows_qos() -> None:
+    read = T.read_trace(csv_of(*[f"p{i},1,1,1,1000,,{q},Running,{i},{i + 500},{i}"
+                                 for i, q in enumerate(["LS", "BE", "Burstable"] * 30)]))
+    a = T.map_pods(read.pods, T.Mapping(seed=3))
+    b = T.map_pods(read.pods, T.Mapping(seed=3))
+    c = T.map_pods(read.pods, T.Mapping(seed=4))
+    assert a == b and a != c
+    for job, pod in zip(a, read.pods, strict=True):
+        if job.foreign:
+            assert (job.kind, job.tier, job.checkpoint_s) == ("", 0, 0)
+        elif pod.qos == "LS":
+            assert job.kind == "inference" and job.tier in (0, 1) and job.checkpoint_s == -1
+        elif pod.qos == "BE":
+            assert job.tier in (2, 3) and job.namespace == "research"
+        else:
+            assert job.kind == "training" and job.tier == 0
+    assert {j.pods * j.gpus_per_pod for j in a} == {j.gpus for j in a}
+
+
+def test_window_starts_after_the_last_long_gap() -> None:
+    read = T.read_trace(csv_of("a,1,1,1,1000,,LS,Running,0,10,0",
+                               "b,1,1,1,1000,,LS,Running,200000,200010,200000",
+                               "c,1,1,1,1000,,LS,Running,200100,200110,200100"))
+    assert T.window_start(read.pods) == 200000
+
+
+def test_retiming_reaches_the_target_demand_and_keeps_sizes() -> None:
+    rows = [f"p{i},1,1,1,1000,,BE,Running,{i * 600},{i * 600 + 1800},{i * 600}"
+            for i in range(400)]
+    read = T.read_trace(csv_of(*rows))
+    plan = T.plan_jobs(read, T.Mapping(), factory_gpus=1152, horizon_s=6 * 3600, demand=0.3)
+    assert plan.offered_gpus == pytest.approx(0.3 * 1152, rel=0.05)
+    assert plan.compression > 1
+    assert all(j.runtime == 1800 for j in plan.jobs)  # runtimes kept, arrivals compressed
+    assert max(j.arrival for j in plan.jobs) <= 6 * 3600
+    as_recorded = T.plan_jobs(read, T.Mapping(), factory_gpus=1152, horizon_s=6 * 3600,
+                              demand=None)
+    assert as_recorded.compression == 1.0
+    assert [j.gpus for j in as_recorded.jobs] == [j.gpus for j in plan.jobs[:len(
+        as_recorded.jobs)]]
+
+
+def test_a_thin_trace_says_it_cannot_reach_the_demand() -> None:
+    read = T.read_trace(csv_of("p0,1,1,1,1000,,LS,Running,0,60,0"))
+    plan = T.plan_jobs(read, T.Mapping(), factory_gpus=1152, horizon_s=3600)
+    assert plan.notes and "offers only" in plan.notes[0]
+
+
+def test_the_shipped_trace_maps() -> None:
+    read = T.read_trace((tp.DATA / "openb" / "openb_pod_list_default.csv").read_text())
+    assert read.rows == 8152
+    assert read.skipped["no GPU"] == 1088
+    plan = T.plan_jobs(read, T.Mapping(), factory_gpus=1152, horizon_s=9 * 3600)
+    assert plan.offered_gpus == pytest.approx(0.9 * 1152, rel=0.02)
+    assert all(j.gpus % T.TRAY_GPUS == 0 for j in plan.jobs)
