@@ -5,20 +5,30 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv test test-unit test-e2e lint policy-test demo bench bench-controller bench-scale up down status clean
+.PHONY: venv lock wheel test test-unit test-e2e lint policy-test demo bench bench-controller bench-scale up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package of the dev environment (regenerate: make lock).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
+## lock: re-resolve the dev environment from pyproject.toml in a fresh venv, write constraints.txt
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install -q --upgrade pip
+	.venv-lock/bin/pip install -q -e '.[dev]'
+	{ echo "# The dev environment, pinned (make lock regenerates it; make venv installs with it)."; \
+	  .venv-lock/bin/pip freeze --all --exclude-editable --exclude pip | LC_ALL=C sort -f; } > constraints.txt
+	rm -rf .venv-lock
+
 ## lint: ruff, mypy --strict, import-linter (the layering), policy lint
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src controllers cli tests bench
+	$(VENV)/bin/ruff check src controllers cli tests bench setup.py
 	$(VENV)/bin/mypy src controllers cli
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/m2g policy lint policies/
@@ -66,8 +76,12 @@ demo: $(STAMP)
 	$(VENV)/bin/m2g policy test policies/
 	M2G_RUN="$${M2G_RUN:-$$HOME/.cache/m2g/run-demo}" $(PY) demo/run_demo.py
 
+## wheel: build the wheel (with the templates and example policies as package data) into dist/
+wheel: $(STAMP)
+	$(VENV)/bin/pip wheel -q --no-deps --no-build-isolation -w dist .
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist
 
 ## --- local control plane (kind-e2e/, docs/control-plane.md) ---------------------------
 LOCALCP := $(PY) kind-e2e/localcp

@@ -12,6 +12,7 @@ from m2g_cli import ops_cmd, policy_cmd, run_cmd, simulate_cmd, templates_cmd, t
 
 app = typer.Typer(
     name="m2g",
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Model-to-Grid: power-, thermal-, health- and grid-aware policy for Kueue and KAI.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -25,10 +26,20 @@ ops_cmd.register(app)
 app.command("run", context_settings=run_cmd.SETTINGS)(run_cmd.run)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"m2g {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _common(no_color: Annotated[bool, typer.Option(
-        "--no-color", help="No colour even on a terminal (NO_COLOR=1 does the same)")] = False
-            ) -> None:
+def _common(
+    no_color: Annotated[bool, typer.Option(
+        "--no-color", help="No colour even on a terminal (NO_COLOR=1 does the same)")] = False,
+    _version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print the m2g version and exit")] = False,
+) -> None:
     """Model-to-Grid: power-, thermal-, health- and grid-aware policy for Kueue and KAI."""
     term.settings.no_color = no_color
 
@@ -39,8 +50,13 @@ def version() -> None:
     typer.echo(__version__)
 
 
-def main() -> None:
+def main(prog_name: str | None = None) -> None:
     """Console-script entry point."""
     # kr8s warns about API servers newer than it knows (1.36 here); that is noise for users.
     warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported")
-    app()
+    app(prog_name=prog_name)
+
+
+def kubectl_main() -> None:
+    """``kubectl-m2g``: the same commands as a kubectl plugin (``kubectl m2g ...``)."""
+    main(prog_name="kubectl m2g")

@@ -1,12 +1,15 @@
-"""``m2g policy lint | test | eval`` — the command-line contract of docs/policy-format.md.
+"""``m2g policy lint | test | eval | examples`` — the command-line contract of
+docs/policy-format.md.
 
 Exit codes: lint 0 clean / 1 problems; test 0 all passed / 1 failures or broken policies;
-eval 0 on any decision / 2 on bad policies or bad input. Every problem is one line.
+eval 0 on any decision / 2 on bad policies or bad input; examples 0 / 2 when it cannot copy.
+Every problem is one line.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,6 +23,7 @@ from m2g.policy.errors import EngineUnavailable
 from m2g.policy.loader import Sources
 from m2g.policy.runtime import ENGINES, Runtime, make_runtime
 from m2g.policy.testing import evaluate_stage, input_error_text, run_tests
+from m2g.shipped import POLICIES, shipped_dir
 
 app = typer.Typer(help="Lint, test and evaluate m2g policy files.", no_args_is_help=True)
 
@@ -161,3 +165,30 @@ def eval_(
     for inp in inputs:
         result = evaluate_stage(evaluator, stage, inp)
         typer.echo(json.dumps(result.to_json(), separators=(",", ":")))
+
+
+@app.command()
+def examples(
+    dest: Annotated[Path | None, typer.Argument(
+        help="Copy the example policies (and their tests) into this new folder")] = None,
+) -> None:
+    """Print the folder of the shipped example policies, or copy them to DEST.
+
+    ``m2g policy test "$(m2g policy examples)"`` runs their tests where m2g is installed.
+    """
+    src = shipped_dir(POLICIES)
+    if not src.is_dir():
+        _err(f"error: the example policies are not installed (no {src})")
+        raise typer.Exit(2)
+    if dest is None:
+        typer.echo(str(src))
+        return
+    if dest.exists():
+        _err(f"error: {dest} exists; name a new folder")
+        raise typer.Exit(2)
+    try:
+        shutil.copytree(src, dest)
+    except OSError as exc:
+        _err(f"error: cannot copy to {dest}: {exc.strerror or exc}")
+        raise typer.Exit(2) from None
+    _err(f"copied {sum(1 for _ in dest.rglob('*.yaml'))} files to {dest}")

@@ -30,7 +30,8 @@ class Output(StrEnum):
 
 
 DirOpt = Annotated[Path | None, typer.Option(
-    "--templates-dir", envvar=loader.ENV_DIR, help="Folder of templates (default: templates/)")]
+    "--templates-dir", envvar=loader.ENV_DIR,
+    help="Folder of templates (default: the shipped ones)")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Parameter override key=value (repeatable)")]
 

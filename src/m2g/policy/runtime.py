@@ -204,8 +204,9 @@ class CelPyRuntime:
     def __init__(self) -> None:
         try:
             import celpy
-        except ImportError as exc:  # pragma: no cover - depends on the machine
-            raise EngineUnavailable(f"{CEL_PYTHON} is not importable: {exc}") from None
+        except ImportError as exc:
+            raise EngineUnavailable(f"{CEL_PYTHON} is not importable ({exc}); it is an "
+                                    "extra: pip install 'm2g[cel-python]'") from None
         self._celpy = celpy
         self._env = celpy.Environment()
 

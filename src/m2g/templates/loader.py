@@ -1,8 +1,9 @@
 """Read WorkloadTemplate files: the only module of m2g.templates that touches the disk.
 
-The shipped recipes live in the repository's ``templates/`` folder; ``M2G_TEMPLATES`` (a
-folder) or an explicit path overrides it. Each template is checked on load: its schema, its
-parameter declarations against the catalogue, and a trial render with its own defaults.
+The shipped recipes live in the repository's ``templates/`` folder (package data in an
+installed wheel, m2g.shipped); ``M2G_TEMPLATES`` (a folder) or an explicit path overrides it.
+Each template is checked on load: its schema, its parameter declarations against the
+catalogue, and a trial render with its own defaults.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from m2g.shipped import TEMPLATES, shipped_dir
 from m2g.templates.errors import TemplateError
 from m2g.templates.params import CATALOGUE
 from m2g.templates.render import render
@@ -22,12 +24,11 @@ ENV_DIR = "M2G_TEMPLATES"
 
 
 def default_dir() -> Path:
-    """``$M2G_TEMPLATES``, else ``templates/`` at the repository root (or the cwd)."""
+    """``$M2G_TEMPLATES``, else the shipped templates (the checkout's or the wheel's)."""
     env = os.environ.get(ENV_DIR)
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parents[3] / "templates"
-    return repo if repo.is_dir() else Path.cwd() / "templates"
+    return shipped_dir(TEMPLATES)
 
 
 def parse(text: str, source: str) -> WorkloadTemplate | None:
