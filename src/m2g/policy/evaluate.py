@@ -6,8 +6,8 @@ many that share a snapshot, evaluating each policy once for all of them (m2g.pol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from m2g.model.inputs import PolicyInput
 from m2g.policy.batch import FusedCache, fired_many, snapshot_key
@@ -28,6 +28,7 @@ from m2g.policy.spec import Decision, Stage, StopPolicy
 
 _STOP_ORDER = {StopPolicy.NONE: 0, StopPolicy.HOLD: 1, StopPolicy.HOLD_AND_DRAIN: 2}
 Fired = list[Hit | Err]
+R = TypeVar("R")
 
 
 class _Updates:
@@ -211,6 +212,19 @@ def combine_fairness(fired: Fired) -> FairnessResult:
     return FairnessResult(weight, tuple(reasons), tuple(errors))
 
 
+def _shared(combine: Callable[[Fired], R], fired: list[Fired]) -> list[R]:
+    """``combine`` of each fired list, once per distinct list of Hit/Err objects (the fired
+    lists are alive meanwhile, so their ids identify them)."""
+    memo: dict[tuple[int, ...], R] = {}
+    out = []
+    for items in fired:
+        key = tuple(map(id, items))
+        if key not in memo:
+            memo[key] = combine(items)
+        out.append(memo[key])
+    return out
+
+
 class Evaluator:
     """Evaluates the stages of one PolicySet. Holds only compiled caches; safe to share.
 
@@ -244,14 +258,23 @@ class Evaluator:
         return out
 
     def admission_many(self, inputs: Sequence[PolicyInput]) -> list[AdmissionResult]:
-        """Admission (with Placement merged in when Placement policies exist) per workload."""
+        """Admission (with Placement merged in when Placement policies exist) per workload.
+        Workloads whose policies fired the same Hits (shared objects: m2g.policy.batch) on the
+        same pod sets share one result, combined once."""
         placing = bool(self._stage(Stage.PLACEMENT))
         results = []
+        memo: dict[tuple[Any, ...], AdmissionResult] = {}
         for inp, items in zip(inputs, self._fired((Stage.ADMISSION, Stage.PLACEMENT), inputs),
                               strict=True):
-            adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
-            placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] if placing else None
-            results.append(combine_admission(adm, placed, _pod_set_names(inp)))
+            names = _pod_set_names(inp)
+            key = (*map(id, items), *names)
+            hit = memo.get(key)
+            if hit is None:
+                adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
+                placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] \
+                    if placing else None
+                hit = memo[key] = combine_admission(adm, placed, names)
+            results.append(hit)
         return results
 
     def admission(self, inp: PolicyInput) -> AdmissionResult:
@@ -272,7 +295,7 @@ class Evaluator:
 
     def preemption_many(self, inputs: Sequence[PolicyInput]) -> list[PreemptionResult]:
         """May each admitted workload be shed, and how early (higher score first)."""
-        return [combine_preemption(f) for f in self._fired((Stage.PREEMPTION,), inputs)]
+        return _shared(combine_preemption, self._fired((Stage.PREEMPTION,), inputs))
 
     def preemption(self, inp: PolicyInput) -> PreemptionResult:
         return self.preemption_many([inp])[0]

@@ -48,8 +48,13 @@ from m2g.policy.batch.caches import (
     snapshot_key,
     split_by_gates,
 )
-from m2g.policy.batch.cel_source import combined_source, fused_source, workload_fields
-from m2g.policy.batch.decoding import batch_items, decode, workload_data
+from m2g.policy.batch.cel_source import (
+    FIELD_ALIAS,
+    combined_source,
+    fused_source,
+    workload_fields,
+)
+from m2g.policy.batch.decoding import batch_items, decode, item_classes, workload_data
 from m2g.policy.compiler import CompiledPolicy
 from m2g.policy.fired import Err, Hit, walk_policy
 from m2g.policy.runtime import CelEvalError, Runtime
@@ -74,12 +79,7 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
         done[policy.name] = [[] for _ in inputs]
     snap_act = snap.activation(runtime)
     if comb is not None:
-        try:
-            rows = cache.run(comb.program, snap_act, items)
-            decoded = [[decode(p, row[k]) for row in rows] for k, p in enumerate(comb.policies)]
-            done.update({p.name: d for p, d in zip(comb.policies, decoded, strict=True)})
-        except _ERRORS:
-            pass
+        done.update(_by_class(cache, snap, snap_act, comb.policies, items))
     per_item: list[list[Hit | Err]] = [[] for _ in inputs]
     item_acts: list[Any] = [None] * len(inputs)
     for policy in policies:
@@ -96,6 +96,52 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
         for i, hits in enumerate(result):
             per_item[i] += hits
     return per_item
+
+
+def _item_keys(cache: FusedCache, policy: CompiledPolicy) -> tuple[str, ...] | None:
+    """The item keys ``policy`` reads (None: all of them)."""
+    fields, queue = cache.reads((policy,))
+    if fields is None:
+        return None
+    return tuple(sorted(FIELD_ALIAS[f] for f in fields)) + (("m2g__q",) if queue else ())
+
+
+def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
+              policies: Sequence[CompiledPolicy], items: list[dict[str, Any]]
+              ) -> dict[str, list[list[Hit | Err]]]:
+    """Hits of the live ``policies`` for every item, evaluated once per workload class.
+
+    Policies that read the same item keys form a group; a group whose items fall into at most
+    half as many classes is evaluated over one item per class (thermal-admission reads four
+    workload fields: 40,000 pending workloads are a few hundred classes), the others together
+    over every item. A group whose evaluation raises is left out (the caller evaluates those
+    policies on their own)."""
+    groups: dict[tuple[str, ...] | None, list[CompiledPolicy]] = {}
+    for p in policies:
+        groups.setdefault(_item_keys(cache, p), []).append(p)
+    dense: list[CompiledPolicy] = []
+    runs: list[tuple[list[CompiledPolicy], list[dict[str, Any]], list[int] | None]] = []
+    for keys, members in groups.items():
+        reps, classes = item_classes(items, keys)
+        if keys is None or 2 * len(reps) > len(items):
+            dense += members
+        else:
+            runs.append((members, reps, classes))
+    if dense:
+        runs.append((dense, items, None))
+    done: dict[str, list[list[Hit | Err]]] = {}
+    for members, rows_in, of in runs:
+        comb = cache.combined(members, {p.name: snap.hoist(cache, p) for p in members})
+        if comb is None:
+            continue
+        try:
+            rows = cache.run(comb.program, act, rows_in)
+            for k, p in enumerate(comb.policies):
+                hits = [decode(p, row[k]) for row in rows]
+                done[p.name] = hits if of is None else [hits[i] for i in of]
+        except _ERRORS:
+            continue
+    return done
 
 
 def run_fused(cache: FusedCache, policy: CompiledPolicy, act: Any,

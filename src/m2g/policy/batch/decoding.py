@@ -94,3 +94,32 @@ def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
         for item, inp in zip(items, inputs, strict=True):
             item["m2g__q"] = inp.queue_data()
     return items
+
+
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for plain data that tells CEL types apart (1, 1.0 and True are
+    different values to CEL, equal to Python)."""
+    if isinstance(value, dict):
+        return (dict, tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if isinstance(value, list | tuple):
+        return (list, tuple(_frozen(v) for v in value))
+    return (type(value), value)
+
+
+def item_classes(items: Sequence[dict[str, Any]], keys: Sequence[str] | None
+                 ) -> tuple[list[dict[str, Any]], list[int]]:
+    """(one item per class, each item's class index): items are of one class when they agree
+    on ``keys`` (all their keys when None), which is all the policies that read them can see,
+    so a class is evaluated once for all its workloads. The class items carry only ``keys``."""
+    index: dict[Any, int] = {}
+    reps: list[dict[str, Any]] = []
+    of: list[int] = []
+    for item in items:
+        names = keys if keys is not None else sorted(item)
+        k = tuple(_frozen(item.get(n)) for n in names)
+        i = index.get(k)
+        if i is None:
+            i = index[k] = len(reps)
+            reps.append({n: item[n] for n in names if n in item})
+        of.append(i)
+    return reps, of
