@@ -99,6 +99,28 @@ def test_pending_checks_are_answered(ev: Evaluator) -> None:
     assert (by["flex"].policy, by["firm"].policy) == ("dr", "")  # metrics label by policy
 
 
+def test_a_deferred_workload_is_answered_ready_once_its_decision_is_admit(ev: Evaluator) -> None:
+    held = wl("flex", Phase.RESERVED, tier=2, check_state=CheckState.RETRY)
+    evicted = wl("gone", Phase.PENDING, tier=2, check_state=CheckState.RETRY)
+    # during the event the decision is still Defer: the Retry is left alone (no rewrite that
+    # would move its lastTransitionTime and so Kueue's requeue)
+    assert make_plan(snap(factory(event=True), held, evicted), ev, CFG).checks == ()
+    # the event is over: Ready at once, while Kueue still holds the quota; a workload Kueue has
+    # released is answered when it reserves again (its check is Pending then)
+    checks = make_plan(snap(factory(event=False), held, evicted), ev, CFG).checks
+    assert [(c.name, c.state) for c in checks] == [("flex", CheckState.READY)]
+
+
+def test_an_event_ending_in_under_a_second_ends_in_one_second(ev: Evaluator) -> None:
+    from m2g.model.factory import grid_view
+    f = replace(factory(), grid_events=(GridEvent(
+        "dr-2", NOW - timedelta(minutes=5), NOW + timedelta(milliseconds=400), target_kw=100.0),))
+    assert grid_view(f).event.ends_in_seconds == 1
+    upcoming = replace(f, grid_events=(GridEvent(
+        "dr-3", NOW + timedelta(seconds=9.5), NOW + timedelta(minutes=5), target_kw=100.0),))
+    assert grid_view(upcoming).event.starts_in_seconds == 10
+
+
 def test_failed_nodes_derate_quota_in_proportion(ev: Evaluator) -> None:
     plan = make_plan(snap(factory(broken=6)), ev, CFG)  # 72 - 24 = 48 healthy of 72 base
     quotas = {q.cluster_queue: q.nominal for q in plan.quotas}

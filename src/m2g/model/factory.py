@@ -11,6 +11,7 @@ visible as ``stale`` in the snapshot and in metrics (docs/signals.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -159,7 +160,8 @@ class GridEvent:
     level: int = 0
     target_kw: float = 0.0
     reduction_pct: float = 0.0
-    baseline_kw: float = 0.0  # the draw when the event was first seen, for reduction_pct
+    baseline_kw: float = 0.0  # status.observedBaselineKw: the pre-event draw, for reduction_pct
+    source: str = ""  # the name of the GridEvent object the interval belongs to
 
     def active(self, now: datetime) -> bool:
         return self.start <= now < self.end
@@ -227,6 +229,12 @@ class FactorySnapshot:
 
 def _seconds(a: datetime, b: datetime) -> int:
     return int((b - a).total_seconds())
+
+
+def _seconds_up(a: datetime, b: datetime) -> int:
+    """Whole seconds from ``a`` to ``b``, rounded up: an event ending in 0.4 s ends in 1 s,
+    not in 0 (which policies read as "no end known")."""
+    return math.ceil((b - a).total_seconds())
 
 
 def _maintenance(snap: FactorySnapshot, nodes: Iterable[Node]) -> DomainMaintenance:
@@ -340,6 +348,6 @@ def grid_view(snap: FactorySnapshot) -> GridView:
     return GridView(event=GridEventView(
         active=ev.active(snap.now), id=ev.id, level=ev.level, target_kw=ev.target(),
         reduction_pct=ev.reduction_pct,
-        starts_in_seconds=max(0, _seconds(snap.now, ev.start)),
-        ends_in_seconds=max(0, _seconds(snap.now, ev.end)),
+        starts_in_seconds=max(0, _seconds_up(snap.now, ev.start)),
+        ends_in_seconds=max(0, _seconds_up(snap.now, ev.end)),
     ))

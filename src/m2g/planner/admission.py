@@ -5,6 +5,14 @@ podSetUpdates), Retry (Kueue releases the quota and requeues after ``requeueAfte
 Rejected (Kueue deactivates the workload). A Defer maps to Retry rather than to a Pending that
 holds quota. Kueue v0.19 keeps the quota until ``requeueAfterSeconds`` has passed, so m2g caps
 it (``max_retry_hold_seconds``) and states the policy's full wait in the message.
+
+A workload m2g deferred is decided again while Kueue still holds it (Retry, quota reserved):
+once the decision is Admit — the grid event ended, the headroom came back — m2g answers Ready
+at once. Kueue v0.19.2 then admits it without the eviction and new quota reservation a Retry
+leads to, at the ``requeueState.requeueAt`` the Retry set (its workload controller returns
+early until then: pkg/controller/core/workload_controller.go, "Waiting for backoff to
+finish"), that is at most ``max_retry_hold_seconds`` after the deferral. A decision that is
+still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again.
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ def awaiting(w: WorkloadState, check: str) -> bool:
             and w.check_state in (CheckState.PENDING, None))
 
 
+def deferred(w: WorkloadState, check: str) -> bool:
+    """Did m2g defer this workload, and does Kueue still hold its quota for it?"""
+    return w.phase is Phase.RESERVED and w.check == check and w.check_state is CheckState.RETRY
+
+
 def deciding(result: AdmissionResult) -> list[Reason]:
     """The reasons that made the decision (all fired reasons when none match it)."""
     return [r for r in result.reasons if r.decision == result.decision.value] or list(
@@ -50,13 +63,17 @@ def message(result: AdmissionResult) -> str:
 
 def check_updates(evaluator: Evaluator, builder: InputBuilder,
                   config: PlannerConfig) -> list[CheckUpdate]:
-    """A CheckUpdate for every workload whose m2g check is Pending."""
-    waiting = [w for w in builder.snap.workloads if awaiting(w, config.check_name)]
+    """A CheckUpdate for every workload whose m2g check is Pending, and a Ready for every
+    deferred one (``deferred``) whose decision is now Admit."""
+    waiting = [w for w in builder.snap.workloads
+               if awaiting(w, config.check_name) or deferred(w, config.check_name)]
     if not waiting:
         return []
     results = evaluator.admission_many([builder.for_workload(w) for w in waiting])
     out = []
     for w, res in zip(waiting, results, strict=True):
+        if w.check_state is CheckState.RETRY and res.decision is not Decision.ADMIT:
+            continue
         out.append(CheckUpdate(
             namespace=w.namespace, name=w.name, check=config.check_name,
             state=check_state(res.decision), message=message(res),
