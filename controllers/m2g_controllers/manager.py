@@ -57,6 +57,7 @@ class LoopState:
     last_ok: datetime | None = None
     last_error: str = ""
     reconciles: int = 0
+    wake_at: datetime | None = None  # the last plan's next time boundary
 
 
 class Manager:
@@ -90,7 +91,7 @@ class Manager:
         backoff = 0.5
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state.dirty.wait(), timeout=self.resync_seconds)
+                await asyncio.wait_for(self.state.dirty.wait(), timeout=self._wait_seconds())
             if stop.is_set():
                 return
             self.state.dirty.clear()
@@ -109,6 +110,15 @@ class Manager:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
                 self.kick()
+
+    def _wait_seconds(self) -> float:
+        """Until the next resync, or sooner when the last plan named a time (a grid event
+        starting or ending: its baseline and its sheds should not wait for the resync)."""
+        wake = self.state.wake_at
+        if wake is None:
+            return self.resync_seconds
+        left = (wake - self.clock()).total_seconds()
+        return min(self.resync_seconds, max(0.05, left + 0.05))
 
     async def load_policies(self) -> LoadResult:
         if self.policy_dir is not None:
@@ -134,6 +144,7 @@ class Manager:
             raise RuntimeError(self.store.last.summary())
         snap = await self.cluster.snapshot(self.clock())
         plan = make_plan(snap, evaluator, self.config)
+        self.state.wake_at = plan.wake_at
         self._observe(snap, plan)
         if self.is_leader():
             if not self.shadow:

@@ -136,6 +136,7 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     elector = LeaderElector(kube, settings.lease_name, settings.lease_namespace,
                             args.identity) if args.leader_elect else None
     planner = settings.site.planner_config(PlannerConfig(check_name=args.check_name))
+    cluster.draw_history.keep_seconds = planner.draw_history_seconds
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
                       config=planner, shadow=args.shadow,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
@@ -22,6 +23,7 @@ from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
 from m2g.k8s.kai import KaiApplier, KaiSync
+from m2g.model.factory import Reading
 from m2g.planner.types import CHECK_CONTROLLER, CheckState, CheckUpdate, ClusterSnapshot, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
@@ -43,6 +45,22 @@ WATCHED: dict[str, k.Resource] = {
 POD_SELECTOR = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
 _REASONS = {CheckState.READY: ("Admitted", "Normal"), CheckState.RETRY: ("Deferred", "Normal"),
             CheckState.REJECTED: ("Rejected", "Warning"), CheckState.PENDING: ("Pending", "Normal")}
+
+
+class DrawHistory:
+    """The fresh site-draw readings of the last ``keep_seconds``, one per snapshot (followers
+    keep it too, so a new leader measures a baseline with the samples it saw)."""
+
+    def __init__(self, keep_seconds: float = 900.0) -> None:
+        self.keep_seconds = keep_seconds
+        self._samples: deque[tuple[datetime, float]] = deque()
+
+    def add(self, now: datetime, draw: Reading) -> tuple[tuple[datetime, float], ...]:
+        if not draw.stale and draw.value is not None:
+            self._samples.append((now, draw.value))
+        while self._samples and (now - self._samples[0][0]).total_seconds() > self.keep_seconds:
+            self._samples.popleft()
+        return tuple(self._samples)
 
 
 class ApplyFailed(Exception):
@@ -68,6 +86,7 @@ class K8sCluster:
         self._http = http  # the site's auth, CA and headers (m2g.signals.http); closed by stop
         self._read_override = readings  # another signal source (tests, replay); else Prometheus
         self._memo = SnapshotMemo()  # unchanged nodes and workloads are not converted again
+        self.draw_history = DrawHistory()  # site-draw samples: percentage events' baselines
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies, *self.kai.caches()]
@@ -93,7 +112,8 @@ class K8sCluster:
         snap = build_snapshot(objs, await self._readings(), now, memo=self._memo)
         await self.kai.probe()  # KAI installed later is picked up (one discovery call a minute)
         kai = self.kai.state(self.caches["nodes"])
-        return snap if kai is None else dataclasses.replace(snap, kai=kai)
+        history = self.draw_history.add(now, snap.factory.site_draw_kw())
+        return dataclasses.replace(snap, kai=kai, draw_history=history)
 
     async def _readings(self) -> Readings | None:
         if self._read_override is not None:

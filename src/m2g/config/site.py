@@ -70,6 +70,10 @@ class PlannerSettings(BaseModel):
     maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0)
     drain_deadline_seconds: float | None = Field(default=None, ge=0)
     thermal_clear_margin_c: float | None = Field(default=None, ge=0)
+    #: A percentage grid event's baseline: mean site draw over this many seconds before start.
+    baseline_window_seconds: float | None = Field(default=None, gt=0)
+    #: Site-draw samples the controller keeps for baselines, seconds.
+    draw_history_seconds: float | None = Field(default=None, gt=0)
 
     def apply_to(self, base: PlannerConfig) -> PlannerConfig:
         """``base`` with every field this section sets."""

@@ -12,6 +12,8 @@ plan twice writes nothing the second time.
   wrote in ``m2g.io/quota-set.<flavor>``; a live quota that differs from the latter was changed
   by someone else (a GitOps sync) and becomes the new base. A restore to the base removes both
   (m2g then owns nothing). ``m2g.io/quota-changed-at`` records when m2g last changed a quota.
+* ``GridEventStatusUpdate`` → server-side apply on ``gridevents/status`` (phase, baseline,
+  target, conditions, message; field manager ``m2g``), only when it differs.
 * ``StopUpdate`` → merge patch ``spec.stopPolicy``; ``WeightUpdate`` → ``spec.fairSharing.weight``.
 * ``ShedAction`` → merge patch ``spec.active`` with ``m2g.io/shed-at``/``m2g.io/shed-reason``
   (and ``m2g.io/drained-for`` for a maintenance drain; all removed on restore). A restore only
@@ -42,6 +44,7 @@ from m2g.k8s.client import (
     CLUSTER_QUEUES,
     EVENTS,
     FIELD_MANAGER,
+    GRID_EVENTS,
     NODES,
     POLICIES,
     WORKLOADS,
@@ -231,6 +234,9 @@ class Applier:
             await self._bounded(step, shed_events)
         for w in plan.weights:
             await step(f"weight {w.cluster_queue}", self.apply_weight(w, result))
+        for e in plan.event_statuses:
+            await step(f"status gridevent {e.name}",
+                       self.apply_status(GRID_EVENTS, e.name, e.status, result=result))
         return result
 
     async def _bounded(self, step: Callable[[str, Awaitable[bool]], Awaitable[None]],
@@ -463,15 +469,16 @@ class Applier:
     # ---- events and status ------------------------------------------------------------
 
     async def apply_status(self, res: Resource, name: str, status: Mapping[str, Any], *,
-                           namespace: str | None = None) -> bool:
+                           namespace: str | None = None,
+                           result: ApplyResult | None = None) -> bool:
         """Server-side apply ``status`` fields m2g owns on any object with a status subresource
         (e.g. GridEvent ``observedBaselineKw``/``phase``); False when they already say this."""
         obj = await self.kube.get(res, name, namespace)
         current = obj.get("status") or {}
         same = all(current.get(k) == v for k, v in status.items())
         target = f"{namespace}/{name}" if namespace else name
-        if not self._record(None, f"status {res.plural}", target,
-                            ", ".join(sorted(status)), not same):
+        detail = str(status.get("message") or ", ".join(sorted(status)))
+        if not self._record(result, f"status {res.plural}", target, detail, not same):
             return False
         meta: Obj = {"name": name, **({"namespace": namespace} if namespace else {})}
         await self.kube.apply(res, name, {"apiVersion": res.api_version, "kind": res.kind,

@@ -74,6 +74,7 @@ from m2g.planner.types import (
     ClusterSnapshot,
     FlavorQuota,
     FlavorState,
+    GridEventState,
     Phase,
     QueueState,
     WorkloadState,
@@ -440,9 +441,22 @@ def grid_events(obj: Obj) -> tuple[GridEvent, ...]:
             id=event_id if len(intervals) == 1 else f"{event_id}/{i}",
             start=start, end=start + length, program=str(spec.get("programName", "")),
             payload=gp, level=level, target_kw=target, reduction_pct=reduction,
-            baseline_kw=baseline,
+            baseline_kw=baseline, source=str(_meta(obj).get("name", "")),
         ))
     return tuple(out)
+
+
+def grid_event_state(obj: Obj) -> GridEventState:
+    """A GridEvent CR as a whole: first start, last end, reduction and status as read."""
+    events = grid_events(obj)
+    spec = _spec(obj)
+    return GridEventState(
+        name=str(_meta(obj).get("name", "")),
+        event_id=str(spec.get("eventID") or _meta(obj).get("name", "")),
+        start=min((e.start for e in events), default=None),
+        end=max((e.end for e in events), default=None),
+        reduction_pct=min(100.0, _nonneg_float(spec.get("targetReductionPercent"))),
+        status=dict(_status(obj)))
 
 
 # ---- Kueue ------------------------------------------------------------------------------
@@ -793,6 +807,7 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     windows = tuple(w for w in (maintenance_window(o) for o in objs.maintenance_windows.values())
                     if w is not None)
     events = tuple(e for o in objs.grid_events.values() for e in grid_events(o))
+    event_states = tuple(grid_event_state(o) for _, o in sorted(objs.grid_events.items()))
     factory = FactorySnapshot(
         now=now, site=site_spec.domain.name if site_spec else site,
         site_budget_kw=site_spec.domain.budget_kw if site_spec else 0.0,
@@ -826,6 +841,7 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
     # bench/node_levers.py) while there is no window and no drained workload
     needed = bool(windows) or any(w.drained_for for w in workloads)
     return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors,
+                           grid_event_states=event_states,
                            placements=placements(objs.pods.values(), objs.workloads.values(),
                                                  _host_names(objs.nodes.values()))
                            if needed else {})

@@ -12,6 +12,11 @@ class PlannerConfig:
     """Knobs of the planner. Defaults suit a GB300 NVL72 factory (docs/controllers.md)."""
 
     check_name: str = "m2g-policy"
+    #: A percentage grid event's baseline: the mean site draw over this many seconds before
+    #: its start (docs/controllers.md, "Grid events"; the twin's definition, twin-metrics.md).
+    baseline_window_seconds: float = 60.0
+    #: Site-draw samples kept for it (the controller's history), seconds.
+    draw_history_seconds: float = 900.0
     #: Quota changes smaller than this many GPUs (one NVL72 tray) are not worth an update.
     quota_hysteresis_gpus: int = 4
     #: A raised quota waits this long after the last change (lowering is immediate: safety).

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
+
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
 from m2g.planner.fairness import weight_updates
+from m2g.planner.gridstatus import event_statuses, next_boundary
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
@@ -19,6 +23,8 @@ def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
     """Decide every change for this snapshot. Pure and deterministic: the same snapshot and
     policies give the same plan, and a plan already applied yields an empty one."""
     config = config or PlannerConfig()
+    statuses, baselines = event_statuses(snap, config, format_api_time(snap.now))
+    snap = with_baselines(snap, baselines)
     builder = InputBuilder(snap)
     quotas, stops = capacity_updates(evaluator, builder, config)
     sheds, why = shed_actions(evaluator, builder, config)
@@ -34,4 +40,22 @@ def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
         kai_topologies=tuple(kai_topologies),
         kai_queues=tuple(kai_queues),
         taints=tuple(taint_updates(builder, config)),
+        event_statuses=tuple(statuses),
+        wake_at=next_boundary(snap),
     )
+
+
+def with_baselines(snap: ClusterSnapshot, baselines: dict[str, float]) -> ClusterSnapshot:
+    """``snap`` with the baselines measured in this reconcile set on their events' intervals
+    (the same plan then sheds to the new target)."""
+    if not baselines:
+        return snap
+    events = tuple(replace(e, baseline_kw=baselines[e.source])
+                   if e.source in baselines and not e.baseline_kw else e
+                   for e in snap.factory.grid_events)
+    return replace(snap, factory=replace(snap.factory, grid_events=events))
+
+
+def format_api_time(t: datetime) -> str:
+    """RFC 3339 in whole seconds, UTC, as the API server stores condition times."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -134,6 +134,37 @@ class KaiState:
 
 
 @dataclass(frozen=True)
+class GridEventState:
+    """A GridEvent CR as a whole (the factory holds one ``GridEvent`` per interval): what its
+    status needs. ``status``: the CR's status as read (m2g writes it)."""
+
+    name: str
+    event_id: str
+    start: datetime | None  # the first interval's start
+    end: datetime | None  # the last interval's end
+    reduction_pct: float = 0.0
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def conditions(self) -> dict[str, Mapping[str, Any]]:
+        return {str(c.get("type")): c for c in self.status.get("conditions") or []
+                if isinstance(c, Mapping)}
+
+    @property
+    def baseline_kw(self) -> float | None:
+        value = self.status.get("observedBaselineKw")
+        return float(value) if isinstance(value, int | float) and value > 0 else None
+
+    @property
+    def baseline_reason(self) -> str:
+        return str((self.conditions.get("BaselineObserved") or {}).get("reason", ""))
+
+    @property
+    def baseline_how(self) -> str:
+        return str((self.conditions.get("BaselineObserved") or {}).get("message", ""))
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one reconcile decides on."""
 
@@ -144,6 +175,10 @@ class ClusterSnapshot:
     kai: KaiState | None = None  # None: KAI's CRDs are not served (nothing to keep in step)
     #: Workload key ("ns/name") → the nodes its unfinished pods are bound to.
     placements: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    grid_event_states: tuple[GridEventState, ...] = ()
+    #: (time, site kW) of the recent fresh site-draw readings, oldest first (the controller
+    #: keeps them): percentage events measure their baseline on them.
+    draw_history: tuple[tuple[datetime, float], ...] = ()
 
     @property
     def now(self) -> datetime:
@@ -248,6 +283,14 @@ class KaiQueueUpdate:
 
 
 @dataclass(frozen=True)
+class GridEventStatusUpdate:
+    """Server-side apply these ``status`` fields of a GridEvent (m2g owns them)."""
+
+    name: str
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Plan:
     """The changes one reconcile wants; applying the same plan twice changes nothing more."""
 
@@ -260,7 +303,11 @@ class Plan:
     kai_topologies: tuple[KaiTopologyUpdate, ...] = ()
     kai_queues: tuple[KaiQueueUpdate, ...] = ()
     taints: tuple[NodeTaintUpdate, ...] = ()
+    event_statuses: tuple[GridEventStatusUpdate, ...] = ()
+    #: Reconcile again by then even if nothing changes (a grid event starts or ends).
+    wake_at: datetime | None = None
 
     def empty(self) -> bool:
         return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
-                    or self.kai_topologies or self.kai_queues or self.taints)
+                    or self.kai_topologies or self.kai_queues or self.taints
+                    or self.event_statuses)
