@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel test test-unit test-e2e lint policy-test demo bench bench-controller bench-scale up down status clean
+.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -48,8 +48,23 @@ test-e2e: $(STAMP)
 	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
 	$(PY) -m pytest -m e2e -q
 
-## test: the full suite, as CI runs it
-test: lint policy-test test-unit test-e2e
+## test-prereqs: what the full suite needs besides the venv, said in its first second
+## (Debian's prometheus and promtool for the signal-adapter integration tests; go for the
+## control plane and the upstream manifests). .ci/run installs prometheus first.
+test-prereqs:
+	@missing=""; for tool in prometheus promtool go; do \
+	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make test: missing:$$missing (the suite would skip or fail without them)." >&2; \
+	  case "$$missing" in *prom*) echo "  install Prometheus: apt-get install -y prometheus" \
+	    "(as root; or run .ci/run, which installs it)" >&2;; esac; \
+	  case "$$missing" in *go*) echo "  install Go >= 1.26 (docs/local-control-plane.md)" >&2;; \
+	  esac; exit 1; fi
+
+## test: the full suite, as CI (.ci/run) runs it: the same tests, nothing skipped for a
+## missing tool (test-prereqs) or CRD (the e2e fixtures install the extra CRDs)
+test: test-prereqs
+	$(MAKE) lint policy-test test-unit test-e2e
 
 ## bench: benchmarks (scripts, never timed assertions): the policy engine, then the controller
 bench: $(STAMP)

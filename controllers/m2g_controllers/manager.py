@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from m2g.planner.config import PlannerConfig
@@ -32,6 +32,16 @@ Clock = Callable[[], datetime]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def clock_from(start: datetime, monotonic: Callable[[], float] = time.monotonic) -> Clock:
+    """A clock that reads ``start`` now and then advances with real (monotonic) time: the
+    controller's clock under ``m2g run --clock-start`` (tests, replays of a given hour; the
+    policies' ``now``, grid events and maintenance windows then see that time)."""
+    if start.tzinfo is None:
+        raise ValueError(f"clock start {start.isoformat()} has no time zone")
+    t0 = monotonic()
+    return lambda: start + timedelta(seconds=monotonic() - t0)
 
 
 class Cluster(Protocol):

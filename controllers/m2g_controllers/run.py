@@ -2,7 +2,7 @@
 
     python -m m2g_controllers.run [--config FILE] [--kubeconfig K] [--context C] [--shadow]
         [--policies DIR] [--prometheus URL] [--leader-elect [--lease-namespace NS]]
-        [--metrics-port 8080]
+        [--metrics-port 8080] [--clock-start 2026-11-29T03:00:00Z]
 
 The site configuration (``--config``, docs/configuration.md) says where Prometheus is and how to
 authenticate, which PromQL gives each signal, the planner's settings and the Lease.
@@ -22,6 +22,7 @@ import socket
 import sys
 import warnings
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -34,7 +35,7 @@ from m2g.policy import EngineUnavailable, make_runtime
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import PrometheusSetupError, make_http_client
 from m2g_controllers.health import HealthServer
-from m2g_controllers.manager import Manager
+from m2g_controllers.manager import Clock, Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import PolicyStore
 from m2g_controllers.wiring import K8sCluster
@@ -85,7 +86,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engine", choices=["cel-expr-python", "cel-python"],
                    help="CEL runtime (default: cel-expr-python, else cel-python)")
     p.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    p.add_argument("--clock-start", type=_utc_time, metavar="TIME",
+                   help="for tests and replays: the controller's clock starts at this RFC 3339 "
+                        "time (with a zone, e.g. 2026-11-29T03:00:00Z) and advances with real "
+                        "time; policies reading `now` see it (default: the wall clock)")
     return p.parse_args(argv)
+
+
+def _utc_time(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an RFC 3339 time: {text!r}") from None
+    if at.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone (add Z for UTC)")
+    return at.astimezone(UTC)
+
+
+def make_clock(args: argparse.Namespace) -> Clock:
+    """The controller's clock: the wall clock, or ``--clock-start`` advancing from its start."""
+    return utcnow if args.clock_start is None else clock_from(args.clock_start)
 
 
 @dataclass(frozen=True)
@@ -130,8 +150,9 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     if prom is not None:
         signals = signals.model_copy(update={"url": prom.url,
                                              "timeout_seconds": prom.timeout_seconds})
+    clock = make_clock(args)
     cluster = K8sCluster(kube, prometheus=prom.url if prom else None, signal_config=signals,
-                         http=http, instance=args.identity)
+                         http=http, instance=args.identity, clock=clock)
     metrics = Metrics()
     elector = LeaderElector(kube, settings.lease_name, settings.lease_namespace,
                             args.identity) if args.leader_elect else None
@@ -140,7 +161,8 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
                       config=planner, shadow=args.shadow,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
-                      resync_seconds=args.resync_seconds, policy_dir=args.policies)
+                      resync_seconds=args.resync_seconds, policy_dir=args.policies,
+                      clock=clock)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)

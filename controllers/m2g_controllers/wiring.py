@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -73,13 +73,14 @@ class K8sCluster:
     def __init__(self, kube: k.Kube, *, prometheus: str | None = None,
                  signal_config: SignalConfig | None = None, instance: str = "m2g",
                  http: httpx.AsyncClient | None = None,
-                 readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None
-                 ) -> None:
+                 readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.kube = kube
         self.caches = {name: WatchCache(kube, res, params=POD_SELECTOR if name == "pods"
                                         else None) for name, res in WATCHED.items()}
         self.policies = WatchCache(kube, k.POLICIES)
-        self.applier = Applier(kube, instance=instance, background_events=True)
+        # the manager's clock: what m2g writes (shed-at, condition times) matches what it reads
+        self.applier = Applier(kube, instance=instance, background_events=True, clock=clock)
         self.kai = KaiSync(kube)  # KAI Scheduler's caches, only when its CRDs are served
         self._prometheus = prometheus
         self._signal_config = signal_config or SignalConfig()

@@ -330,6 +330,32 @@ def apply_factory(spec_path: Path, log: Log = print) -> None:
     _apply_factory(run, state, spec_path, log)
 
 
+def ensure_extra_crds(extra_crds: str | None = None, log: Log = print) -> list[str]:
+    """Install the extra CRD sets (localcp.extras; default ``$M2G_EXTRA_CRDS``) that the
+    running control plane lacks (a reused one may have been started without them); returns
+    the sets installed now."""
+    run = run_paths()
+    state = load_state(run)
+    if not state or not procs.read_pid(run, "kube-apiserver"):
+        raise UserError("the control plane is not running; run `make up` first")
+    missing = [n for n in extras.requested(extra_crds) if n not in state.get("extraCrds", [])]
+    if not missing:
+        return []
+    crds = extras.crds(missing)
+    kube = _kube(run, state)
+    try:
+        kube.apply_many(crds, workers=4)
+        names = [str(crd["metadata"]["name"]) for crd in crds]
+        kube.wait_for(f"CRDs {', '.join(names)} to be Established",
+                      lambda: all(kube.crd_established(n) for n in names), timeout=60)
+    finally:
+        kube.close()
+    state["extraCrds"] = [*state.get("extraCrds", []), *missing]
+    run.state.write_text(json.dumps(state, indent=2))
+    log(f"[up] extra CRDs {', '.join(missing)}: {len(crds)} established")
+    return missing
+
+
 # -- down --------------------------------------------------------------------------------------
 def down(log: Log = print) -> None:
     """Delete Kueue's webhook configurations, then stop every component in reverse order."""

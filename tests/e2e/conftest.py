@@ -8,6 +8,10 @@ The suite runs against a real control plane with Kueue and a simulated NVL72 fac
 * with ``M2G_E2E_KUBECONFIG=/path`` any cluster prepared the same way (e.g. the kind path,
   kind-e2e/kind/), which is never started or stopped by the suite.
 
+The local control plane gets the extra CRDs of localcp.extras (JobSet, LeaderWorkerSet,
+Kubeflow), installed into a reused one too, so that every template's dry-run runs, as in CI:
+``$M2G_EXTRA_CRDS`` (default ``all``; set it empty for none) says which.
+
 Every test works in its own namespace and deletes it, and the cluster-scoped Kueue objects it
 creates, afterwards, so the suite can run again against the same cluster.
 """
@@ -32,6 +36,7 @@ from localcp.kube import Kube
 from localcp.paths import FACTORIES, run_paths
 
 E2E_FACTORY = FACTORIES / "small.yaml"
+EXTRA_CRDS = os.environ.get("M2G_EXTRA_CRDS", "all")
 
 
 def _local_cluster_ready() -> bool:
@@ -50,10 +55,11 @@ def kubeconfig() -> Iterator[Path]:
     started = False
     try:
         if not _local_cluster_ready():
-            controlplane.up(E2E_FACTORY)
+            controlplane.up(E2E_FACTORY, extra_crds=EXTRA_CRDS)
             started = True
         else:
             _ensure_factory()
+            controlplane.ensure_extra_crds(EXTRA_CRDS)
     except UserError as exc:
         pytest.fail(f"local control plane: {exc}", pytrace=False)
     yield run_paths().kubeconfig

@@ -6,7 +6,10 @@ inference behind the m2g-policy AdmissionCheck), the Policy objects of deploy/po
 site budget, a GridEvent and a MaintenanceWindow with fixed dates, and Jobs:
 
 * ``prod-training/pretrain`` (tier 0, 8 GPUs), admitted by a real ``m2g run`` (which also makes
-  the AdmissionCheck Active); the controller is stopped before anything else is created, so
+  the AdmissionCheck Active) whose clock starts on a Sunday at 03:00 UTC (``--clock-start``:
+  fairness-time-of-day gives production weight 1 then, the goldens' value, at any wall-clock
+  hour; tests/unit/test_manager.py covers the business hours); the controller is stopped
+  before anything else is created, so
 * ``research/ft-flex`` (tier 2, 16 GPUs) and ``inference/chat`` (tier 1, 4 GPUs) have quota
   reserved and m2g's check Pending, and ``research/huge`` (200 GPUs) never fits.
 
@@ -50,6 +53,8 @@ from manifests_helpers import (
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
+#: The controller's clock in this module: a Sunday night, after the grid event's start.
+CLOCK_START = "2026-11-29T03:00:00Z"
 RUN_M2G = [sys.executable, "-c", "from m2g_cli.app import main; main()"]
 
 STATE = """
@@ -159,7 +164,8 @@ def _build(kubeconfig: Path, applied: Applied, prom: str,
         # follows stays as Kueue leaves it (quota reserved, m2g's check Pending)
         made_ns = kubectl(kubeconfig, "create", "namespace", "m2g-system",
                           check=False).returncode == 0
-        with controller(kubeconfig, log, "--identity", "cli-golden", "--prometheus", prom):
+        with controller(kubeconfig, log, "--identity", "cli-golden", "--prometheus", prom,
+                        "--clock-start", CLOCK_START):
             wait_until("prod-training/pretrain to be admitted",
                        lambda: has(kubeconfig, "prod-training", "pretrain", "Admitted"),
                        timeout=90)

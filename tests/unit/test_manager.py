@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from m2g.model.factory import FactorySnapshot, MaintenanceWindow, Node, Rack
 from m2g.model.inputs import WorkloadView
-from m2g.planner.types import CheckState, ClusterSnapshot, Phase, Plan, WorkloadState
+from m2g.planner.types import (
+    CheckState,
+    ClusterSnapshot,
+    Phase,
+    Plan,
+    QueueState,
+    WorkloadState,
+)
 from m2g.policy import make_runtime
-from m2g_controllers.manager import Manager
+from m2g_controllers.manager import Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
+from m2g_controllers.run import make_clock, parse
 
 NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
 
@@ -124,3 +135,52 @@ async def test_taints_and_drains_are_counted() -> None:
     assert m.metrics.shed_actions.labels("drain")._value.get() == 1
     for key in ("m2g.io/maintenance", "m2g.io/thermal"):
         assert m.metrics.taint_changes.labels(key, "add")._value.get() == 1
+
+
+# ---- the clock is injected: the hour the policies see is the test's, never the wall clock's --
+
+FAIRNESS = Path(__file__).resolve().parents[2] / "policies" / "fairness-time-of-day"
+
+
+class QueueCluster(FakeCluster):
+    """Two ClusterQueues at Kueue's default weight, one per tenant class of the policy."""
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        return ClusterSnapshot(FactorySnapshot(now=now), queues=(
+            QueueState("prod-training", weight=1.0), QueueState("research-llm", weight=1.0)))
+
+
+@pytest.mark.parametrize(("now", "want"), [
+    # 2026-12-01 is a Tuesday: business hours give production weight 3, research 0.5
+    (datetime(2026, 12, 1, 10, 0, tzinfo=UTC), {"prod-training": 3.0, "research-llm": 0.5}),
+    # the same day at 23:00: research weight 4, production stays at 1 (no update)
+    (datetime(2026, 12, 1, 23, 0, tzinfo=UTC), {"research-llm": 4.0}),
+    # Sunday 03:00 (the CLI goldens' --clock-start): research's night wins, production 1
+    (datetime(2026, 11, 29, 3, 0, tzinfo=UTC), {"research-llm": 4.0}),
+], ids=["tuesday-10h", "tuesday-23h", "sunday-03h"])
+async def test_fairness_weights_follow_the_injected_clock(now: datetime,
+                                                          want: dict[str, float]) -> None:
+    m = Manager(QueueCluster(), PolicyStore(make_runtime("cel-expr-python")), Metrics(),
+                clock=lambda: now, policy_dir=FAIRNESS)
+    plan = await m.reconcile()
+    assert plan is not None and {w.cluster_queue: w.weight for w in plan.weights} == want
+
+
+def test_clock_from_starts_at_its_start_and_advances_with_monotonic_time() -> None:
+    ticks = iter([100.0, 100.0, 130.5])
+    clock = clock_from(datetime(2026, 12, 1, 10, 0, tzinfo=UTC), lambda: next(ticks))
+    assert clock() == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    assert clock() == datetime(2026, 12, 1, 10, 0, 30, 500000, tzinfo=UTC)
+    with pytest.raises(ValueError, match="no time zone"):
+        clock_from(datetime(2026, 12, 1, 10, 0))
+
+
+def test_run_clock_start_option() -> None:
+    args = parse(["--clock-start", "2026-11-29T03:00:00Z"])
+    before = make_clock(args)()
+    assert before - datetime(2026, 11, 29, 3, 0, tzinfo=UTC) < timedelta(seconds=5)
+    assert make_clock(parse(["--clock-start", "2026-11-29T04:00:00+01:00"]))().hour == 3
+    assert make_clock(parse([])) is utcnow
+    for bad in ("2026-11-29T03:00:00", "tomorrow"):
+        with pytest.raises(SystemExit):
+            parse(["--clock-start", bad])
