@@ -38,8 +38,9 @@ from typing import Any
 from m2g.k8s import client as k
 from m2g.k8s.convert import allocated_gpus
 from m2g.model import labels as L
+from m2g.model.cluster import ClusterSnapshot
+from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
-from m2g.planner.types import ClusterSnapshot, Plan
 from m2g.policy import make_runtime
 from m2g.signals.readings import RackReadings, Readings, SignalReading
 from m2g_controllers.health import HealthServer

@@ -18,7 +18,7 @@ from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.cache import object_key
 from m2g.k8s.convert import ClusterObjects, build_snapshot
-from m2g.planner.types import ClusterSnapshot
+from m2g.model.cluster import ClusterSnapshot
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import make_http_client
 from m2g.signals.prometheus import PrometheusClient

@@ -13,11 +13,11 @@ from typing import Any
 
 import yaml
 
+from m2g.model.cluster import ClusterSnapshot, Phase, QueueState, WorkloadState
 from m2g.model.factory import FactorySnapshot, Node, Reading, site_view
 from m2g.model.labels import GPU_RESOURCE
 from m2g.planner.admission import check_state, message
 from m2g.planner.explain import Explanation
-from m2g.planner.types import ClusterSnapshot, Phase, QueueState, WorkloadState
 from m2g.policy import Decision
 from m2g.policy.results import AdmissionResult
 

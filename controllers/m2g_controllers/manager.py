@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from m2g.model.cluster import ClusterSnapshot
+from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
-from m2g.planner.types import ClusterSnapshot, Plan
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
 

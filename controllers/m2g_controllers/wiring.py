@@ -23,8 +23,9 @@ from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
 from m2g.k8s.kai import KaiApplier, KaiSync
+from m2g.model.cluster import CHECK_CONTROLLER, CheckState, ClusterSnapshot
 from m2g.model.factory import Reading
-from m2g.planner.types import CHECK_CONTROLLER, CheckState, CheckUpdate, ClusterSnapshot, Plan
+from m2g.model.plan import CheckUpdate, Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals

@@ -26,7 +26,8 @@ from m2g.k8s.apply import Applier
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import ClusterObjects, build_snapshot
 from m2g.k8s.leader import LeaderElector
-from m2g.planner.types import CheckState, CheckUpdate, Phase, Plan, QuotaUpdate, ShedAction
+from m2g.model.cluster import CheckState, Phase
+from m2g.model.plan import CheckUpdate, Plan, QuotaUpdate, ShedAction
 
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:Kubernetes version")]
 

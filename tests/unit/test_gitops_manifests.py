@@ -21,8 +21,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from m2g.config import parse_site_config
+from m2g.model.cluster import CHECK_CONTROLLER
 from m2g.planner.config import PlannerConfig
-from m2g.planner.types import CHECK_CONTROLLER
 from m2g_controllers.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from m2g.k8s import convert as cv
+from m2g.model.cluster import CheckState, Phase
 from m2g.model.factory import GridPayload, HealthReason
 from m2g.model.inputs import WorkloadKind
-from m2g.planner.types import CheckState, Phase
 from m2g.signals.readings import (
     DomainReadings,
     Freshness,

@@ -19,7 +19,8 @@ from m2g.k8s.kai_convert import (
     kai_state,
     limit_base,
 )
-from m2g.planner.types import KaiQueueState, KaiQueueUpdate, KaiTopologyUpdate, Plan
+from m2g.model.cluster import KaiQueueState
+from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate, Plan
 from tests.unit.k8s_fakes import FakeKube, FakeWatchApi
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)

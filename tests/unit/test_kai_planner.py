@@ -7,16 +7,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from m2g.model import labels as L
+from m2g.model.cluster import ClusterSnapshot, KaiQueueState, KaiState, KaiTopologyState
 from m2g.model.factory import FactorySnapshot, GridEvent, PowerDomain
 from m2g.planner.config import PlannerConfig
 from m2g.planner.kai import kai_updates, queue_updates, site_fraction, topology_updates
 from m2g.planner.plan import make_plan
-from m2g.planner.types import (
-    ClusterSnapshot,
-    KaiQueueState,
-    KaiState,
-    KaiTopologyState,
-)
 from tests.unit.policy_helpers import evaluator, policy
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)

@@ -9,16 +9,10 @@ from typing import Any
 
 import pytest
 
+from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, QueueState, WorkloadState
 from m2g.model.factory import FactorySnapshot, MaintenanceWindow, Node, Rack
 from m2g.model.inputs import WorkloadView
-from m2g.planner.types import (
-    CheckState,
-    ClusterSnapshot,
-    Phase,
-    Plan,
-    QueueState,
-    WorkloadState,
-)
+from m2g.model.plan import Plan
 from m2g.policy import make_runtime
 from m2g_controllers.manager import Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
-from m2g.model.inputs import WorkloadView
-from m2g.planner.config import PlannerConfig
-from m2g.planner.plan import make_plan
-from m2g.planner.types import (
+from m2g.model.cluster import (
     CheckState,
     ClusterSnapshot,
     FlavorQuota,
@@ -21,6 +17,10 @@ from m2g.planner.types import (
     QueueState,
     WorkloadState,
 )
+from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
+from m2g.model.inputs import WorkloadView
+from m2g.planner.config import PlannerConfig
+from m2g.planner.plan import make_plan
 from m2g.policy import Evaluator
 from tests.unit.policy_helpers import evaluator, policy
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from m2g.model.cluster import ClusterSnapshot, GridEventState, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot, GridEvent, Node, Rack, Reading
 from m2g.model.inputs import WorkloadView
 from m2g.planner.config import PlannerConfig
 from m2g.planner.gridstatus import event_statuses, observe_baseline
 from m2g.planner.plan import make_plan
-from m2g.planner.types import ClusterSnapshot, GridEventState, Phase, WorkloadState
 from m2g.policy import Evaluator
 from tests.unit.policy_helpers import evaluator, policy
 

@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from m2g.k8s import convert as cv
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import MISSING, FactorySnapshot, MaintenanceWindow, Node, Rack, Reading
 from m2g.model.inputs import Checkpoint, WorkloadView
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.nodes import drain_actions, taint_updates, taint_value
 from m2g.planner.shedding import shed_actions
-from m2g.planner.types import ClusterSnapshot, Phase, WorkloadState
 from tests.unit.policy_helpers import evaluator, policy
 
 NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from m2g.k8s.convert import workload
+from m2g.model.cluster import Phase
 from m2g.model.inputs import WorkloadKind
-from m2g.planner.types import Phase
 from m2g.templates import WorkloadApi, render
 from m2g.templates.workload import kueue_workload
 from tests.unit.templates_helpers import shipped

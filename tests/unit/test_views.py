@@ -8,6 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from m2g.model.cluster import (
+    CheckState,
+    ClusterSnapshot,
+    FlavorQuota,
+    FlavorState,
+    Phase,
+    QueueState,
+    WorkloadState,
+)
 from m2g.model.factory import (
     FactorySnapshot,
     GridEvent,
@@ -19,15 +28,6 @@ from m2g.model.factory import (
 )
 from m2g.model.inputs import WorkloadKind, WorkloadView
 from m2g.planner.explain import explain
-from m2g.planner.types import (
-    CheckState,
-    ClusterSnapshot,
-    FlavorQuota,
-    FlavorState,
-    Phase,
-    QueueState,
-    WorkloadState,
-)
 from m2g_cli.views import (
     Output,
     explanation_data,

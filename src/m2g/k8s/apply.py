@@ -68,8 +68,8 @@ from m2g.k8s.convert import (
     quota_base,
     set_quota_annotation,
 )
-from m2g.planner.types import (
-    CHECK_CONTROLLER,
+from m2g.model.cluster import CHECK_CONTROLLER
+from m2g.model.plan import (
     CheckUpdate,
     NodeTaintUpdate,
     Plan,

@@ -55,6 +55,17 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from m2g.model import labels as L
+from m2g.model.cluster import (
+    CHECK_CONTROLLER,
+    CheckState,
+    ClusterSnapshot,
+    FlavorQuota,
+    FlavorState,
+    GridEventState,
+    Phase,
+    QueueState,
+    WorkloadState,
+)
 from m2g.model.factory import (
     MISSING,
     FactorySnapshot,
@@ -68,17 +79,6 @@ from m2g.model.factory import (
     Reading,
 )
 from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
-from m2g.planner.types import (
-    CHECK_CONTROLLER,
-    CheckState,
-    ClusterSnapshot,
-    FlavorQuota,
-    FlavorState,
-    GridEventState,
-    Phase,
-    QueueState,
-    WorkloadState,
-)
 from m2g.signals.readings import Readings, SignalReading
 
 Obj = Mapping[str, Any]

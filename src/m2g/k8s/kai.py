@@ -58,7 +58,8 @@ from m2g.k8s.kai_convert import (
     limit_base,
     node_label_keys,
 )
-from m2g.planner.types import KaiQueueUpdate, KaiState, KaiTopologyUpdate, Plan
+from m2g.model.cluster import KaiState
+from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate, Plan
 
 log = logging.getLogger(__name__)
 

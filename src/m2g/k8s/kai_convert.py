@@ -16,7 +16,7 @@ from typing import Any
 
 from m2g.k8s.convert import is_gpu_node, parse_time, quantity, recorded_base
 from m2g.model import labels as L
-from m2g.planner.types import KaiQueueState, KaiState, KaiTopologyState
+from m2g.model.cluster import KaiQueueState, KaiState, KaiTopologyState
 
 Obj = Mapping[str, Any]
 

@@ -17,9 +17,10 @@ still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again.
 
 from __future__ import annotations
 
+from m2g.model.cluster import CheckState, Phase, WorkloadState
+from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.types import CheckState, CheckUpdate, Phase, WorkloadState
 from m2g.policy import Decision, Evaluator
 from m2g.policy.results import AdmissionResult, Reason
 

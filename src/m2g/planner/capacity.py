@@ -12,10 +12,11 @@ never evicts in Kueue; draining is the stopPolicy's (HoldAndDrain) or the sheddi
 
 from __future__ import annotations
 
+from m2g.model.cluster import QueueState
 from m2g.model.labels import GPU_RESOURCE
+from m2g.model.plan import QuotaUpdate, StopUpdate
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.types import QueueState, QuotaUpdate, StopUpdate
 from m2g.policy import Evaluator
 from m2g.policy.spec import StopPolicy
 

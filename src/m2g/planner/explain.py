@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from m2g.model.cluster import ClusterSnapshot, WorkloadState
 from m2g.model.inputs import WorkloadView
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.types import ClusterSnapshot, WorkloadState
 from m2g.policy import Evaluator
 from m2g.policy.results import AdmissionResult
 

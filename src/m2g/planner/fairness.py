@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
+from m2g.model.plan import WeightUpdate
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.types import WeightUpdate
 from m2g.policy import Evaluator
 
 

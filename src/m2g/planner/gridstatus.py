@@ -30,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from m2g.model.cluster import ClusterSnapshot, GridEventState
+from m2g.model.plan import GridEventStatusUpdate
 from m2g.planner.config import PlannerConfig
-from m2g.planner.types import ClusterSnapshot, GridEventState, GridEventStatusUpdate
 
 PENDING, ACTIVE, COMPLETED = "Pending", "Active", "Completed"
 _ACTIVE_REASON = {PENDING: "Pending", ACTIVE: "InProgress", COMPLETED: "Completed"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from m2g.model.cluster import ClusterSnapshot, FlavorState, QueueState, WorkloadState
 from m2g.model.factory import domain_views, grid_view, site_view
 from m2g.model.inputs import (
     DomainView,
@@ -19,7 +20,6 @@ from m2g.model.inputs import (
     WorkloadView,
 )
 from m2g.model.labels import GPU_RESOURCE
-from m2g.planner.types import ClusterSnapshot, FlavorState, QueueState, WorkloadState
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from m2g.model.cluster import ClusterSnapshot, KaiQueueState, KaiState
 from m2g.model.factory import FactorySnapshot
+from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate
 from m2g.planner.config import PlannerConfig
-from m2g.planner.types import (
-    ClusterSnapshot,
-    KaiQueueState,
-    KaiQueueUpdate,
-    KaiState,
-    KaiTopologyUpdate,
-)
 
 UNLIMITED = -1.0
 

@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
+from m2g.model.cluster import Phase, WorkloadState
 from m2g.model.factory import MaintenanceWindow, Node, Rack, rack_alarm
 from m2g.model.labels import M2G_TAINT_PREFIX, TAINT_MAINTENANCE, TAINT_THERMAL
+from m2g.model.plan import NodeTaintUpdate, ShedAction, TaintEffect
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.shedding import last_action, workload_kw
-from m2g.planner.types import NodeTaintUpdate, Phase, ShedAction, TaintEffect, WorkloadState
 
 MAX_TAINT_VALUE = 63  # a taint value is a label value
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from m2g.model.cluster import ClusterSnapshot
+from m2g.model.plan import Plan
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
@@ -14,7 +16,6 @@ from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
 from m2g.planner.shedding import shed_actions
-from m2g.planner.types import ClusterSnapshot, Plan
 from m2g.policy import Evaluator
 
 

@@ -23,9 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from m2g.model.cluster import Phase, WorkloadState
+from m2g.model.plan import ShedAction
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.types import Phase, ShedAction, WorkloadState
 from m2g.policy import Evaluator
 
 

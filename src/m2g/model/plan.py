@@ -1,0 +1,144 @@
+"""What a reconcile wants changed: a ``Plan`` of updates, which the adapters (m2g.k8s) apply.
+
+The pure planner (m2g.planner.make_plan) returns it from a ``ClusterSnapshot``
+(m2g.model.cluster). Every field is plain data; applying the same plan twice changes nothing
+more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from m2g.model.cluster import CheckState
+
+
+@dataclass(frozen=True)
+class CheckUpdate:
+    """Set m2g's AdmissionCheck entry on a Workload (server-side apply on status)."""
+
+    namespace: str
+    name: str
+    check: str
+    state: CheckState
+    message: str
+    requeue_after_seconds: int | None = None
+    pod_set_updates: tuple[dict[str, Any], ...] = ()
+    policy: str = ""  # the policy whose rule decided ("" when nothing fired)
+
+
+@dataclass(frozen=True)
+class QuotaUpdate:
+    """Set a ClusterQueue flavor's nominalQuota for a resource."""
+
+    cluster_queue: str
+    flavor: str
+    resource: str
+    nominal: int
+    base: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StopUpdate:
+    """Set a ClusterQueue's stopPolicy (None | Hold | HoldAndDrain)."""
+
+    cluster_queue: str
+    stop_policy: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ShedAction:
+    """Deactivate (shed) or reactivate (restore) a Workload (``spec.active``). ``drain``:
+    set when the workload is evicted off nodes (a maintenance drain, e.g.
+    ``maintenance/<window>``) rather than shed for power."""
+
+    namespace: str
+    name: str
+    active: bool
+    kw: float
+    reason: str
+    drain: str = ""
+
+
+class TaintEffect(StrEnum):
+    """The taint effects m2g uses: NoSchedule keeps new pods (and Kueue TAS) off a node and
+    leaves running pods alone; m2g drains those itself, through Kueue."""
+
+    NO_SCHEDULE = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class NodeTaintUpdate:
+    """Add (or change the value of) or remove one of m2g's own taints on a Node."""
+
+    node: str
+    key: str
+    value: str
+    effect: TaintEffect
+    add: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class WeightUpdate:
+    """Set a ClusterQueue's fairSharing.weight."""
+
+    cluster_queue: str
+    weight: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class KaiTopologyUpdate:
+    """Create a KAI Topology, or replace one m2g made (its nodeLabels are immutable in KAI)."""
+
+    name: str
+    levels: tuple[str, ...]
+    replace: bool  # delete the current object first
+    reason: str
+
+
+@dataclass(frozen=True)
+class KaiQueueUpdate:
+    """Set a KAI Queue's ``spec.resources.gpu.limit`` (-1 = unlimited)."""
+
+    queue: str
+    limit: float
+    base: float  # the platform team's limit; setting it back hands the field back to them
+    reason: str
+
+
+@dataclass(frozen=True)
+class GridEventStatusUpdate:
+    """Server-side apply these ``status`` fields of a GridEvent (m2g owns them)."""
+
+    name: str
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The changes one reconcile wants; applying the same plan twice changes nothing more."""
+
+    checks: tuple[CheckUpdate, ...] = ()
+    quotas: tuple[QuotaUpdate, ...] = ()
+    stops: tuple[StopUpdate, ...] = ()
+    sheds: tuple[ShedAction, ...] = ()
+    weights: tuple[WeightUpdate, ...] = ()
+    notes: tuple[str, ...] = ()
+    kai_topologies: tuple[KaiTopologyUpdate, ...] = ()
+    kai_queues: tuple[KaiQueueUpdate, ...] = ()
+    taints: tuple[NodeTaintUpdate, ...] = ()
+    event_statuses: tuple[GridEventStatusUpdate, ...] = ()
+    #: Reconcile again by then even if nothing changes (a grid event starts or ends).
+    wake_at: datetime | None = None
+
+    def empty(self) -> bool:
+        return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
+                    or self.kai_topologies or self.kai_queues or self.taints
+                    or self.event_statuses)
