@@ -1,7 +1,7 @@
 """Local Prometheus for tests, the local control plane and the demo (Debian's ``prometheus``).
 
 ``server`` starts/stops a ``prometheus`` process on 127.0.0.1 from ``prometheus.yml.tmpl``;
-``h200`` turns the recorded H200 telemetry (../shared/data/h200-telemetry) into OpenMetrics
+``h200`` turns the recorded H200 telemetry (data/h200-telemetry) into OpenMetrics
 with DCGM exporter names and backfills it into a TSDB with ``promtool``. See docs/signals.md.
 """
 

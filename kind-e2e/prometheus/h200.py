@@ -30,10 +30,8 @@ HOSTNAME = "h200-lab-0"
 
 
 def data_dir() -> Path:
-    """../shared/data/h200-telemetry next to the repo (or $M2G_SHARED_DATA/h200-telemetry)."""
-    base = os.environ.get("M2G_SHARED_DATA")
-    return Path(base) / "h200-telemetry" if base else REPO.parent / "shared" / "data" / \
-        "h200-telemetry"
+    """The repository's data/h200-telemetry (or $M2G_DATA/h200-telemetry)."""
+    return Path(os.environ.get("M2G_DATA") or REPO / "data") / "h200-telemetry"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def _need(what: str, reason: str) -> None:
 def h200_data() -> tuple[list[Row], list[Phase]]:
     folder = data_dir()
     if not (folder / "telemetry.csv").exists():
-        _need("H200 telemetry", f"{folder} not found (set M2G_SHARED_DATA)")
+        _need("H200 telemetry", f"{folder} not found: the repository's data/ is incomplete")
     return read_rows(folder / "telemetry.csv"), read_phases(folder / "load-phases.json")
 
 

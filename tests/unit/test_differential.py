@@ -13,7 +13,7 @@ from m2g.model.factory import domain_views, grid_view, site_view
 from m2g.model.inputs import PolicyInput, QueueView
 from m2g.policy import Evaluator, Stage, load_dir
 from m2g.policy.batch import split_by_gates, workload_data
-from m2g.testing.scenarios import OPENB, SCENARIOS, factory, workloads
+from m2g.testing.scenarios import SCENARIOS, factory, workloads
 from tests.unit.policy_helpers import evaluator, policy
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -22,7 +22,6 @@ POLICIES = Path(__file__).resolve().parents[2] / "policies"
 #: and three blocks. Small enough for the pure-Python engine to be quick.
 RACKS = ("rack-02", "rack-03", "rack-08", "rack-09")
 
-pytestmark = pytest.mark.skipif(not OPENB.exists(), reason=f"trace not found at {OPENB}")
 
 
 def _small(scenario: str) -> dict[str, object]:

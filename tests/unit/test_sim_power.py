@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -12,18 +11,15 @@ import pytest
 from m2g.model.inputs import WorkloadKind
 from m2g.sim.data import PACKAGED, curves_to_json, derive_curves
 from m2g.sim.power import GB300_TDP_W, PowerModel
+from m2g.testing.scenarios import DATA
 
-SHARED = Path(os.environ.get("M2G_SHARED_DATA",
-                             Path(__file__).resolve().parents[3] / "shared" / "data"))
-DVFS = SHARED / "emerald-dr-2025" / "dvfs_sweep.csv"
+DVFS = DATA / "emerald-dr-2025" / "dvfs_sweep.csv"
 PREFIX = {"pt_": WorkloadKind.TRAINING, "ft_": WorkloadKind.FINE_TUNING,
           "infer_": WorkloadKind.INFERENCE}
 
 
 def sweep() -> dict[WorkloadKind, dict[float, list[float]]]:
     """kind → cap W → per-GPU W of each job, straight from the CSV (independent of m2g.sim)."""
-    if not DVFS.exists():
-        pytest.skip(f"{DVFS} not present")
     out: dict[WorkloadKind, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     with DVFS.open() as fh:
         for row in csv.DictReader(fh):
@@ -45,8 +41,6 @@ def test_reproduces_the_dvfs_sweep_family_means_at_its_own_tdp() -> None:
 
 
 def test_packaged_curves_match_the_csv() -> None:
-    if not DVFS.exists():
-        pytest.skip(f"{DVFS} not present")
     shipped = (Path(__file__).resolve().parents[2] / "src" / "m2g" / "sim" / PACKAGED).read_text()
     assert shipped == curves_to_json(*derive_curves(DVFS.read_text()))
 

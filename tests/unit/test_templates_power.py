@@ -9,14 +9,12 @@ import re
 import pytest
 
 from m2g.templates import WorkloadTemplate
-from m2g.testing.scenarios import SHARED
+from m2g.testing.scenarios import DATA
 from tests.unit.templates_helpers import shipped
 
-SWEEP = SHARED / "data" / "emerald-dr-2025" / "dvfs_sweep.csv"
+SWEEP = DATA / "emerald-dr-2025" / "dvfs_sweep.csv"
 GB300_GPU_KW = 1.4  # GPU power limit used to scale the sweep (docs/templates.md#power)
 UNCAPPED_W = 400  # the sweep's highest cap (A100 limit)
-
-pytestmark = pytest.mark.skipif(not SWEEP.exists(), reason=f"{SWEEP} is not on this machine")
 
 
 def rows_for(template: WorkloadTemplate) -> list[dict[str, str]]:

@@ -78,7 +78,7 @@ def load_curves(csv_path: Path | None = None) -> tuple[float, Curves]:
     return curves_from_json(resources.files("m2g.sim").joinpath(PACKAGED).read_text())
 
 
-if __name__ == "__main__":  # regenerate: python -m m2g.sim.data ../shared/.../dvfs_sweep.csv
+if __name__ == "__main__":  # regenerate: python -m m2g.sim.data data/emerald-dr-2025/dvfs_sweep.csv
     import sys
 
     print(curves_to_json(*derive_curves(Path(sys.argv[1]).read_text())), end="")

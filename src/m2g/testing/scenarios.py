@@ -1,6 +1,6 @@
 """Synthetic factories and trace-driven workloads, for tests, benchmarks and the demo.
 
-Workloads come from the Alibaba openb trace (shared/data/openb; Weng et al., "Beware of
+Workloads come from the Alibaba openb trace (data/openb; Weng et al., "Beware of
 Fragmentation", USENIX ATC '23): each pod row gives a GPU count, a QoS class and a runtime. The
 trace has no multi-node jobs, so each row is scaled into a gang by a deterministic factor (1, 1,
 1, 2, 4, 9, 18 or 36 pods of its size, chosen by a hash of the pod name) to reach NVL72-sized
@@ -32,9 +32,9 @@ from m2g.model.factory import (
 )
 from m2g.model.inputs import PolicyInput, QueueView, WorkloadKind, WorkloadView
 
-#: The shared data folder: $M2G_SHARED, else ../shared beside the repository.
-SHARED = Path(os.environ.get("M2G_SHARED") or Path(__file__).resolve().parents[3].parent / "shared")
-OPENB = SHARED / "data" / "openb" / "openb_pod_list_default.csv"
+#: The repository's data folder (data/, with each source's terms), or $M2G_DATA.
+DATA = Path(os.environ.get("M2G_DATA") or Path(__file__).resolve().parents[3] / "data")
+OPENB = DATA / "openb" / "openb_pod_list_default.csv"
 SCENARIOS = ("normal", "grid-event", "hot-rack", "maintenance")
 GANGS = (1, 1, 1, 2, 4, 9, 18, 36)
 KINDS = (WorkloadKind.TRAINING, WorkloadKind.FINE_TUNING, WorkloadKind.INFERENCE,
