@@ -26,6 +26,10 @@ echo "== Kueue $KUEUE_VERSION"
 kubectl apply --server-side -f \
   "https://github.com/kubernetes-sigs/kueue/releases/download/$KUEUE_VERSION/manifests.yaml"
 kubectl -n kueue-system rollout status deploy/kueue-controller-manager --timeout=300s
+echo "== Kueue's Configuration with fair sharing (kueue-config/kueue-manager)"
+kubectl apply --server-side --force-conflicts -k "$repo/kueue-config/kueue-manager"
+kubectl -n kueue-system rollout restart deploy/kueue-controller-manager
+kubectl -n kueue-system rollout status deploy/kueue-controller-manager --timeout=300s
 
 echo "== KWOK $KWOK_VERSION (controller in the cluster, m2g's stages)"
 kubectl apply -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION/kwok.yaml"

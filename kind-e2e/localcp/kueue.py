@@ -13,7 +13,7 @@ import yaml
 from localcp import UserError
 from localcp.gomod import ensure_module
 from localcp.kube import Kube, Obj
-from localcp.paths import read_versions
+from localcp.paths import KIND_E2E, read_versions
 from localcp.pki import VISIBILITY_SERVICE, write_atomic
 
 NAMESPACE = "kueue-system"
@@ -21,6 +21,8 @@ WEBHOOK_PREFIX = "m2g-kueue-"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")  # hard-coded in cmd/kueue/main.go
 VISIBILITY_CERTS = Path("/visibility")  # hard-coded in pkg/visibility/server.go
 VISIBILITY_APISERVICE = "v1beta2.visibility.kueue.x-k8s.io"
+SHIPPED_CONFIG = KIND_E2E.parent / "kueue-config" / "kueue-manager" / \
+    "controller_manager_config.yaml"
 
 
 def kueue_dir() -> Path:
@@ -51,10 +53,19 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": ["batch/job"]},
+        # the shipped Configuration's fair sharing, so ClusterQueue weights act here as on a site
+        "fairSharing": shipped_config()["fairSharing"],
     }
     path = run_root / "kueue.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return str(path)
+
+
+def shipped_config() -> Obj:
+    """kueue-config/kueue-manager/controller_manager_config.yaml: Kueue's Configuration for a
+    site m2g governs (fair sharing on)."""
+    data: Obj = yaml.safe_load(SHIPPED_CONFIG.read_text())
+    return data
 
 
 def install_certs(pki: Path, cert_dir: Path) -> None:

@@ -7,7 +7,7 @@ site budget, a GridEvent and a MaintenanceWindow with fixed dates, and Jobs:
 
 * ``prod-training/pretrain`` (tier 0, 8 GPUs), admitted by a real ``m2g run`` (which also makes
   the AdmissionCheck Active) whose clock starts on a Sunday at 03:00 UTC (``--clock-start``:
-  fairness-time-of-day gives production weight 1 then, the goldens' value, at any wall-clock
+  fairness-time-of-day gives production weight 1 and research 4 (night) then, at any wall-clock
   hour; tests/unit/test_manager.py covers the business hours); the controller is stopped
   before anything else is created, so
 * ``research/ft-flex`` (tier 2, 16 GPUs) and ``inference/chat`` (tier 1, 4 GPUs) have quota
