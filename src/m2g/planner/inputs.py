@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from m2g.model.cluster import ClusterSnapshot, FlavorState, QueueState, WorkloadState
 from m2g.model.factory import domain_views, grid_view, site_view
 from m2g.model.inputs import (
+    DomainKind,
     DomainView,
     FlavorView,
     GridView,
@@ -57,6 +58,8 @@ class InputBuilder:
         self._queues = {q.name: q for q in snap.queues}
         self._qviews: dict[str, QueueView] = {}
         self._base: PolicyInput | None = None
+        self._racks_under: dict[str, list[str]] | None = None
+        self._covered: dict[str, dict[str, DomainView]] = {}
 
     def queue(self, name: str) -> QueueView:
         if name not in self._qviews:
@@ -76,8 +79,34 @@ class InputBuilder:
         fv = FlavorView(name=flavor.name, domain=domain_name, nominal_gpus=nominal,
                         total_gpus=domain.total_gpus, healthy_gpus=domain.healthy_gpus,
                         free_gpus=domain.free_gpus)
-        return PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.v.domains,
+        return PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.covered(domain_name),
                            flavor=fv, domain=domain, now=self.snap.now)
+
+    def covered(self, name: str) -> dict[str, DomainView]:
+        """The ``domains`` of a Capacity input for domain ``name``: that domain, the domains above
+        it, the racks it covers (those in it as power domain, block or rack) with their cliques
+        and the domains above them; every domain for the site. A flavor's capacity depends on
+        its own part of the factory, and at 1,400 racks each of ~90 flavors converting all
+        ~3,100 domains into CEL values was most of a reconcile (docs/benchmarks.md, "Scale")."""
+        doms = self.v.domains
+        if name == self.snap.factory.site or name not in doms:
+            return doms
+        if self._racks_under is None:
+            self._racks_under = {}
+            for r in self.snap.factory.racks:
+                for key in {r.power_domain, r.block, r.name} - {""}:
+                    self._racks_under.setdefault(key, []).append(r.name)
+        if name not in self._covered:
+            keep: set[str] = set()
+            for start in (name, *self._racks_under.get(name, ())):
+                n = start
+                while n in doms and n not in keep:
+                    keep.add(n)
+                    n = doms[n].parent
+            keep |= {d.name for d in doms.values() if d.parent in keep
+                     and d.kind is DomainKind.CLIQUE}
+            self._covered[name] = {k: v for k, v in doms.items() if k in keep}
+        return self._covered[name]
 
     def for_queue(self, q: QueueState) -> PolicyInput:
         return PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.v.domains,
