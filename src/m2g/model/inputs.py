@@ -270,6 +270,53 @@ def topology_of(domains: dict[str, DomainView]) -> TopologyView:
     return TopologyView(**{k: tuple(v) for k, v in lists.items()})
 
 
+#: The largest job the per-GPU-count facts cover: one GB300 NVL72 clique.
+FACTS_MAX_GPUS = 72
+
+
+class FactsView(CelModel):
+    """Per-snapshot facts and indices derived from ``domains`` (an extension; never given in an
+    input), so that a policy reads in O(1) what it would otherwise scan every rack for, once
+    per workload. "Usable" GPUs of a domain are its free GPUs less the unhealthy ones
+    (``freeGpus - (totalGpus - healthyGpus)`` when ``totalGpus`` is known, else ``freeGpus``),
+    as health-admission and thermal-admission count them.
+
+    * ``coolestFit[n]`` (n = 0 … 72): the name of the rack with the most thermal headroom
+      (``thermal.headroomC``; ties: the first by name) among those not in thermal alarm, with
+      no maintenance window now or scheduled, and with at least ``n`` usable GPUs; ``''`` when
+      there is none. ``domains[name]`` is the rack.
+    * ``maintenanceAhead``: the racks with a maintenance window scheduled (not active,
+      ``maintenance.startsInSeconds > 0``), by name — the few that ``coolestFit`` leaves out
+      and that a short job may still use.
+    """
+
+    coolest_fit: tuple[str, ...] = ()
+    maintenance_ahead: tuple[DomainView, ...] = ()
+
+
+def usable_gpus(d: DomainView) -> int:
+    """Free GPUs less the unhealthy ones (see FactsView)."""
+    return d.free_gpus - (d.total_gpus - d.healthy_gpus) if d.total_gpus > 0 else d.free_gpus
+
+
+def facts_of(racks: tuple[DomainView, ...]) -> FactsView:
+    """The FactsView of a snapshot's racks (name-sorted, as in TopologyView)."""
+    free = [r for r in racks if not r.thermal.alarm and not r.maintenance.active
+            and r.maintenance.starts_in_seconds <= 0]
+    free.sort(key=lambda r: -r.thermal.headroom_c)  # stable: ties stay in name order
+    best, names, i = [(usable_gpus(r), r.name) for r in free], [], 0
+    for n in range(FACTS_MAX_GPUS + 1):
+        while i < len(best) and best[i][0] < n:
+            i += 1
+        if i < len(best):
+            names.append(best[i][1])
+        else:
+            names.append("")
+    ahead = tuple(r for r in racks if not r.maintenance.active
+                  and r.maintenance.starts_in_seconds > 0)
+    return FactsView(coolest_fit=tuple(names), maintenance_ahead=ahead)
+
+
 class PolicyInput(CelModel):
     """Everything one evaluation reads. ``flavor`` and ``domain`` are set in the Capacity stage."""
 
@@ -281,17 +328,21 @@ class PolicyInput(CelModel):
     flavor: FlavorView = FlavorView()
     domain: DomainView = DomainView()
     topology: TopologyView = TopologyView()
+    facts: FactsView = FactsView()
     now: datetime = EPOCH
 
     @model_validator(mode="after")
     def _names(self) -> PolicyInput:
-        if "topology" in self.model_fields_set:
-            raise ValueError("topology is derived from domains; do not set it")
+        for derived in ("topology", "facts"):
+            if derived in self.model_fields_set:
+                raise ValueError(f"{derived} is derived from domains; do not set it")
         named = {
             k: (v if v.name else v.model_copy(update={"name": k})) for k, v in self.domains.items()
         }
         object.__setattr__(self, "domains", named)
-        object.__setattr__(self, "topology", topology_of(named))
+        topology = topology_of(named)
+        object.__setattr__(self, "topology", topology)
+        object.__setattr__(self, "facts", facts_of(topology.racks))
         if self.now.tzinfo is None:
             object.__setattr__(self, "now", self.now.replace(tzinfo=UTC))
         return self

@@ -28,8 +28,8 @@ BATCH_ITEMS = "m2g__items"
 HOISTED = "m2g__h"
 
 #: The top-level CEL variables every expression may read.
-INPUT_VARIABLES = ("workload", "site", "grid", "domains", "topology", "queue", "flavor", "domain",
-                   "now")
+INPUT_VARIABLES = ("workload", "site", "grid", "domains", "topology", "facts", "queue", "flavor",
+                   "domain", "now")
 
 
 class CelCompileError(Exception):
