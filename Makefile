@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale up down status clean
+.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -70,6 +70,10 @@ test: test-prereqs
 bench: $(STAMP)
 	$(PY) bench/policy_bench.py
 	$(MAKE) bench-controller
+
+## bench-eval: `m2g policy eval` streaming JSON Lines, both engines in one run (docs/reliability.md)
+bench-eval: $(STAMP)
+	$(PY) bench/eval_bench.py
 
 ## bench-controller: GridEvent -> sheds visible, on the 100-rack factory with 2,000 workloads
 ## (docs/benchmarks.md). Builds the control plane if needed and runs it in its own M2G_RUN

@@ -2,28 +2,25 @@
 docs/policy-format.md.
 
 Exit codes: lint 0 clean / 1 problems; test 0 all passed / 1 failures or broken policies;
-eval 0 on any decision / 2 on bad policies or bad input; examples 0 / 2 when it cannot copy.
-Every problem is one line.
+eval 0 on any decision / 2 on bad policies or any bad input (each bad input is one line, the
+others are still evaluated); examples 0 / 2 when it cannot copy. Every problem is one line.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 
-from m2g.model.inputs import PolicyInput
 from m2g.policy import Evaluator, PolicySet, PolicySetError, Stage, build, read_dir
 from m2g.policy.errors import EngineUnavailable
 from m2g.policy.loader import Sources
 from m2g.policy.runtime import ENGINES, Runtime, make_runtime
-from m2g.policy.testing import evaluate_stage, input_error_text, run_tests
+from m2g.policy.testing import run_tests
 from m2g.shipped import POLICIES, shipped_dir
+from m2g_cli.policy_eval import InputUnusable, evaluate_stream, open_input
 
 app = typer.Typer(help="Lint, test and evaluate m2g policy files.", no_args_is_help=True)
 
@@ -95,51 +92,6 @@ def test(
         raise typer.Exit(1)
 
 
-def _read_inputs(source: str) -> list[tuple[int, Any]]:
-    """One JSON object, or JSON Lines; returns (line, value) pairs. Raises ValueError."""
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read input {source}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"input {source} is not UTF-8 text") from None
-    if not text.strip():
-        raise ValueError(f"input {source} is empty")
-    try:
-        return [(1, json.loads(text))]
-    except json.JSONDecodeError:
-        pass
-    out = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append((n, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{_name(source)}:{n}: not JSON: {exc.msg} (column {exc.colno})") \
-                from None
-    return out
-
-
-def _name(source: str) -> str:
-    return "<stdin>" if source == "-" else source
-
-
-def _validate(source: str, items: list[tuple[int, Any]]) -> list[PolicyInput]:
-    inputs, problems = [], []
-    for line, value in items:
-        if not isinstance(value, dict):
-            problems.append(f"{_name(source)}:{line}: an input must be a JSON object")
-            continue
-        try:
-            inputs.append(PolicyInput.model_validate(value))
-        except ValidationError as exc:
-            problems.append(f"{_name(source)}:{line}: bad input: {input_error_text(exc)}")
-    if problems:
-        raise ValueError("\n".join(problems))
-    return inputs
-
-
 @app.command(name="eval")
 def eval_(
     policies: Annotated[Path, typer.Option("--policies", "-p", help="Folder of policies")],
@@ -147,7 +99,7 @@ def eval_(
     engine: EngineOpt = None,
     stage: Annotated[Stage, typer.Option("--stage", help="Stage to evaluate")] = Stage.ADMISSION,
 ) -> None:
-    """Evaluate inputs: one JSON decision per input (one line each for JSON Lines)."""
+    """Evaluate inputs: one JSON line per input, in order: its decision or its error."""
     runtime = _runtime(engine, 2)
     try:
         pset = build(read_dir(policies), runtime)
@@ -156,15 +108,19 @@ def eval_(
             _err(problem.render())
         _err(f"error: the policies under {policies} do not load ({len(exc.problems)} problem(s))")
         raise typer.Exit(2) from None
+    name = "<stdin>" if input_ == "-" else input_
     try:
-        inputs = _validate(input_, _read_inputs(input_))
-    except ValueError as exc:
+        with open_input(input_) as stream:
+            total, bad = evaluate_stream(Evaluator(pset), stage, stream, name, typer.echo, _err)
+    except InputUnusable as exc:
         _err(f"error: {exc}")
         raise typer.Exit(2) from None
-    evaluator = Evaluator(pset)
-    for inp in inputs:
-        result = evaluate_stage(evaluator, stage, inp)
-        typer.echo(json.dumps(result.to_json(), separators=(",", ":")))
+    if not total:
+        _err(f"error: input {name} is empty")
+    if bad or not total:
+        if bad:
+            _err(f"error: {bad} of {total} input(s) in {name} were not evaluated")
+        raise typer.Exit(2)
 
 
 @app.command()

@@ -132,10 +132,13 @@ class Manager:
         return min(self.resync_seconds, max(0.05, left + 0.05))
 
     async def load_policies(self) -> LoadResult:
+        """Load the policy set in a worker thread: compiling a large set takes seconds (a
+        128-rule Policy 7.5 s), and the event loop must keep renewing the lease meanwhile."""
         if self.policy_dir is not None:
-            result = self.store.load_dir(self.policy_dir)
+            result = await asyncio.to_thread(self.store.load_dir, self.policy_dir)
         else:
-            result = self.store.load_objects(self.cluster.policy_objects())
+            objects = self.cluster.policy_objects()
+            result = await asyncio.to_thread(self.store.load_objects, objects)
         if not result.accepted:
             self.metrics.policy_errors.inc()
             log.warning(result.summary())

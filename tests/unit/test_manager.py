@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,46 @@ def test_run_clock_start_option() -> None:
     for bad in ("2026-11-29T03:00:00", "tomorrow"):
         with pytest.raises(SystemExit):
             parse(["--clock-start", bad])
+
+
+async def test_policies_compile_off_the_event_loop() -> None:
+    c = FakeCluster()
+    m = manager(c)
+    threads: list[int] = []
+    load = m.store.load_objects
+
+    def spy(objects: list[dict[str, Any]]) -> LoadResult:
+        threads.append(threading.get_ident())
+        return load(objects)
+
+    m.store.load_objects = spy  # type: ignore[method-assign]
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    loop_thread = threading.get_ident()
+    task = asyncio.create_task(ticker())
+    await m.load_policies()
+    task.cancel()
+    assert threads and threads[0] != loop_thread
+    assert ticks > 1  # the loop ran other work while the set compiled
+
+
+async def test_no_policies_in_the_cluster_decides_nothing() -> None:
+    c = FakeCluster()
+    c.policies = []
+    m = manager(c)
+    result = await m.load_policies()
+    assert not result.accepted and "an empty policy set would admit everything" in \
+        result.summary()
+    try:
+        await m.reconcile()
+    except RuntimeError as exc:
+        assert "policy set rejected" in str(exc)
+    else:
+        raise AssertionError("a reconcile without policies must not decide")
+    assert c.applied == []

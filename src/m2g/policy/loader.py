@@ -3,11 +3,16 @@
 Documents whose apiVersion is not in the ``m2g.io`` group (a kustomization.yaml, say) are
 skipped, so a GitOps folder can hold both. Within the group, the kind decides: ``Policy`` or
 ``PolicyTest``; anything else is a problem.
+
+A set of no policies at all is a problem too (an empty folder, a typo in the apiVersion group):
+evaluating nothing would admit everything. The problem names the documents that were skipped
+for their group although their kind is Policy or PolicyTest.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +23,7 @@ from m2g.policy.compiler import PolicySet, compile_documents, parse_policy
 from m2g.policy.errors import PolicySetError, Problem
 from m2g.policy.runtime import Runtime, make_runtime
 from m2g.policy.schema import TypeChecker, make_checker
-from m2g.policy.spec import API_GROUP_PREFIX, PolicyDoc, PolicyTestDoc
+from m2g.policy.spec import API_GROUP_PREFIX, API_VERSION, PolicyDoc, PolicyTestDoc
 from m2g.policy.yamlsrc import SourceDoc, parse_documents, read_documents
 
 _SKIP_DIRS = {".git", "__pycache__", ".venv", "node_modules"}
@@ -32,6 +37,10 @@ class Sources:
     tests: list[tuple[SourceDoc, PolicyTestDoc]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     files: int = 0
+    #: Where the documents came from (for the "no policies" problem).
+    origin: str = ""
+    #: Policy/PolicyTest documents skipped because their apiVersion is not in m2g.io.
+    skipped: list[Problem] = field(default_factory=list)
 
 
 def yaml_files(root: Path) -> list[Path]:
@@ -46,9 +55,10 @@ def yaml_files(root: Path) -> list[Path]:
 
 
 def _display(path: Path) -> str:
+    absolute = Path(os.path.abspath(path))  # not resolve(): a symlink loop must not raise here
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+        return str(absolute.relative_to(Path.cwd()))
+    except (ValueError, OSError):
         return str(path)
 
 
@@ -64,6 +74,9 @@ def classify(docs: Iterable[SourceDoc], into: Sources) -> None:
             continue
         api = str(data.get("apiVersion", ""))
         if not api.startswith(API_GROUP_PREFIX):
+            if data.get("kind") in ("Policy", "PolicyTest"):
+                into.skipped.append(Problem(doc.file, doc.line_of(("apiVersion",)), "", "",
+                                            f"apiVersion {api[:80]!r} is not {API_VERSION}"))
             continue
         kind = data.get("kind")
         if kind == "Policy":
@@ -91,11 +104,23 @@ def _add_test(doc: SourceDoc, into: Sources) -> None:
                                          f"{where}: {err['msg']}"))
 
 
+def _root_problem(root: Path) -> str | None:
+    """Why ``root`` cannot be a policy folder or file, or None."""
+    try:
+        mode = root.stat().st_mode
+    except OSError as exc:
+        return exc.strerror or "cannot be read"
+    if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+        return None
+    return "not a folder or a regular file"
+
+
 def read_dir(root: Path) -> Sources:
     """Read every document under ``root``."""
-    out = Sources()
-    if not root.exists():
-        out.problems.append(Problem(str(root), 0, "", "", "no such file or directory"))
+    out = Sources(origin=str(root))
+    why = _root_problem(root)
+    if why is not None:
+        out.problems.append(Problem(str(root), 0, "", "", why))
         return out
     for path in yaml_files(root):
         out.files += 1
@@ -107,7 +132,7 @@ def read_dir(root: Path) -> Sources:
 
 def read_texts(texts: Mapping[str, str]) -> Sources:
     """Read documents from named texts (e.g. the ``Policy`` objects of a cluster)."""
-    out = Sources()
+    out = Sources(origin="the Policy objects")
     for name, text in texts.items():
         out.files += 1
         docs, probs = parse_documents(text, name)
@@ -132,9 +157,22 @@ def build(sources: Sources, runtime: Runtime | None = None) -> PolicySet:
     problems = list(sources.problems)
     pset, probs = compile_documents(sources.policies, runtime, shared_checker())
     problems += probs
+    if not problems and not sources.policies:
+        problems.append(_none_found(sources))
     if problems or pset is None:
         raise PolicySetError(problems)
     return pset
+
+
+def _none_found(sources: Sources) -> Problem:
+    where = sources.origin or "the sources"
+    text = (f"no Policy ({API_VERSION}) in {where} ({sources.files} file(s)): an empty policy "
+            "set would admit everything")
+    if sources.skipped:
+        first = sources.skipped[0]
+        text += (f"; {len(sources.skipped)} document(s) skipped for their group, first "
+                 f"{first.file}:{first.line}: {first.message}")
+    return Problem(where, 0, "", "", text)
 
 
 def load_dir(root: Path | str, engine: str | None = None) -> PolicySet:

@@ -201,14 +201,17 @@ class CelPyRuntime:
 
     name = CEL_PYTHON
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = None) -> None:
+        """``budget``: comprehension steps per evaluation (default: celpy_budget's)."""
         try:
             import celpy
         except ImportError as exc:
             raise EngineUnavailable(f"{CEL_PYTHON} is not importable ({exc}); it is an "
                                     "extra: pip install 'm2g[cel-python]'") from None
+        from m2g.policy.celpy_budget import ITERATION_BUDGET, budget_runner
+
         self._celpy = celpy
-        self._env = celpy.Environment()
+        self._env = celpy.Environment(runner_class=budget_runner(budget or ITERATION_BUDGET))
 
     def compile(self, source: str, bare: str | None = None) -> Program:
         try:
