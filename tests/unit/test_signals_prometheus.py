@@ -20,9 +20,14 @@ def vector(*items: tuple[dict[str, str], float, float]) -> dict[str, Any]:
         {"metric": m, "value": [t, str(v)]} for m, v, t in items]}}
 
 
+async def no_sleep(seconds: float) -> None:
+    """Retries back off without waiting in unit tests."""
+
+
 def make(handler: Handler) -> PrometheusClient:
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return PrometheusClient("http://prom:9090", http, timeout_seconds=1.0, clock=lambda: 1000.0)
+    return PrometheusClient("http://prom:9090", http, timeout_seconds=1.0, clock=lambda: 1000.0,
+                            sleep=no_sleep)
 
 
 async def test_vector_is_parsed_and_time_is_sent() -> None:

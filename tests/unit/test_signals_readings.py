@@ -138,13 +138,13 @@ def test_pdus_of_a_rack_sum_and_sensors_max_and_one_stale_part_spoils_the_sum() 
         return Sample({"rack": rack, "pdu": f"{rack}-ps{n}"}, watts, NOW - age)
 
     samples = {
-        SignalName.RACK_POWER_KW: [pdu("r0", i, 16_000, 5 + i) for i in range(8)]
-        + [pdu("r1", 0, 16_000, 5), pdu("r1", 1, 16_000, 500)],
+        SignalName.RACK_POWER_KW: [pdu("r0", i, 16.0, 5 + i) for i in range(8)]
+        + [pdu("r1", 0, 16.0, 5), pdu("r1", 1, 16.0, 500)],
         SignalName.RACK_INLET_C: [Sample({"rack": "r0", "sensor": s}, t, NOW - 3)
                                   for s, t in (("top", 31.0), ("bottom", 27.5))]}
-    # the scale is applied by fetch_signals; here the readings see W and sum them
+    # the scale is applied by fetch_signals; here the readings see kW already and sum them
     r = build_readings(samples, NOW, cfg, Expected(racks=("r0", "r1", "r2")))
-    assert r.racks["r0"].power_kw.value == pytest.approx(128_000)
+    assert r.racks["r0"].power_kw.value == pytest.approx(128)
     assert r.racks["r0"].power_kw.age_seconds == pytest.approx(12)  # the oldest PDU
     assert r.racks["r1"].power_kw.freshness is Freshness.STALE  # a partial sum under-reports
     assert r.racks["r2"].power_kw.freshness is Freshness.MISSING

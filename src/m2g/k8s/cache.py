@@ -52,6 +52,19 @@ def object_key(obj: Obj) -> str:
     return f"{ns}/{meta.get('name', '')}" if ns else str(meta.get("name", ""))
 
 
+def well_formed(obj: Any) -> bool:
+    """An object the cache can key: a mapping whose ``metadata`` is a mapping with a non-empty
+    string ``name`` (and a string ``namespace`` when it has one). Anything else in a LIST or
+    WATCH body is skipped and counted (``WatchCache.malformed``), never an exception."""
+    if not isinstance(obj, dict):
+        return False
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return False
+    name, ns = meta.get("name"), meta.get("namespace")
+    return isinstance(name, str) and bool(name) and (ns is None or isinstance(ns, str))
+
+
 def _slim(obj: Obj) -> Obj:
     """Drop ``metadata.managedFields`` (m2g never reads it; on a 100-rack factory it was a
     large share of the caches' memory). The object is freshly decoded, so this is in place."""
@@ -87,6 +100,7 @@ class WatchCache:
         self.lists = 0  # how many LISTs (1 + relists): for status and tests
         self.watches = 0
         self.generation = 0  # bumped on every change
+        self.malformed = 0  # objects and events skipped as not well formed
         self._items: dict[str, Obj] = {}
         self._subscribers: list[Subscriber] = []
         self._task: asyncio.Task[None] | None = None
@@ -155,8 +169,17 @@ class WatchCache:
             params = {**self.params, "limit": self.page_size, **({"continue": token} if token
                                                                   else {})}
             data = await self.api.list(self.resource, self.namespace, params)
-            fresh.update((object_key(o), _slim(o)) for o in data.get("items") or [])
-            meta = data.get("metadata") or {}
+            items = data.get("items") if isinstance(data, dict) else None
+            if not isinstance(items, list | None):
+                raise PermanentError(f"LIST {self.resource.plural}: the answer has no list "
+                                     "of items")
+            for o in items or []:
+                if well_formed(o):
+                    fresh[object_key(o)] = _slim(o)
+                else:
+                    self._skip("LIST", o)
+            meta = data.get("metadata") if isinstance(data, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
             token = str(meta.get("continue") or "")
             if not token:
                 break
@@ -183,10 +206,24 @@ class WatchCache:
         async for event in stream:
             self.apply_event(event)
 
+    def _skip(self, where: str, obj: Any) -> None:
+        self.malformed += 1
+        log.warning("%s %s: skipped a malformed object (%s)", where, self.resource.plural,
+                    " ".join(repr(obj).split())[:120])
+
     def apply_event(self, event: Obj) -> None:
-        """Fold one watch event into the cache."""
-        kind = str(event.get("type", ""))
-        obj: Obj = event.get("object") or {}
+        """Fold one watch event into the cache (a malformed one is skipped and counted)."""
+        obj = event.get("object") if isinstance(event, dict) else None
+        kind = str(event.get("type", "")) if isinstance(event, dict) else ""
+        if kind == "BOOKMARK" and isinstance(obj, dict):
+            rv = _rv(obj) if isinstance(obj.get("metadata"), dict) else ""
+            if rv:
+                self.resource_version = rv
+            return
+        if not well_formed(obj):
+            self._skip("WATCH", event)
+            return
+        assert isinstance(obj, dict)
         rv = _rv(obj)
         if rv:
             self.resource_version = rv

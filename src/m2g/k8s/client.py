@@ -15,6 +15,7 @@ Every error is translated here, once, into one of two families with a one-line m
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -188,6 +189,23 @@ def _translated(method: str, path: str) -> Iterator[None]:
         raise RetryableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
 
 
+def _json_object(content: bytes | str, method: str, path: str,
+                 error: type[KubeError] = PermanentError) -> Obj:
+    """The body as a JSON object; a body that is not one is ``error`` with one line (a proxy's
+    HTML page, a truncated stream), never a ValueError out of the client."""
+    try:
+        data = json.loads(content)
+    except (ValueError, RecursionError):
+        head = content[:60] if isinstance(content, str) else content[:60].decode("utf-8",
+                                                                                  "replace")
+        raise error(f"{method} {path}: the answer is not JSON ({' '.join(head.split())!r}"
+                    "...)") from None
+    if not isinstance(data, dict):
+        raise error(f"{method} {path}: the answer is a JSON {type(data).__name__}, not an "
+                    "object")
+    return data
+
+
 class Kube:
     """Raw-JSON access to the API server through a kr8s async ``Api``."""
 
@@ -210,8 +228,7 @@ class Kube:
                                          **kwargs) as resp:
                 if not resp.content:
                     return {}
-                data: Obj = resp.json()
-                return data
+                return _json_object(resp.content, method, path)
 
     async def get(self, res: Resource, name: str, namespace: str | None = None,
                   subresource: str | None = None) -> Obj:
@@ -286,7 +303,7 @@ class Kube:
                 async for line in resp.aiter_lines():
                     if not line.strip():
                         continue
-                    event: Obj = json.loads(line)
+                    event = _json_object(line, "WATCH", path, RetryableError)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
                         raise error_from_response("WATCH", path, int(status.get("code", 500)),
@@ -300,14 +317,68 @@ class Kube:
                 await session.aclose()
 
 
+def check_kubeconfig(path: str) -> None:
+    """Refuse a kubeconfig kr8s would trip over with a traceback, in one line: unreadable, not
+    a regular file, too large, empty, not a mapping, a ``clusters``/``users``/``contexts`` that
+    is not a list of mappings, or a ``tokenFile`` that does not exist (kr8s would go on
+    without it and send every request anonymously)."""
+    where = f"{path} is not a kubeconfig"
+    try:
+        with open(path, "rb") as fh:
+            if not os.path.isfile(path):
+                raise PermanentError(f"{where}: not a regular file")
+            raw = fh.read(_MAX_KUBECONFIG + 1)
+    except OSError as exc:
+        raise PermanentError(f"cannot read kubeconfig {path}: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_KUBECONFIG:
+        raise PermanentError(f"{where}: larger than {_MAX_KUBECONFIG:,} bytes")
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:  # its text spans lines: say where, in one
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PermanentError(f"{where}: unreadable YAML{at} "
+                             f"({getattr(exc, 'problem', None) or 'syntax error'})") from None
+    except (ValueError, RecursionError):
+        raise PermanentError(f"{where}: unreadable YAML") from None
+    if data is None:
+        raise PermanentError(f"{where}: the file is empty")
+    if not isinstance(data, dict):
+        raise PermanentError(f"{where}: a kubeconfig is a mapping, this is a "
+                             f"{type(data).__name__}")
+    for key in ("clusters", "users", "contexts"):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, list)
+                                      and all(isinstance(v, dict) for v in value)):
+            raise PermanentError(f"{where}: {key} must be a list of mappings")
+    base = Path(path).parent
+    for entry in data.get("users") or []:
+        user = entry.get("user")
+        token_file = user.get("tokenFile") if isinstance(user, dict) else None
+        if token_file and not (base / str(token_file)).expanduser().is_file():
+            raise PermanentError(f"{path}: user {entry.get('name', '')!r}: tokenFile "
+                                 f"{token_file} does not exist (requests would go out "
+                                 "anonymously)")
+
+
+_MAX_KUBECONFIG = 4 << 20
+
+
 async def connect(kubeconfig: str | os.PathLike[str] | None = None,
                   context: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Kube:
-    """A ``Kube`` for the cluster kubectl would talk to (see ``resolve_kubeconfig``)."""
+    """A ``Kube`` for the cluster kubectl would talk to (see ``resolve_kubeconfig``). The
+    first request (kr8s asks for ``/version``) is bounded by ``timeout`` like every other."""
     path = resolve_kubeconfig(kubeconfig)
+    if path is not None:
+        check_kubeconfig(path)
     try:  # kr8s reads the credentials and asks the server for its version here
         with warnings.catch_warnings(), _translated("GET", "/version"):
             warnings.filterwarnings("ignore", message="Kubernetes version", category=UserWarning)
-            api = await kr8s.asyncio.api(kubeconfig=path, context=context)
+            try:
+                api = await asyncio.wait_for(
+                    kr8s.asyncio.api(kubeconfig=path, context=context), timeout)
+            except TimeoutError:
+                raise RetryableError(f"GET /version: no answer within {timeout:g}s") from None
     except KubeError:
         raise
     except yaml.YAMLError as exc:  # its text spans lines: say where, in one
@@ -315,7 +386,8 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise PermanentError(f"{path} is not a kubeconfig: unreadable YAML{at} "
                              f"({getattr(exc, 'problem', None) or 'syntax error'})") from exc
-    except (ValueError, KeyError, OSError) as exc:
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, IndexError) as exc:
         where = path or "in-cluster service account"
-        raise PermanentError(f"cannot load Kubernetes credentials from {where}: {exc}") from exc
+        why = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise PermanentError(f"cannot load Kubernetes credentials from {where}: {why}") from exc
     return Kube(api, timeout=timeout)

@@ -1,8 +1,9 @@
 """Signal freshness for status and metrics: what the controllers show about their inputs.
 
 ``SignalStatusCollector`` exposes, per signal, the oldest reading's age, how many series are
-fresh / stale / missing and whether the last query failed; ``status_lines`` is the same as text
-for ``m2g status``-style output. Both read a ``Readings`` through a callable at collect time.
+fresh / stale / missing / invalid and whether the last query failed; ``status_lines`` is the
+same as text for ``m2g status``-style output. Both read a ``Readings`` through a callable at
+collect time.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class SignalStatusCollector(Collector):
         for name, st in readings.status.items():
             age.add_metric([str(name)], st.max_age_seconds)
             for fresh, count in (("fresh", st.fresh), ("stale", st.stale),
-                                 ("missing", st.missing)):
+                                 ("missing", st.missing), ("invalid", st.invalid)):
                 series.add_metric([str(name), fresh], float(count))
             failed.add_metric([str(name)], 1.0 if st.error else 0.0)
             stale.add_metric([str(name)], 1.0 if name in readings.stale_signals else 0.0)
@@ -55,6 +56,8 @@ def status_lines(readings: Readings) -> list[str]:
         oldest = "∞" if math.isinf(st.max_age_seconds) else f"{st.max_age_seconds:.1f}s"
         line = (f"{name:<16} fresh {st.fresh:<5} stale {st.stale:<5} missing {st.missing:<5} "
                 f"oldest {oldest}")
+        if st.invalid:
+            line += f"  invalid {st.invalid}"
         if name in readings.stale_signals:
             line += "  FAIL-SAFE"
         if st.error:

@@ -4,20 +4,24 @@ The ``httpx.AsyncClient`` and the clock are injected (tests pass a ``MockTranspo
 real server). Errors form a small hierarchy so callers can decide without string matching:
 
 * ``RetryableError`` — connection refused / DNS / reset, timeouts, HTTP 5xx (incl. Prometheus's
-  503 query timeout): try again next cycle, meanwhile the signal ages and turns stale;
+  503 query timeout) and 429 (rate limited): retried at once, ``retries`` times with exponential
+  backoff and jitter (honouring a short ``Retry-After``; a timeout is not retried, it has taken
+  its time already), then again next cycle, meanwhile the signal ages and turns stale;
 * ``PermanentError`` — HTTP 4xx (400 ``bad_data`` = bad PromQL, 422 execution error), a response
   that is not the Prometheus API, or a result type a signal cannot use: retrying will not help,
   fix the configuration.
 
-Every message is one line that names the server and, for query errors, the PromQL.
+Every message is one line that names the server and, for query errors, the PromQL. An answer
+that is not what the API documents (a metric that is not a map of strings, a value that is not
+a pair) is a ``PermanentError`` for that signal, never an exception out of ``fetch_signals``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
+import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,18 @@ class BadQueryError(PermanentError):
     """Prometheus rejected the PromQL (HTTP 400 ``bad_data`` or 422 ``execution``)."""
 
 
+class RateLimitedError(RetryableError):
+    """HTTP 429; ``retry_after`` is the server's Retry-After in seconds, when it gave one."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class _TimedOut(RetryableError):
+    """A timeout: retryable next cycle, not at once (it has used its time)."""
+
+
 @dataclass(frozen=True)
 class SignalFetch:
     """The outcome of reading one signal: its samples, or the error that prevented it."""
@@ -59,10 +75,29 @@ class SignalFetch:
 
 
 def _number(text: Any) -> float:
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise PermanentError(f"not a number in the Prometheus response: {str(text)[:60]!r}")
     try:
         return float(text)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings too
-    except (TypeError, ValueError):
-        raise PermanentError(f"not a number in the Prometheus response: {text!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise PermanentError(f"not a number in the Prometheus response: {str(text)[:60]!r}") \
+            from None
+
+
+def _labels(metric: Any) -> dict[str, str] | None:
+    """The label map of a vector element, or None when it is not a map of strings."""
+    if not isinstance(metric, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        return None
+    return metric
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(resp.headers.get("retry-after", "")))
+    except ValueError:
+        return None  # absent, or an HTTP date: the backoff decides
 
 
 @dataclass
@@ -73,9 +108,36 @@ class PrometheusClient:
     http: httpx.AsyncClient
     timeout_seconds: float = 5.0
     clock: Clock = field(default=time.time)
+    #: Immediate retries of a 429/5xx/connection failure, the first backoff (doubling, with
+    #: jitter in [0.5, 1.5)), and the longest wait (also the cap of a server's Retry-After).
+    retries: int = 2
+    backoff_seconds: float = 0.2
+    max_backoff_seconds: float = 2.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
+    jitter: Callable[[], float] = field(default=random.random)
 
     async def query(self, promql: str, at: float | None = None) -> list[Sample]:
-        """Evaluate ``promql`` as an instant query at ``at`` (Unix s; default: server's now)."""
+        """Evaluate ``promql`` as an instant query at ``at`` (Unix s; default: server's now),
+        retrying transient failures (see the module docstring)."""
+        attempt = 0
+        while True:
+            try:
+                return await self._query_once(promql, at)
+            except _TimedOut:
+                raise
+            except RetryableError as exc:
+                if attempt >= self.retries:
+                    raise
+                await self.sleep(self._backoff(attempt, exc))
+                attempt += 1
+
+    def _backoff(self, attempt: int, exc: RetryableError) -> float:
+        wait = float(self.backoff_seconds * 2.0 ** attempt * (0.5 + self.jitter()))
+        if isinstance(exc, RateLimitedError) and exc.retry_after is not None:
+            wait = max(wait, exc.retry_after)
+        return min(wait, self.max_backoff_seconds)
+
+    async def _query_once(self, promql: str, at: float | None) -> list[Sample]:
         params: dict[str, str] = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
@@ -84,7 +146,7 @@ class PrometheusClient:
         try:
             resp = await self.http.get(url, params=params, timeout=self.timeout_seconds)
         except httpx.TimeoutException:
-            raise RetryableError(
+            raise _TimedOut(
                 f"{where} timed out after {self.timeout_seconds:g}s (query {promql!r})") from None
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
@@ -93,6 +155,9 @@ class PrometheusClient:
         if resp.status_code >= 500:
             raise RetryableError(
                 f"{where} failed with HTTP {resp.status_code}: {self._why(body, resp)}")
+        if resp.status_code == 429:
+            raise RateLimitedError(f"{where} is rate limiting (HTTP 429): "
+                                   f"{self._why(body, resp)}", _retry_after(resp))
         if resp.status_code >= 400 or body.get("status") != "success":
             why = self._why(body, resp)
             if body.get("errorType") in ("bad_data", "execution"):
@@ -117,7 +182,7 @@ class PrometheusClient:
         try:
             body = resp.json()
         except ValueError:
-            if resp.status_code >= 500:
+            if resp.status_code >= 500 or resp.status_code == 429:
                 return {}
             raise PermanentError(
                 f"{where} did not answer with the Prometheus API (HTTP {resp.status_code}, "
@@ -149,7 +214,11 @@ class PrometheusClient:
             except (KeyError, TypeError, ValueError):
                 raise PermanentError(f"malformed vector element in the answer to {promql!r}") \
                     from None
-            out.append(Sample(dict(metric), _number(val), _number(ts)))
+            labels = _labels(metric)
+            if labels is None:
+                raise PermanentError(f"malformed labels (not a map of strings) in the answer "
+                                     f"to {promql!r}")
+            out.append(Sample(labels, _number(val), _number(ts)))
         return out
 
 
@@ -165,9 +234,14 @@ async def fetch_signals(client: PrometheusClient, config: SignalConfig,
             samples = await client.query_with_age(spec.query, when)
         except PrometheusError as exc:
             return SignalFetch(name, error=exc)
+        except Exception as exc:  # documented as never raising: one line, this signal only
+            return SignalFetch(name, error=PermanentError(
+                f"unexpected answer to {spec.query!r}: {type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]}"))
         if spec.scale != 1.0:
             samples = [Sample(s.labels, s.value * spec.scale, s.timestamp) for s in samples]
-        return SignalFetch(name, tuple(s for s in samples if not math.isnan(s.value)))
+        # NaN, ±Inf and out-of-range values are kept: m2g.signals.sanity makes them INVALID
+        return SignalFetch(name, tuple(samples))
 
     results = await asyncio.gather(*(one(n) for n in names))
     return dict(zip(names, results, strict=True))

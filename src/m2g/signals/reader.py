@@ -2,6 +2,8 @@
 
 ``read_signals`` never raises for Prometheus trouble: a failed signal is MISSING in the result
 (with its one-line error in ``status``), so the fail-safe rule takes over (docs/signals.md).
+Even an unexpected failure while projecting the samples makes every signal MISSING with that
+error, rather than an exception out of the reader.
 """
 
 from __future__ import annotations
@@ -16,5 +18,10 @@ async def read_signals(client: PrometheusClient, config: SignalConfig,
     """Readings at ``now`` (default: the client's clock)."""
     at = client.clock() if now is None else now
     fetched = await fetch_signals(client, config, at)
-    return build_readings({n: f.samples for n, f in fetched.items() if f.ok}, at, config,
-                          expected, {n: str(f.error) for n, f in fetched.items() if f.error})
+    errors = {n: str(f.error) for n, f in fetched.items() if f.error}
+    try:
+        return build_readings({n: f.samples for n, f in fetched.items() if f.ok}, at, config,
+                              expected, errors)
+    except Exception as exc:
+        why = f"cannot use the answers: {type(exc).__name__}: {' '.join(str(exc).split())}"
+        return build_readings({}, at, config, expected, {n: why for n in config.signals})

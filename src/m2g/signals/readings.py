@@ -11,6 +11,9 @@ The fail-safe rule (docs/signals.md), applied by the helpers at the end of this 
 * temperature stale or missing → **at the limit** for new admissions, never a reason to shed;
 * XID stale or missing → **no health verdict**: it neither marks a GPU bad nor clears it.
 
+An INVALID reading (m2g.signals.sanity: not finite, outside the signal's physical bounds, or
+stamped in the future) has no value either, so the same rules apply to it as to a missing one.
+
 A node's power/temperature is stale if *any* of its GPUs is (a partial sum would under-report).
 """
 
@@ -23,6 +26,7 @@ from enum import StrEnum
 
 from m2g.signals.config import Aggregate, SignalConfig, SignalName, SignalScope
 from m2g.signals.sample import Sample
+from m2g.signals.sanity import MAX_FUTURE_SECONDS, Bounds, bounds_of
 
 INF = math.inf
 XID_OK = 0.0  # DCGM_FI_DEV_XID_ERRORS holds the last XID code; 0 = none
@@ -34,6 +38,7 @@ class Freshness(StrEnum):
     FRESH = "fresh"
     STALE = "stale"  # present but older than max_age_seconds
     MISSING = "missing"  # no series at all (or the query failed)
+    INVALID = "invalid"  # a value no sensor can read (m2g.signals.sanity): used as missing
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +61,24 @@ class SignalReading:
         return cls(None, INF, max_age_seconds, Freshness.MISSING)
 
     @classmethod
-    def of(cls, value: float, age_seconds: float, max_age_seconds: float) -> SignalReading:
-        age = max(0.0, age_seconds)  # a scrape "from the future" (clock skew) counts as new
+    def invalid(cls, max_age_seconds: float) -> SignalReading:
+        return cls(None, INF, max_age_seconds, Freshness.INVALID)
+
+    @classmethod
+    def of(cls, value: float, age_seconds: float, max_age_seconds: float,
+           bounds: Bounds | None = None) -> SignalReading:
+        """A reading of ``value`` scraped ``age_seconds`` ago; INVALID when ``value`` or its
+        timestamp is impossible (non-finite always; ``bounds`` when given)."""
+        bad = (bounds or _ANY).why_invalid(value, age_seconds)
+        if bad is not None:
+            return cls.invalid(max_age_seconds)
+        age = max(0.0, age_seconds)  # a scrape slightly "from the future" (clock skew) is new
         if age > max_age_seconds:
             return cls(None, age, max_age_seconds, Freshness.STALE, value)
         return cls(value, age, max_age_seconds, Freshness.FRESH, value)
+
+
+_ANY = Bounds(-INF, INF)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +116,9 @@ class SignalStatus:
     fresh: int
     stale: int
     missing: int
-    max_age_seconds: float  # the oldest reading's age (inf if any is missing)
+    max_age_seconds: float  # the oldest reading's age (inf if any is missing or invalid)
     error: str = ""
+    invalid: int = 0  # readings refused by m2g.signals.sanity (counted apart from missing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +143,8 @@ class Readings:
 
     @property
     def stale_signals(self) -> tuple[SignalName, ...]:
-        return tuple(n for n, s in self.status.items() if s.stale or s.missing or s.error)
+        return tuple(n for n, s in self.status.items()
+                     if s.stale or s.missing or s.invalid or s.error)
 
 
 def _latest(samples: Iterable[Sample], key: tuple[str, ...]) -> dict[tuple[str, ...], Sample]:
@@ -140,17 +160,17 @@ def _latest(samples: Iterable[Sample], key: tuple[str, ...]) -> dict[tuple[str, 
 
 
 def _keyed(samples: Sequence[Sample] | None, label: str, now: float, max_age: float,
-           expected: Iterable[str], aggregate: Aggregate = Aggregate.NEWEST
-           ) -> dict[str, SignalReading]:
+           expected: Iterable[str], aggregate: Aggregate = Aggregate.NEWEST,
+           bounds: Bounds | None = None) -> dict[str, SignalReading]:
     if aggregate is Aggregate.NEWEST:
-        out = {k[0]: SignalReading.of(s.value, now - s.timestamp, max_age)
-               for k, s in _latest(samples or (), (label,)).items()}
+        out = {k[0]: SignalReading.of(s.value, now - s.timestamp, max_age, bounds)
+               for k, s in _latest(_plausible(samples, now), (label,)).items()}
     else:  # every distinct series of a key is one part (a PDU of the rack, a sensor)
         parts: dict[str, list[SignalReading]] = {}
         for s in samples or ():
             if label in s.labels:
                 parts.setdefault(s.labels[label], []).append(
-                    SignalReading.of(s.value, now - s.timestamp, max_age))
+                    SignalReading.of(s.value, now - s.timestamp, max_age, bounds))
         how = "sum" if aggregate is Aggregate.SUM else "max"
         out = {key: _combine(p, how, max_age) for key, p in parts.items()}
     for name in expected:
@@ -165,6 +185,8 @@ def _combine(parts: Sequence[SignalReading], how: str, max_age: float) -> Signal
     age = max(p.age_seconds for p in parts)
     lasts = [p.last_value for p in parts if p.last_value is not None]
     last = (sum(lasts) if how == "sum" else max(lasts)) if lasts else None
+    if any(p.freshness is Freshness.INVALID for p in parts):
+        return SignalReading(None, INF, max_age, Freshness.INVALID, last)
     if any(p.freshness is Freshness.MISSING for p in parts):
         return SignalReading(None, INF, max_age, Freshness.MISSING, last)
     if any(p.stale for p in parts):
@@ -175,10 +197,25 @@ def _combine(parts: Sequence[SignalReading], how: str, max_age: float) -> Signal
 
 
 def _per_gpu(samples: Sequence[Sample] | None, host_label: str, gpu_label: str, now: float,
-             max_age: float) -> dict[str, dict[str, SignalReading]]:
+             max_age: float, bounds: Bounds | None = None
+             ) -> dict[str, dict[str, SignalReading]]:
     out: dict[str, dict[str, SignalReading]] = {}
-    for (host, gpu), s in _latest(samples or (), (host_label, gpu_label)).items():
-        out.setdefault(host, {})[gpu] = SignalReading.of(s.value, now - s.timestamp, max_age)
+    for (host, gpu), s in _latest(_plausible(samples, now), (host_label, gpu_label)).items():
+        out.setdefault(host, {})[gpu] = SignalReading.of(s.value, now - s.timestamp, max_age,
+                                                         bounds)
+    return out
+
+
+def _plausible(samples: Sequence[Sample] | None, now: float) -> Sequence[Sample]:
+    """The samples, those stamped in the future (or not finite) turned into NaN at ``-inf``:
+    "newest wins" must not let a bad stamp hide a good sample of the same series, and when no
+    good one exists the NaN makes the reading INVALID."""
+    out = []
+    for s in samples or ():
+        ts = s.timestamp
+        if not math.isfinite(ts) or ts - now > MAX_FUTURE_SECONDS:
+            s = Sample(s.labels, math.nan, -INF)
+        out.append(s)
     return out
 
 
@@ -203,7 +240,8 @@ def build_readings(samples: Mapping[SignalName, Sequence[Sample]], now: float,
         s = spec[name]
         if s.scope is not SignalScope.GPU:
             raise ValueError(f"signal {name} must have scope gpu")
-        return _per_gpu(samples.get(name), s.key_label, s.gpu_label, now, s.max_age_seconds)
+        return _per_gpu(samples.get(name), s.key_label, s.gpu_label, now, s.max_age_seconds,
+                        bounds_of(name))
 
     power, temp, xid = (gpu_signal(n) for n in
                         (SignalName.GPU_POWER_W, SignalName.GPU_TEMP_C, SignalName.GPU_XID))
@@ -228,7 +266,7 @@ def build_readings(samples: Mapping[SignalName, Sequence[Sample]], now: float,
     def facility(name: SignalName, expected_keys: Iterable[str]) -> dict[str, SignalReading]:
         s = spec[name]
         return _keyed(samples.get(name), s.key_label, now, s.max_age_seconds, expected_keys,
-                      s.aggregate)
+                      s.aggregate, bounds_of(name))
 
     rp = facility(SignalName.RACK_POWER_KW, exp.racks)
     ri = facility(SignalName.RACK_INLET_C, exp.racks)
@@ -266,10 +304,11 @@ def _status(name: SignalName, readings: Sequence[SignalReading], error: str) -> 
     fresh = sum(r.freshness is Freshness.FRESH for r in readings)
     stale = sum(r.freshness is Freshness.STALE for r in readings)
     missing = sum(r.freshness is Freshness.MISSING for r in readings)
+    invalid = sum(r.freshness is Freshness.INVALID for r in readings)
     if not readings:
         missing = 1  # a signal with no series at all is missing, not "all fresh"
     oldest = max((r.age_seconds for r in readings), default=INF)
-    return SignalStatus(name, fresh, stale, missing, oldest, error)
+    return SignalStatus(name, fresh, stale, missing, oldest, error, invalid)
 
 
 # ---- the fail-safe rule -------------------------------------------------------------------

@@ -1,0 +1,230 @@
+"""Signal sanity: impossible values and timestamps are INVALID (the fail-safe of missing), a
+malformed Prometheus answer never raises out of the reader, 429/5xx are retried with backoff."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import httpx
+import pytest
+
+from m2g.signals import PrometheusClient, RetryableError, SignalConfig
+from m2g.signals.config import SignalName
+from m2g.signals.exposition import SignalStatusCollector, status_lines
+from m2g.signals.prometheus import PermanentError, RateLimitedError, fetch_signals
+from m2g.signals.reader import read_signals
+from m2g.signals.readings import (
+    Expected,
+    Freshness,
+    admission_headroom,
+    build_readings,
+    may_shed,
+)
+from m2g.signals.sample import Sample
+from m2g.signals.sanity import MAX_FUTURE_SECONDS
+
+NOW = 1_000_000.0
+
+
+def rack(value: float, age: float = 5.0, name: str = "r0") -> Sample:
+    return Sample({"rack": name}, value, NOW - age)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e300, -500.0, 2_001.0])
+def test_impossible_rack_power_is_invalid_and_fails_safe(value: float) -> None:
+    r = build_readings({SignalName.RACK_POWER_KW: [rack(value)]}, NOW,
+                       expected=Expected(racks=("r0",)))
+    power = r.racks["r0"].power_kw
+    assert power.freshness is Freshness.INVALID and power.value is None
+    assert admission_headroom(power, 150.0) == 0.0  # no headroom: new work waits
+    assert may_shed(power, 100.0) is False  # and nothing is shed on it
+    st = r.status[SignalName.RACK_POWER_KW]
+    assert (st.invalid, st.fresh) == (1, 0) and SignalName.RACK_POWER_KW in r.stale_signals
+
+
+def test_plausible_values_stay_fresh() -> None:
+    r = build_readings({SignalName.RACK_POWER_KW: [rack(0.0), rack(140.0, name="r1")]}, NOW)
+    assert [x.power_kw.value for x in r.racks.values()] == [0.0, 140.0]
+
+
+def test_future_timestamps() -> None:
+    slight = build_readings({SignalName.RACK_POWER_KW: [rack(100.0, -MAX_FUTURE_SECONDS / 2)]},
+                            NOW)
+    assert slight.racks["r0"].power_kw.value == 100.0  # clock skew: counts as new
+    far = build_readings({SignalName.RACK_POWER_KW: [rack(100.0, -3600)]}, NOW)
+    assert far.racks["r0"].power_kw.freshness is Freshness.INVALID
+    nan_ts = build_readings({SignalName.RACK_POWER_KW: [Sample({"rack": "r0"}, 1.0, math.nan)]},
+                            NOW)
+    assert nan_ts.racks["r0"].power_kw.freshness is Freshness.INVALID
+
+
+def test_a_future_sample_does_not_hide_the_good_one() -> None:
+    r = build_readings({SignalName.RACK_POWER_KW: [rack(100.0, 5), rack(1.0, -86_400)]}, NOW)
+    assert r.racks["r0"].power_kw.value == 100.0
+
+
+def test_one_invalid_gpu_spoils_its_node() -> None:
+    samples = [Sample({"Hostname": "n1", "gpu": str(g)}, v, NOW - 2)
+               for g, v in enumerate([700.0, 700.0, math.inf, 700.0])]
+    r = build_readings({SignalName.GPU_POWER_W: samples}, NOW,
+                       expected=Expected(nodes=("n1",), gpus_per_node=4))
+    assert r.nodes["n1"].power_w.freshness is Freshness.INVALID
+    assert r.status[SignalName.GPU_POWER_W].invalid == 1
+
+
+def test_invalid_is_visible_in_status_and_metrics() -> None:
+    r = build_readings({SignalName.RACK_POWER_KW: [rack(math.inf)]}, NOW)
+    line = next(x for x in status_lines(r) if x.startswith("rack_power_kw"))
+    assert "invalid 1" in line and "FAIL-SAFE" in line
+    series = {(s.labels["signal"], s.labels["freshness"]): s.value
+              for fam in SignalStatusCollector(lambda: r).collect() for s in fam.samples
+              if fam.name == "m2g_signal_series"}
+    assert series[("rack_power_kw", "invalid")] == 1.0
+
+
+# ---- the reader never raises ----------------------------------------------------------------
+
+
+def answer(result: Any) -> httpx.Response:
+    body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+    return httpx.Response(200, content=json.dumps(body).encode(),
+                          headers={"content-type": "application/json"})
+
+
+async def no_sleep(seconds: float) -> None:
+    pass
+
+
+def client(handler: Any, **kw: Any) -> PrometheusClient:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return PrometheusClient("http://prom:9090", http, clock=lambda: NOW, sleep=no_sleep, **kw)
+
+
+MALFORMED: list[Any] = [
+    [{"metric": "rack", "value": [NOW, "1"]}],
+    [{"metric": ["rack"], "value": [NOW, "1"]}],
+    [{"metric": {"rack": 7}, "value": [NOW, "1"]}],
+    [{"metric": {"rack": None}, "value": [NOW, "1"]}],
+    [{"metric": {}, "value": "1"}],
+    [{"metric": {}, "value": [NOW, ["1"]]}],
+    [{"metric": {}, "value": [NOW, True]}],
+    [{"metric": {}, "value": [{"t": 1}, "1"]}],
+    [None],
+    ["x"],
+    {"a": 1},
+    42,
+]
+
+
+@pytest.mark.parametrize("result", MALFORMED)
+async def test_malformed_answers_are_one_signal_error(result: Any) -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = req.url.params["query"]
+        if "m2g_sim_rack_power_kilowatts" in q:
+            return answer(result)
+        return answer([])
+
+    with pytest.raises(PermanentError):
+        await client(handler).query("m2g_sim_rack_power_kilowatts")
+    out = await fetch_signals(client(handler), SignalConfig())
+    assert not out[SignalName.RACK_POWER_KW].ok
+    assert all(f.ok for n, f in out.items() if n != SignalName.RACK_POWER_KW)
+    r = await read_signals(client(handler), SignalConfig(), Expected(racks=("r0",)))
+    assert r.racks["r0"].power_kw.freshness is Freshness.MISSING
+    assert "\n" not in r.status[SignalName.RACK_POWER_KW].error
+
+
+async def test_a_huge_number_reads_invalid_not_an_error() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = req.url.params["query"]
+        if "m2g_sim_rack_power_kilowatts" in q:
+            value = str(NOW) if q.startswith("timestamp(") else "1" * 400  # float: inf
+            return answer([{"metric": {"rack": "r0"}, "value": [NOW, value]}])
+        return answer([])
+
+    r = await read_signals(client(handler), SignalConfig(), Expected(racks=("r0",)))
+    assert r.racks["r0"].power_kw.freshness is Freshness.INVALID
+
+
+async def test_a_non_prometheus_error_inside_the_client_is_contained() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise RuntimeError("boom\nsecond line")
+
+    r = await read_signals(client(handler), SignalConfig(), Expected(racks=("r0",)))
+    assert all(st.error and "\n" not in st.error for st in r.status.values())
+
+
+# ---- retries --------------------------------------------------------------------------------
+
+
+async def test_429_and_5xx_are_retried_with_backoff_and_jitter() -> None:
+    calls: list[int] = []
+    waits: list[float] = []
+    codes = [429, 503, 200]
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        code = codes[len(calls)]
+        calls.append(code)
+        if code == 200:
+            return answer([{"metric": {"rack": "r0"}, "value": [NOW, "12"]}])
+        return httpx.Response(code, headers={"retry-after": "0.7"} if code == 429 else {})
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    c = client(handler, backoff_seconds=0.2, retries=2)
+    c.sleep = sleep
+    c.jitter = lambda: 0.25
+    samples = await c.query("up")
+    assert calls == [429, 503, 200] and samples[0].value == 12.0
+    assert waits == [pytest.approx(0.7), pytest.approx(0.2 * 2 * 0.75)]  # Retry-After, then 2x
+
+
+async def test_retries_are_bounded_and_429_is_not_permanent() -> None:
+    n = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal n
+        n += 1
+        return httpx.Response(429, headers={"retry-after": "3600"})
+
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    c = client(handler, retries=3, max_backoff_seconds=1.5)
+    c.sleep = sleep
+    with pytest.raises(RateLimitedError) as info:
+        await c.query("up")
+    assert isinstance(info.value, RetryableError) and n == 4
+    assert waits == [1.5, 1.5, 1.5]  # a server's Retry-After is capped
+
+
+async def test_timeouts_are_not_retried_at_once() -> None:
+    n = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal n
+        n += 1
+        raise httpx.ReadTimeout("slow", request=req)
+
+    with pytest.raises(RetryableError, match="timed out"):
+        await client(handler).query("up")
+    assert n == 1
+
+
+async def test_permanent_errors_are_not_retried() -> None:
+    n = 0
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        nonlocal n
+        n += 1
+        return httpx.Response(400, json={"status": "error", "errorType": "bad_data",
+                                         "error": "parse"})
+
+    with pytest.raises(PermanentError):
+        await client(handler).query("up{")
+    assert n == 1
