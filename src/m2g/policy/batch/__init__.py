@@ -122,11 +122,11 @@ def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
     dense: list[CompiledPolicy] = []
     runs: list[tuple[list[CompiledPolicy], list[dict[str, Any]], list[int] | None]] = []
     for keys, members in groups.items():
-        reps, classes = item_classes(items, keys)
-        if keys is None or 2 * len(reps) > len(items):
+        found = None if keys is None else item_classes(items, keys, len(items) // 2)
+        if found is None:
             dense += members
         else:
-            runs.append((members, reps, classes))
+            runs.append((members, *found))
     if dense:
         runs.append((dense, items, None))
     done: dict[str, list[list[Hit | Err]]] = {}

@@ -96,29 +96,38 @@ def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
     return items
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _frozen(value: Any) -> Any:
     """A hashable stand-in for plain data that tells CEL types apart (1, 1.0 and True are
     different values to CEL, equal to Python)."""
-    if isinstance(value, dict):
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind, value)
+    if kind is dict:
         return (dict, tuple(sorted((k, _frozen(v)) for k, v in value.items())))
-    if isinstance(value, list | tuple):
+    if kind is list or kind is tuple:
         return (list, tuple(_frozen(v) for v in value))
-    return (type(value), value)
+    return (kind, value)
 
 
-def item_classes(items: Sequence[dict[str, Any]], keys: Sequence[str] | None
-                 ) -> tuple[list[dict[str, Any]], list[int]]:
+def item_classes(items: Sequence[dict[str, Any]], keys: Sequence[str] | None,
+                 most: int | None = None) -> tuple[list[dict[str, Any]], list[int]] | None:
     """(one item per class, each item's class index): items are of one class when they agree
     on ``keys`` (all their keys when None), which is all the policies that read them can see,
-    so a class is evaluated once for all its workloads. The class items carry only ``keys``."""
+    so a class is evaluated once for all its workloads. The class items carry only ``keys``.
+    None when there are more than ``most`` classes (the caller then evaluates every item)."""
     index: dict[Any, int] = {}
     reps: list[dict[str, Any]] = []
     of: list[int] = []
     for item in items:
         names = keys if keys is not None else sorted(item)
-        k = tuple(_frozen(item.get(n)) for n in names)
+        k = tuple([_frozen(item.get(n)) for n in names])
         i = index.get(k)
         if i is None:
+            if most is not None and len(reps) >= most:
+                return None
             i = index[k] = len(reps)
             reps.append({n: item[n] for n in names if n in item})
         of.append(i)
