@@ -18,6 +18,7 @@ from m2g.policy import Evaluator, PolicySet, PolicySetError, Stage, build, read_
 from m2g.policy.errors import EngineUnavailable
 from m2g.policy.loader import Sources
 from m2g.policy.runtime import ENGINES, Runtime, make_runtime
+from m2g.policy.scanlint import scan_warnings
 from m2g.policy.testing import run_tests
 from m2g.shipped import POLICIES, shipped_dir
 from m2g_cli.policy_eval import InputUnusable, evaluate_stream, open_input
@@ -59,12 +60,17 @@ def lint(
     directory: Annotated[Path, typer.Argument(help="Folder (or file) of policies and tests")],
     engine: EngineOpt = None,
 ) -> None:
-    """Parse, type-check and compile every policy; one line per problem (FILE:LINE: policy/rule)."""
+    """Parse, type-check and compile every policy; one line per problem (FILE:LINE: policy/rule).
+    Warnings (exit code 0): expressions that scan the factory once per workload."""
     runtime = _runtime(engine, 1)
     sources = read_dir(directory)
     pset = _build_or_exit(sources, runtime, f"problem(s) in {directory}")
+    warnings = scan_warnings(pset)
+    for warning in warnings:
+        typer.echo(warning.render())
     _err(f"ok: {len(pset.policies)} policies and {len(sources.tests)} test files in "
-         f"{sources.files} files ({runtime.name})")
+         f"{sources.files} files ({runtime.name})"
+         + (f"; {len(warnings)} warning(s)" if warnings else ""))
 
 
 @app.command()

@@ -288,10 +288,13 @@ class FactsView(CelModel):
     * ``maintenanceAhead``: the racks with a maintenance window scheduled (not active,
       ``maintenance.startsInSeconds > 0``), by name — the few that ``coolestFit`` leaves out
       and that a short job may still use.
+    * ``cliquesFit[n]`` (n = 0 … 72): how many cliques with a known size (``totalGpus > 0``)
+      have at least ``n`` usable GPUs.
     """
 
     coolest_fit: tuple[str, ...] = ()
     maintenance_ahead: tuple[DomainView, ...] = ()
+    cliques_fit: tuple[int, ...] = ()
 
 
 def usable_gpus(d: DomainView) -> int:
@@ -299,8 +302,21 @@ def usable_gpus(d: DomainView) -> int:
     return d.free_gpus - (d.total_gpus - d.healthy_gpus) if d.total_gpus > 0 else d.free_gpus
 
 
-def facts_of(racks: tuple[DomainView, ...]) -> FactsView:
-    """The FactsView of a snapshot's racks (name-sorted, as in TopologyView)."""
+def _count_fit(domains: tuple[DomainView, ...]) -> tuple[int, ...]:
+    """For n = 0 … FACTS_MAX_GPUS, how many of ``domains`` have at least n usable GPUs."""
+    at = [0] * (FACTS_MAX_GPUS + 2)
+    for d in domains:
+        at[max(0, min(FACTS_MAX_GPUS + 1, usable_gpus(d) + 1))] += 1  # usable < n from n+1 on
+    out, fit = [], len(domains)
+    for n in range(FACTS_MAX_GPUS + 1):
+        fit -= at[n]
+        out.append(fit)
+    return tuple(out)
+
+
+def facts_of(topology: TopologyView) -> FactsView:
+    """The FactsView of a snapshot's domains (as TopologyView lists them)."""
+    racks = topology.racks
     free = [r for r in racks if not r.thermal.alarm and not r.maintenance.active
             and r.maintenance.starts_in_seconds <= 0]
     free.sort(key=lambda r: -r.thermal.headroom_c)  # stable: ties stay in name order
@@ -314,7 +330,8 @@ def facts_of(racks: tuple[DomainView, ...]) -> FactsView:
             names.append("")
     ahead = tuple(r for r in racks if not r.maintenance.active
                   and r.maintenance.starts_in_seconds > 0)
-    return FactsView(coolest_fit=tuple(names), maintenance_ahead=ahead)
+    return FactsView(coolest_fit=tuple(names), maintenance_ahead=ahead,
+                     cliques_fit=_count_fit(tuple(c for c in topology.cliques if c.total_gpus > 0)))
 
 
 class PolicyInput(CelModel):
@@ -342,7 +359,7 @@ class PolicyInput(CelModel):
         object.__setattr__(self, "domains", named)
         topology = topology_of(named)
         object.__setattr__(self, "topology", topology)
-        object.__setattr__(self, "facts", facts_of(topology.racks))
+        object.__setattr__(self, "facts", facts_of(topology))
         if self.now.tzinfo is None:
             object.__setattr__(self, "now", self.now.replace(tzinfo=UTC))
         return self
