@@ -338,7 +338,7 @@ def test_node_memo_reuses_unchanged_nodes_only() -> None:
     assert snap == cv.build_snapshot(cv.ClusterObjects(nodes=cordoned), None, NOW)
 
 
-def test_workload_memo_keeps_only_states_that_do_not_depend_on_now() -> None:
+def test_workload_memo_keeps_states_and_moves_what_depends_on_now() -> None:
     admitted = load("workload_admitted")
     admitted["metadata"]["resourceVersion"] = "7"
     pending = pending_workload()
@@ -346,8 +346,9 @@ def test_workload_memo_keeps_only_states_that_do_not_depend_on_now() -> None:
     objs = cv.ClusterObjects(workloads={"a/admitted": admitted, "a/pending": pending})
     memo = cv.SnapshotMemo()
     first = cv.build_snapshot(objs, None, NOW, memo=memo)
-    assert set(memo.workloads) == {"a/admitted"}  # a pending one's wait time moves with now
+    assert set(memo.workloads) == {"a/admitted", "a/pending"}
     cached = memo.workloads["a/admitted"][1]
+    waiting = memo.workloads["a/pending"][1]
     later = NOW + timedelta(minutes=5)
     again = cv.build_snapshot(objs, None, later, memo=memo)
     assert again == cv.build_snapshot(objs, None, later)
@@ -355,6 +356,7 @@ def test_workload_memo_keeps_only_states_that_do_not_depend_on_now() -> None:
     assert again.workloads[0].view.checkpoint.last_age_seconds == \
         first.workloads[0].view.checkpoint.last_age_seconds + 300  # ... but its age moves
     assert again.workloads[1].view.wait_seconds == first.workloads[1].view.wait_seconds + 300
+    assert again.workloads[1].view.labels is waiting.view.labels  # a pending one: only its wait
 
 
 def admitted_at(**annotations: str) -> dict[str, Any]:
