@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from m2g import __version__
-from m2g_cli import ops_cmd, policy_cmd, run_cmd, simulate_cmd, templates_cmd, term
+from m2g_cli import ops_cmd, policy_cmd, report_cmd, run_cmd, simulate_cmd, templates_cmd, term
 
 app = typer.Typer(
     name="m2g",
@@ -24,6 +24,7 @@ app.command("submit")(templates_cmd.submit)
 app.command("simulate")(simulate_cmd.simulate)
 ops_cmd.register(app)
 app.command("run", context_settings=run_cmd.SETTINGS)(run_cmd.run)
+app.command("report")(report_cmd.report)
 
 
 def _print_version(value: bool) -> None:

@@ -24,6 +24,7 @@ from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
+from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
 
@@ -77,8 +78,10 @@ class Manager:
     def __init__(self, cluster: Cluster, store: PolicyStore, metrics: Metrics, *,
                  config: PlannerConfig | None = None, shadow: bool = False,
                  is_leader: Callable[[], bool] = lambda: True, clock: Clock = utcnow,
-                 resync_seconds: float = 10.0, policy_dir: Any = None) -> None:
+                 resync_seconds: float = 10.0, policy_dir: Any = None,
+                 decision_log: DecisionLog | None = None) -> None:
         self.cluster, self.store, self.metrics = cluster, store, metrics
+        self.decision_log = decision_log  # m2g run --decision-log: the leader records
         self.config = config or PlannerConfig()
         self.shadow, self.is_leader, self.clock = shadow, is_leader, clock
         self.resync_seconds = resync_seconds
@@ -163,13 +166,23 @@ class Manager:
         if self.is_leader():
             if not self.shadow:
                 await self.cluster.ensure_check_active(self.config.check_name)
-            for line in await self.cluster.apply(plan, shadow=self.shadow):
-                log.info(line)
+            try:
+                for line in await self.cluster.apply(plan, shadow=self.shadow):
+                    log.info(line)
+            finally:  # a plan that failed in part was still decided: logged either way
+                self._log_decisions(snap, plan)
         self.state.last_ok, self.state.last_error = self.clock(), ""
         self.state.reconciles += 1
         self.metrics.reconciles.labels("ok").inc()
         self.metrics.reconcile_seconds.observe(time.perf_counter() - t0)
         return plan
+
+    def _log_decisions(self, snap: ClusterSnapshot, plan: Plan) -> None:
+        if self.decision_log is None:
+            return
+        self.decision_log.record(snap, plan, policy_set=self.store.version,
+                                 applied=not self.shadow,
+                                 placements=getattr(self.cluster, "placements_of", None))
 
     def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
         m = self.metrics

@@ -41,6 +41,11 @@ class PolicyStore:
         self.last = LoadResult(False, False)
 
     @property
+    def version(self) -> str:
+        """The policy set in force: the first 12 hex digits of its sources' digest."""
+        return self._digest[:12]
+
+    @property
     def policy_set(self) -> PolicySet | None:
         return self.evaluator.policy_set if self.evaluator else None
 

@@ -34,6 +34,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.policy import EngineUnavailable, make_runtime
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import PrometheusSetupError, make_http_client
+from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import Clock, Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics
@@ -90,6 +91,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="for tests and replays: the controller's clock starts at this RFC 3339 "
                         "time (with a zone, e.g. 2026-11-29T03:00:00Z) and advances with real "
                         "time; policies reading `now` see it (default: the wall clock)")
+    p.add_argument("--decision-log", type=Path, metavar="DIR",
+                   help="write every decision and workload lifecycle record to DIR as Parquet "
+                        "and CSV (decisions.*, lifecycle.*; schema: docs/decision-log.md); "
+                        "the leader writes; summarise with `m2g report DIR`")
     return p.parse_args(argv)
 
 
@@ -162,7 +167,9 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
                       config=planner, shadow=args.shadow,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                       resync_seconds=args.resync_seconds, policy_dir=args.policies,
-                      clock=clock)
+                      clock=clock, decision_log=DecisionLog(
+                          args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
+                      if args.decision_log else None)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)
@@ -183,6 +190,8 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
         await cluster.stop()
         await health.stop()
         await kube.close()
+        if manager.decision_log is not None:
+            manager.decision_log.close()  # the Parquet footers
     return 0
 
 

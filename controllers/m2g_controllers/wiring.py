@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -21,7 +21,7 @@ import httpx
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
+from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot, placements
 from m2g.k8s.kai import KaiApplier, KaiSync
 from m2g.model.cluster import CHECK_CONTROLLER, CheckState, ClusterSnapshot
 from m2g.model.factory import Reading
@@ -132,6 +132,15 @@ class K8sCluster:
         except Exception as exc:
             log.warning("signals unavailable, treated as stale: %s", exc)
             return None
+
+    def placements_of(self, keys: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """Workload "ns/name" → the nodes its pods are bound to (or Kueue TAS assigned), for
+        these workloads only (the decision log's "placed" records)."""
+        wanted = set(keys)
+        workloads = [o for key, o in self.caches["workloads"].view().items() if key in wanted]
+        if not workloads:
+            return {}
+        return placements(self.caches["pods"].view().values(), workloads)
 
     def policy_objects(self) -> list[dict[str, Any]]:
         return list(self.policies.view().values())

@@ -28,6 +28,7 @@ class CheckUpdate:
     requeue_after_seconds: int | None = None
     pod_set_updates: tuple[dict[str, Any], ...] = ()
     policy: str = ""  # the policy whose rule decided ("" when nothing fired)
+    rule: str = ""  # that rule's name
 
 
 @dataclass(frozen=True)

@@ -82,5 +82,6 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder,
                 res.requeue_after_seconds, config.max_retry_hold_seconds),
             pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
             policy=next((r.policy for r in deciding(res)), ""),
+            rule=next((r.rule for r in deciding(res)), ""),
         ))
     return out

@@ -1,0 +1,163 @@
+"""``m2g report``'s pure part: decision-log rows in, a summary out (docs/decision-log.md).
+
+For each grid event in the log, its delivery as an OpenADR program asks for it: the site draw
+against the event's target per interval (``interval_seconds`` from the event's start), with
+the figures of ../shared/docs/twin-metrics.md computed on the log's samples (``Grid``/``Sample``
+rows): a sample is above target when draw > target × 1.01; ``secondsToTarget`` is start → the
+first sample at or under it; ``secondsAboveTarget`` sums the time from each sample above target
+to the next sample; ``kwhAboveTarget`` integrates max(0, draw − target) the same way. Then the
+actions m2g took during the event, and the lifecycle totals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from itertools import pairwise
+from typing import Any
+
+TOLERANCE = 1.01
+Row = Mapping[str, Any]
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if out != out else out  # NaN (an empty CSV cell) is missing
+
+
+def _samples(rows: Iterable[Row], event: str) -> list[tuple[datetime, float, float]]:
+    out = [(r["time"], d, t) for r in rows
+           if r.get("stage") == "Grid" and r.get("outcome") == "Sample"
+           and r.get("grid_event") == event
+           and (d := _num(r.get("site_draw_kw"))) is not None
+           and (t := _num(r.get("grid_target_kw"))) is not None]
+    return sorted(out)
+
+
+def _above(draw: float, target: float) -> bool:
+    return draw > target * TOLERANCE
+
+
+def delivery(rows: Sequence[Row], event: str, start: datetime, end: datetime,
+             interval_seconds: float) -> dict[str, Any]:
+    """One event's delivery: totals and one entry per interval."""
+    samples = [s for s in _samples(rows, event) if start <= s[0] <= end]
+    above_s = kwh = 0.0
+    for (t0, d0, tg0), (t1, _, _) in pairwise(samples):
+        dt = (t1 - t0).total_seconds()
+        if _above(d0, tg0):
+            above_s += dt
+            kwh += (d0 - tg0) * dt / 3600
+    first_ok = next((t for t, d, tg in samples if not _above(d, tg)), None)
+    intervals = []
+    at = start
+    while at < end:
+        nxt = min(end, at + timedelta(seconds=interval_seconds))
+        inside = [s for s in samples if at <= s[0] < nxt]
+        mean = sum(d for _, d, _ in inside) / len(inside) if inside else None
+        target = sum(tg for _, _, tg in inside) / len(inside) if inside else None
+        intervals.append({
+            "start": at.isoformat(), "end": nxt.isoformat(), "samples": len(inside),
+            "meanKw": _round(mean), "maxKw": _round(max((d for _, d, _ in inside), default=None)),
+            "targetKw": _round(target),
+            "compliant": None if mean is None or target is None else not _above(mean, target)})
+        at = nxt
+    actions = Counter(f"{r.get('stage')}/{r.get('outcome')}" for r in rows
+                      if start <= r["time"] <= end and r.get("outcome") != "Sample"
+                      and r.get("stage") != "Grid")
+    baseline = next((b for r in rows if r.get("grid_event") == event
+                     and (b := _num(r.get("grid_baseline_kw"))) is not None), None)
+    return {
+        "event": event, "start": start.isoformat(), "end": end.isoformat(),
+        "baselineKw": _round(baseline),
+        "targetKw": _round(samples[-1][2] if samples else None), "samples": len(samples),
+        "secondsToTarget": None if first_ok is None else (first_ok - start).total_seconds(),
+        "secondsAboveTarget": round(above_s, 1), "kwhAboveTarget": round(kwh, 4),
+        "maxKw": _round(max((d for _, d, _ in samples), default=None)),
+        "compliantIntervals": sum(1 for i in intervals if i["compliant"]),
+        "intervals": intervals, "actions": dict(sorted(actions.items()))}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def events(rows: Sequence[Row]) -> list[tuple[str, datetime, datetime]]:
+    """(id, start, end) of every grid event the log saw, by start."""
+    seen: dict[str, tuple[datetime, datetime]] = {}
+    for r in rows:
+        ev, start, end = r.get("grid_event"), r.get("grid_event_start"), r.get("grid_event_end")
+        if ev and isinstance(start, datetime) and isinstance(end, datetime):
+            seen.setdefault(str(ev), (start, end))
+    return sorted(((k, *v) for k, v in seen.items()), key=lambda e: (e[1], e[0]))
+
+
+def summary(decisions: Sequence[Row], lifecycle: Sequence[Row], interval_seconds: float,
+            only_event: str | None = None) -> dict[str, Any]:
+    actions = Counter(f"{r.get('stage')}/{r.get('outcome')}" for r in decisions
+                      if r.get("outcome") != "Sample")
+    times = [r["time"] for r in [*decisions, *lifecycle]]
+    life = Counter(str(r.get("event")) for r in lifecycle)
+    final: dict[str, Row] = {}
+    for r in sorted(lifecycle, key=lambda r: r["time"]):
+        final[str(r.get("workload"))] = r
+    gpu_s = sum(_num(r.get("gpu_seconds")) or 0.0 for r in final.values())
+    kwh = sum(_num(r.get("kwh")) or 0.0 for r in final.values())
+    return {
+        "from": min(times).isoformat() if times else None,
+        "to": max(times).isoformat() if times else None,
+        "rows": {"decisions": len(decisions), "lifecycle": len(lifecycle)},
+        "policySets": sorted({str(r.get("policy_set")) for r in decisions
+                              if r.get("policy_set")}),
+        "actions": dict(sorted(actions.items())),
+        "events": [delivery(decisions, ev, start, end, interval_seconds)
+                   for ev, start, end in events(decisions)
+                   if only_event is None or ev == only_event],
+        "lifecycle": {"records": dict(sorted(life.items())), "workloads": len(final),
+                      "gpuHours": round(gpu_s / 3600, 3), "kwhEstimated": round(kwh, 3)},
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def render_table(s: Mapping[str, Any]) -> str:
+    """The summary as text: one block per event, then actions and lifecycle."""
+    from m2g_cli.views import table
+    lines = [f"decision log {s['from']} .. {s['to']}: {s['rows']['decisions']} decisions, "
+             f"{s['rows']['lifecycle']} lifecycle records; policy sets: "
+             f"{', '.join(s['policySets']) or '-'}", ""]
+    for ev in s["events"]:
+        lines.append(f"GRID EVENT {ev['event']}  {ev['start']} .. {ev['end']}  baseline "
+                     f"{_cell(ev['baselineKw'])} kW  target {_cell(ev['targetKw'])} kW")
+        lines.append(f"  to target {_cell(ev['secondsToTarget'])} s, above target "
+                     f"{_cell(ev['secondsAboveTarget'])} s ({_cell(ev['kwhAboveTarget'])} kWh), "
+                     f"max {_cell(ev['maxKw'])} kW, {ev['compliantIntervals']}/"
+                     f"{len(ev['intervals'])} intervals compliant")
+        rows = [[i["start"][11:19], i["end"][11:19], _cell(i["meanKw"]), _cell(i["maxKw"]),
+                 _cell(i["targetKw"]), _cell(i["compliant"]), str(i["samples"])]
+                for i in ev["intervals"]]
+        lines.append(table(["FROM", "TO", "MEAN KW", "MAX KW", "TARGET KW", "OK", "SAMPLES"],
+                           rows).rstrip("\n"))
+        if ev["actions"]:
+            lines.append("  actions: " + ", ".join(f"{k} {v}" for k, v in ev["actions"].items()))
+        lines.append("")
+    lines.append("ACTIONS " + (", ".join(f"{k} {v}" for k, v in s["actions"].items()) or "-"))
+    lc = s["lifecycle"]
+    lines.append("LIFECYCLE " + (", ".join(f"{k} {v}" for k, v in lc["records"].items()) or "-")
+                 + f"; {lc['workloads']} workloads, {lc['gpuHours']:g} GPU-hours, "
+                 f"{lc['kwhEstimated']:g} kWh (estimated)")
+    return "\n".join(lines) + "\n"
