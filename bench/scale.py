@@ -63,6 +63,7 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
              out: dict[str, Any]) -> dict[str, Any]:
     """Fill ``out`` as it goes, so a MemoryError still reports what was measured before."""
     from m2g.k8s import convert as cv
+    from m2g.model.collector import collector_paused
     from m2g.planner import plan as planner
     from m2g.planner.admission import check_updates
     from m2g.planner.capacity import capacity_updates
@@ -111,7 +112,7 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     ]
     out["parts"] = {}
     for name, f in parts:
-        with planner.collector_paused():  # as make_plan runs them
+        with collector_paused():  # as make_plan runs them
             _, wall, cpu = timed(f)
         out["parts"][name] = {"wall": wall, "cpu": cpu}
     snap = snap_at(15)

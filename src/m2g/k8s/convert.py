@@ -66,6 +66,7 @@ from m2g.model.cluster import (
     QueueState,
     WorkloadState,
 )
+from m2g.model.collector import collector_paused
 from m2g.model.factory import (
     MISSING,
     FactorySnapshot,
@@ -762,7 +763,16 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
                    inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
                    memo: SnapshotMemo | None = None) -> ClusterSnapshot:
     """Everything one reconcile decides on, from cache views and signal readings; ``memo``:
-    see ``SnapshotMemo`` (the result is the same with or without it)."""
+    see ``SnapshotMemo`` (the result is the same with or without it). Runs with the cyclic
+    garbage collector paused (m2g.model.collector)."""
+    with collector_paused():
+        return _build_snapshot(objs, readings, now, site=site, rack_cap_kw=rack_cap_kw,
+                               inlet_limit_c=inlet_limit_c, memo=memo)
+
+
+def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
+                    site: str, rack_cap_kw: float, inlet_limit_c: float,
+                    memo: SnapshotMemo | None) -> ClusterSnapshot:
     allocated = allocated_gpus(objs.pods.values())
     node_objs = sorted((o for o in objs.nodes.values() if is_gpu_node(o)),
                        key=lambda o: str(_meta(o).get("name", "")))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 
 from m2g.model.cluster import ClusterSnapshot
+from m2g.model.collector import collector_paused
 from m2g.model.plan import Plan
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
@@ -22,26 +20,11 @@ from m2g.planner.shedding import shed_actions
 from m2g.policy import Evaluator
 
 
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (reference counting still frees): a plan's
-    allocations are acyclic temporaries, and each collection they trigger walks every object
-    alive — at 1,400 racks the watch caches and the snapshot, millions — which was about half
-    of a plan's CPU (docs/benchmarks.md, "Scale"). Cycles made meanwhile are collected by the
-    next collection after the plan. Nested uses keep the outer state."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
               config: PlannerConfig | None = None) -> Plan:
     """Decide every change for this snapshot. Pure and deterministic: the same snapshot and
-    policies give the same plan, and a plan already applied yields an empty one."""
+    policies give the same plan, and a plan already applied yields an empty one. Runs with the
+    cyclic garbage collector paused (m2g.model.collector)."""
     with collector_paused():
         return _make_plan(snap, evaluator, config or PlannerConfig())
 

@@ -1,10 +1,11 @@
-"""make_plan pauses the cyclic garbage collector and gives it back as it found it."""
+"""collector_paused (make_plan, build_snapshot) pauses the cyclic garbage collector and gives it back
+as it found it."""
 
 from __future__ import annotations
 
 import gc
 
-from m2g.planner.plan import collector_paused
+from m2g.model.collector import collector_paused
 
 
 def test_collector_paused_and_restored() -> None:
