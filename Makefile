@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval up down status clean
+.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval fuzz up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -70,6 +70,13 @@ test: test-prereqs
 bench: $(STAMP)
 	$(PY) bench/policy_bench.py
 	$(MAKE) bench-controller
+
+## fuzz: the hypothesis suites of tests/fuzz with many more examples than make test runs
+## (FUZZ_EXAMPLES per target, default 2000; counts in .fuzz-counts.json, docs/reliability.md)
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz M2G_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) M2G_FUZZ_COUNTS=.fuzz-counts.json \
+	  $(PY) -m pytest tests/fuzz -q
 
 ## bench-eval: `m2g policy eval` streaming JSON Lines, both engines in one run (docs/reliability.md)
 bench-eval: $(STAMP)

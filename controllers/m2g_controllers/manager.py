@@ -32,6 +32,12 @@ log = logging.getLogger("m2g.manager")
 Clock = Callable[[], datetime]
 
 
+#: Reconciles failing this long make /readyz fail (a transient API error lasts less).
+UNREADY_FAILING_SECONDS = 120.0
+#: With a signal source configured: no fresh power reading this long makes /readyz fail.
+UNREADY_STALE_SECONDS = 300.0
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -69,6 +75,9 @@ class LoopState:
     last_ok: datetime | None = None
     last_error: str = ""
     reconciles: int = 0
+    failing_since: datetime | None = None  # the first failure since the last success
+    signals_fresh_at: datetime | None = None  # the last snapshot with any fresh power reading
+    started: datetime | None = None
     wake_at: datetime | None = None  # the last plan's next time boundary
 
 
@@ -79,7 +88,9 @@ class Manager:
                  config: PlannerConfig | None = None, shadow: bool = False,
                  is_leader: Callable[[], bool] = lambda: True, clock: Clock = utcnow,
                  resync_seconds: float = 10.0, policy_dir: Any = None,
-                 decision_log: DecisionLog | None = None) -> None:
+                 decision_log: DecisionLog | None = None,
+                 unready_failing_seconds: float = UNREADY_FAILING_SECONDS,
+                 unready_stale_seconds: float | None = None) -> None:
         self.cluster, self.store, self.metrics = cluster, store, metrics
         self.decision_log = decision_log  # m2g run --decision-log: the leader records
         self.config = config or PlannerConfig()
@@ -87,6 +98,8 @@ class Manager:
         self.resync_seconds = resync_seconds
         self.policy_dir = policy_dir
         self.state = LoopState()
+        self.unready_failing_seconds = unready_failing_seconds
+        self.unready_stale_seconds = unready_stale_seconds
         metrics.shadow.set(1 if shadow else 0)
 
     def kick(self, *_: Any) -> None:
@@ -95,10 +108,32 @@ class Manager:
         self.state.dirty.set()
 
     def ready(self) -> tuple[bool, str]:
+        """Ready while reconciles succeed and decide on live data (docs/controllers.md):
+        not before the first success, not once reconciles have failed for longer than
+        ``unready_failing_seconds``, and (when ``unready_stale_seconds`` is set, i.e. a signal
+        source is configured) not once no power reading has been fresh for that long."""
+        ok, why = self._readiness()
+        self.metrics.ready.set(1 if ok else 0)
+        return ok, why
+
+    def _readiness(self) -> tuple[bool, str]:
+        st, now = self.state, self.clock()
         if self.store.evaluator is None:
             return False, "no policy set loaded yet: " + self.store.last.summary()
-        if self.state.last_ok is None:
-            return False, "no reconcile has succeeded yet: " + (self.state.last_error or "starting")
+        if st.last_ok is None:
+            return False, "no reconcile has succeeded yet: " + (st.last_error or "starting")
+        if st.failing_since is not None:
+            failing = (now - st.failing_since).total_seconds()
+            if failing > self.unready_failing_seconds:
+                return False, (f"reconciles failing for {failing:.0f}s (bound "
+                               f"{self.unready_failing_seconds:g}s): {st.last_error}")
+        if self.unready_stale_seconds is not None:
+            since = st.signals_fresh_at or st.started or st.last_ok
+            stale = (now - since).total_seconds()
+            if stale > self.unready_stale_seconds:
+                return False, (f"no fresh power signal for {stale:.0f}s (bound "
+                               f"{self.unready_stale_seconds:g}s): deciding on fail-safe "
+                               "defaults only")
         return True, "ok"
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -118,6 +153,9 @@ class Manager:
                     self.metrics.reaction_seconds.observe(time.monotonic() - started)
             except Exception as exc:  # a failed reconcile is retried, never fatal
                 self.state.last_error = f"{type(exc).__name__}: {exc}"
+                if self.state.failing_since is None:
+                    self.state.failing_since = self.clock()
+                self.ready()  # keeps m2g_ready current between probes
                 self.metrics.reconciles.labels("error").inc()
                 log.warning("reconcile failed, retrying in %.1fs: %s", backoff,
                             self.state.last_error)
@@ -154,6 +192,8 @@ class Manager:
     async def reconcile(self) -> Plan | None:
         """One pass: policies, snapshot, plan, apply. Returns the plan (None: nothing to do)."""
         t0 = time.perf_counter()
+        if self.state.started is None:
+            self.state.started = self.clock()
         self.metrics.leader.set(1 if self.is_leader() else 0)
         await self.load_policies()
         evaluator = self.store.evaluator
@@ -172,6 +212,7 @@ class Manager:
             finally:  # a plan that failed in part was still decided: logged either way
                 self._log_decisions(snap, plan)
         self.state.last_ok, self.state.last_error = self.clock(), ""
+        self.state.failing_since = None
         self.state.reconciles += 1
         self.metrics.reconciles.labels("ok").inc()
         self.metrics.reconcile_seconds.observe(time.perf_counter() - t0)
@@ -201,6 +242,8 @@ class Manager:
         draw = snap.factory.site_draw_kw()
         if draw.value is not None:
             m.site_draw_kw.set(draw.value)
+        if any(not r.power_kw.stale for r in snap.factory.racks):
+            self.state.signals_fresh_at = self.clock()
         m.site_limit_kw.set(snap.factory.effective_budget_kw())
         m.shed_kw.set(sum(workload_kw(w, self.config) for w in snap.workloads if w.shed_by_m2g))
         ages = [r.power_kw.age_seconds for r in snap.factory.racks]

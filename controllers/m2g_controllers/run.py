@@ -36,7 +36,7 @@ from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import PrometheusSetupError, make_http_client
 from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.health import HealthServer
-from m2g_controllers.manager import Clock, Manager, clock_from, utcnow
+from m2g_controllers.manager import UNREADY_STALE_SECONDS, Clock, Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import PolicyStore
 from m2g_controllers.wiring import K8sCluster
@@ -169,7 +169,8 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
                       resync_seconds=args.resync_seconds, policy_dir=args.policies,
                       clock=clock, decision_log=DecisionLog(
                           args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
-                      if args.decision_log else None)
+                      if args.decision_log else None,
+                      unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, QueueState, WorkloadState
-from m2g.model.factory import FactorySnapshot, MaintenanceWindow, Node, Rack
+from m2g.model.factory import FactorySnapshot, MaintenanceWindow, Node, Rack, Reading
 from m2g.model.inputs import WorkloadView
 from m2g.model.plan import Plan
 from m2g.policy import make_runtime
@@ -222,3 +223,81 @@ async def test_no_policies_in_the_cluster_decides_nothing() -> None:
     else:
         raise AssertionError("a reconcile without policies must not decide")
     assert c.applied == []
+
+
+# ---- readiness means it (docs/controllers.md, "Readiness") --------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class RackCluster(FakeCluster):
+    """A factory of one rack whose power reading is fresh while ``fresh`` is set."""
+
+    fresh = True
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        snap = await super().snapshot(now)
+        power = Reading(90.0 if self.fresh else None, 5.0 if self.fresh else float("inf"))
+        rack = Rack("r0", "b0", "pd0", power_kw=power, cap_kw=120)
+        return dataclasses.replace(snap, factory=FactorySnapshot(now=now, racks=(rack,)))
+
+
+async def test_readyz_fails_when_reconciles_keep_failing() -> None:
+    c, clock = FakeCluster(), Clock()
+    m = Manager(c, PolicyStore(make_runtime("cel-expr-python")), Metrics(), clock=clock,
+                resync_seconds=0.01, unready_failing_seconds=120)
+    await m.reconcile()
+    assert m.ready() == (True, "ok")
+    c.fail_next = 10_000
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    m.kick()
+    for _ in range(500):
+        if m.state.failing_since is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert m.ready()[0] is True  # a failure is not yet a reason: transient API errors happen
+    clock.now += timedelta(seconds=121)
+    ok, why = m.ready()
+    assert not ok and "reconciles failing for 121s" in why and "apiserver unreachable" in why
+    assert m.metrics.ready._value.get() == 0
+    c.fail_next = 0
+    stop.set()
+    m.kick()
+    await asyncio.wait_for(task, 10)
+    await m.reconcile()
+    assert m.ready() == (True, "ok") and m.metrics.ready._value.get() == 1
+
+
+async def test_readyz_fails_when_all_power_signals_stay_stale() -> None:
+    c, clock = RackCluster(), Clock()
+    m = Manager(c, PolicyStore(make_runtime("cel-expr-python")), Metrics(), clock=clock,
+                unready_stale_seconds=300)
+    await m.reconcile()
+    c.fresh = False
+    clock.now += timedelta(seconds=299)
+    await m.reconcile()
+    assert m.ready()[0] is True
+    clock.now += timedelta(seconds=2)
+    await m.reconcile()
+    ok, why = m.ready()
+    assert not ok and "no fresh power signal for 301s" in why
+    c.fresh = True
+    await m.reconcile()
+    assert m.ready() == (True, "ok")
+
+
+async def test_no_signal_source_no_staleness_verdict() -> None:
+    c, clock = RackCluster(), Clock()
+    c.fresh = False
+    m = Manager(c, PolicyStore(make_runtime("cel-expr-python")), Metrics(), clock=clock)
+    await m.reconcile()
+    clock.now += timedelta(hours=2)
+    await m.reconcile()
+    assert m.ready() == (True, "ok")

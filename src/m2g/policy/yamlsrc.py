@@ -129,7 +129,8 @@ def _check_text(text: str) -> tuple[int, str] | None:
     return line, f"control character {ord(match.group()):#04x} (only tab and newline may appear)"
 
 
-_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ud800-\udfff"
+                        r"\ufffe\uffff]")
 
 
 def parse_documents(text: str, file: str) -> tuple[list[SourceDoc], list[Problem]]:
@@ -138,8 +139,9 @@ def parse_documents(text: str, file: str) -> tuple[list[SourceDoc], list[Problem
     bad = _check_text(text)
     if bad is not None:
         return [], [Problem(file, bad[0], "", "", f"invalid YAML: {bad[1]}")]
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # its reader refuses unprintable characters here already
         while loader.check_node():
             node = loader.get_node()
             if node is None:
@@ -159,7 +161,8 @@ def parse_documents(text: str, file: str) -> tuple[list[SourceDoc], list[Problem
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         return [], [Problem(file, line, "", "", f"invalid YAML: {problem}")]
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return docs, []
 
 
