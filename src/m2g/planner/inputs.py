@@ -44,6 +44,27 @@ def queue_view(q: QueueState | None, name: str) -> QueueView:
                      pending_workloads=q.pending_workloads)
 
 
+def kw_floor_per_gpu(snap: ClusterSnapshot, default_kw_per_gpu: float) -> float:
+    """The least kW per GPU a workload may declare (``m2g.io/estimated-kw`` is the tenant's
+    word): the snapshot's measured draw per allocated GPU when the site draw is fresh, never
+    more than ``default_kw_per_gpu`` (a legitimate estimate at or above the default stays as
+    declared; ``estimated-kw: 0.01`` on 512 GPUs no longer fits into 10 kW of headroom)."""
+    draw = snap.factory.site_draw_kw().value
+    allocated = sum(n.gpus_allocated for n in snap.factory.nodes)
+    if draw is None or allocated <= 0:
+        return default_kw_per_gpu
+    return min(default_kw_per_gpu, max(0.0, draw) / allocated)
+
+
+def trusted_view(view: WorkloadView, floor_per_gpu: float) -> WorkloadView:
+    """``view`` with its declared kW raised to GPUs × ``floor_per_gpu`` when below it (the
+    safe value wins: for admission, a higher draw)."""
+    floor = view.gpus * floor_per_gpu
+    if view.estimated_kw >= floor:
+        return view
+    return view.model_copy(update={"estimated_kw": floor})
+
+
 class InputBuilder:
     """PolicyInputs for one snapshot; queue views are built once per ClusterQueue.
 
@@ -52,9 +73,10 @@ class InputBuilder:
     (~0.3 ms on a 100-rack factory), which 2,000 workloads would pay 2,000 times, each holding
     its own copy. The copies share the snapshot's objects, so they also batch together."""
 
-    def __init__(self, snap: ClusterSnapshot) -> None:
+    def __init__(self, snap: ClusterSnapshot, default_kw_per_gpu: float = 1.34) -> None:
         self.snap = snap
         self.v = views(snap)
+        self.kw_floor = kw_floor_per_gpu(snap, default_kw_per_gpu)
         self._queues = {q.name: q for q in snap.queues}
         self._qviews: dict[str, QueueView] = {}
         self._base: PolicyInput | None = None
@@ -70,8 +92,9 @@ class InputBuilder:
         if self._base is None:
             self._base = PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.v.domains,
                                      now=self.snap.now)
-        return self._base.model_copy(update={"workload": view or w.view,
-                                             "queue": self.queue(w.cluster_queue)})
+        return self._base.model_copy(update={
+            "workload": trusted_view(view or w.view, self.kw_floor),
+            "queue": self.queue(w.cluster_queue)})
 
     def for_flavor(self, flavor: FlavorState, nominal: int) -> PolicyInput:
         domain_name = flavor.domain or self.snap.factory.site

@@ -32,7 +32,7 @@ def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
 def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfig) -> Plan:
     statuses, baselines = event_statuses(snap, config, format_api_time(snap.now))
     snap = with_baselines(snap, baselines)
-    builder = InputBuilder(snap)
+    builder = InputBuilder(snap, config.default_kw_per_gpu)
     quotas, stops = capacity_updates(evaluator, builder, config)
     sheds, why = shed_actions(evaluator, builder, config)
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)

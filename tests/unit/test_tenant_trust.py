@@ -1,0 +1,67 @@
+"""The tenant trust boundary: a workload's declared kW (``m2g.io/estimated-kw``, the tenant's
+word) cannot be lower than its GPUs × the measured draw per GPU (at most the planner's default
+per GPU), so a tiny estimate cannot slip a large job into little headroom."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import FactorySnapshot, Node, PowerDomain, Rack, Reading
+from m2g.model.inputs import WorkloadView
+from m2g.planner.config import PlannerConfig
+from m2g.planner.inputs import InputBuilder, kw_floor_per_gpu, trusted_view
+from m2g.planner.plan import make_plan
+from m2g.policy import Evaluator, load_dir
+
+NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
+POWER = Path(__file__).resolve().parents[2] / "policies" / "power-budget"
+
+
+def factory(draw_kw: float, allocated: int, fresh: bool = True) -> FactorySnapshot:
+    nodes = tuple(Node(f"n{i}", "rack-0", gpus_allocated=min(4, max(0, allocated - 4 * i)))
+                  for i in range(18))
+    rack = Rack("rack-0", "block-0", "pd-0", power_kw=Reading(draw_kw if fresh else None, 5.0),
+                cap_kw=132.0)
+    return FactorySnapshot(now=NOW, site_budget_kw=draw_kw + 10.0,
+                           power_domains=(PowerDomain("pd-0"),), racks=(rack,), nodes=nodes)
+
+
+def job(gpus: int, kw: float) -> WorkloadState:
+    view = WorkloadView(name="big", namespace="t", gpus=gpus, estimated_kw=kw, cluster_queue="cq")
+    return WorkloadState("t", "big", view, Phase.RESERVED, cluster_queue="cq",
+                         check=PlannerConfig().check_name,
+                         check_state=CheckState.PENDING)
+
+
+def test_floor_is_the_measured_draw_per_gpu_capped_by_the_default() -> None:
+    assert kw_floor_per_gpu(ClusterSnapshot(factory(60.0, 60)), 1.34) == pytest.approx(1.0)
+    assert kw_floor_per_gpu(ClusterSnapshot(factory(600.0, 60)), 1.34) == 1.34
+    assert kw_floor_per_gpu(ClusterSnapshot(factory(60.0, 60, fresh=False)), 1.34) == 1.34
+    assert kw_floor_per_gpu(ClusterSnapshot(factory(60.0, 0)), 1.34) == 1.34
+
+
+def test_a_declared_estimate_is_raised_never_lowered() -> None:
+    low = WorkloadView(gpus=512, estimated_kw=0.01)
+    assert trusted_view(low, 1.0).estimated_kw == 512.0
+    high = WorkloadView(gpus=8, estimated_kw=20.0)
+    assert trusted_view(high, 1.0) is high
+
+
+def test_a_tiny_estimate_does_not_admit_a_512_gpu_job_into_10_kw() -> None:
+    ev = Evaluator(load_dir(POWER, "cel-expr-python"))
+    snap = ClusterSnapshot(factory(60.0, 60), (job(512, 0.01),))
+    (check,) = make_plan(snap, ev, PlannerConfig()).checks
+    assert check.state is not CheckState.READY  # 512 GPUs x 1 kW measured >> 10 kW headroom
+    builder = InputBuilder(snap, PlannerConfig().default_kw_per_gpu)
+    assert builder.for_workload(snap.workloads[0]).workload.estimated_kw == pytest.approx(512.0)
+
+
+def test_an_honest_small_job_still_fits() -> None:
+    ev = Evaluator(load_dir(POWER, "cel-expr-python"))
+    snap = ClusterSnapshot(factory(60.0, 60), (job(4, 5.0),))
+    (check,) = make_plan(snap, ev, PlannerConfig()).checks
+    assert check.state is CheckState.READY
