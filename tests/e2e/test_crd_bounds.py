@@ -1,0 +1,68 @@
+"""The m2g CRDs refuse the objects that m2g cannot reason about (docs/reliability.md), on the
+real API server: a GridEvent interval starting in year 9999 or lasting P9999999999W, a
+MaintenanceWindow starting in year 1 — while ordinary ones are accepted (server dry-run, so
+nothing is left behind)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from manifests_helpers import Applied, apply_crds, kubectl
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def crds(kubeconfig: Path) -> Iterator[Path]:
+    applied = Applied(kubeconfig)
+    apply_crds(applied)
+    yield kubeconfig  # CRDs that were not there before are removed again
+    applied.delete()
+
+
+def grid_event(start: str, duration: str) -> dict[str, Any]:
+    return {"apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent",
+            "metadata": {"name": "bounds"},
+            "spec": {"eventID": "e", "intervals": [{
+                "start": start, "duration": duration,
+                "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": 100}}]}}
+
+
+def window(start: str, end: str) -> dict[str, Any]:
+    return {"apiVersion": "m2g.io/v1alpha1", "kind": "MaintenanceWindow",
+            "metadata": {"name": "bounds"},
+            "spec": {"start": start, "end": end, "scope": {"racks": ["rack-0"]}}}
+
+
+def dry_run(kubeconfig: Path, obj: dict[str, Any]) -> tuple[int, str]:
+    out = kubectl(kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(obj),
+                  check=False)
+    return out.returncode, out.stderr
+
+
+@pytest.mark.parametrize(("obj", "needle"), [
+    (grid_event("9999-01-01T00:00:00Z", "PT1H"), "between 1970 and 2200"),
+    (grid_event("1969-12-31T00:00:00Z", "PT1H"), "between 1970 and 2200"),
+    (grid_event("2026-12-01T10:00:00Z", "P9999999999W"), "should match"),
+    (grid_event("2026-12-01T10:00:00Z", "PT99999999H"), "should match"),
+    (window("0001-01-01T00:00:00Z", "2026-12-01T00:00:00Z"), "between 1970 and 2200"),
+    (window("2026-12-01T00:00:00Z", "9999-12-31T00:00:00Z"), "between 1970 and 2200"),
+])
+def test_unusable_objects_are_refused(crds: Path, obj: dict[str, Any], needle: str) -> None:
+    code, err = dry_run(crds, obj)
+    assert code != 0 and needle in err, err
+
+
+@pytest.mark.parametrize("obj", [
+    grid_event("2026-12-01T10:00:00Z", "PT1H30M"),
+    grid_event("2026-12-01T10:00:00Z", "P2DT12H"),
+    grid_event("2199-12-31T00:00:00Z", "P9999W"),
+    window("2026-12-01T00:00:00Z", "2026-12-01T06:00:00Z"),
+])
+def test_ordinary_objects_are_accepted(crds: Path, obj: dict[str, Any]) -> None:
+    code, err = dry_run(crds, obj)
+    assert code == 0, err
