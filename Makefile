@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval fuzz up down status clean
+.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -94,6 +94,14 @@ bench-controller: $(STAMP)
 ## BENCH_ARGS: e.g. --sizes 100,400.
 bench-scale: $(STAMP)
 	$(PY) bench/scale.py $(BENCH_ARGS)
+
+## bench-twin: the Model-to-Grid twin (docs/twin.md): plain Kueue, then m2g, each on a fresh
+## control plane with the 16-rack factory, replaying the openb trace through the dr-srp grid
+## event; report.json/report.md/plots in bench-out/twin. Runs in $${M2G_RUN:-~/.cache/m2g/run-twin}
+## (-kueue, -m2g), stopped at the end. TWIN_ARGS: e.g. --scenario cooling, --racks 2, --out DIR.
+bench-twin: $(STAMP)
+	$(PY) kind-e2e/localcp build
+	M2G_RUN="$${M2G_RUN:-$$HOME/.cache/m2g/run-twin}" $(PY) bench/twin.py $(TWIN_ARGS)
 
 ## demo: the main job — control plane + small factory, simulator, Prometheus, `m2g run`, a
 ## workload mix, a grid event; shows what m2g deferred, shed and restored (docs/quickstart.md).

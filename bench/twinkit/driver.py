@@ -53,6 +53,7 @@ class JobRecord:
     tier: int
     kind: str
     topology: str
+    prefill: bool = False
     submitted: float | None = None
     admitted: float | None = None
     finished: float | None = None
@@ -89,6 +90,7 @@ class Driver:
     progress: dict[str, Progress] = field(default_factory=dict)
     records: dict[str, JobRecord] = field(default_factory=dict)
     running: dict[str, bool] = field(default_factory=dict)
+    run_pods: dict[str, frozenset[str]] = field(default_factory=dict)  # uids of the run
     completing: set[str] = field(default_factory=set)
     bindings: list[tuple[str, str, float]] = field(default_factory=list)  # job, node, t
     seen_pods: set[str] = field(default_factory=set)
@@ -101,7 +103,7 @@ class Driver:
         if name not in self.records:
             j = self.jobs[name]
             self.records[name] = JobRecord(j.name, j.namespace, j.gpus, j.tier, j.kind,
-                                           j.topology, work=j.work)
+                                           j.topology, j.prefill, work=j.work)
             self.progress[name] = Progress(j.work, j.gpus, j.checkpoint_s)
         return self.records[name]
 
@@ -153,10 +155,15 @@ class Driver:
             self.running[name] = False
             out.delete_jobs.append((job.namespace, name))
             return
-        nodes = [str((p.get("spec") or {}).get("nodeName")) for p in plist
-                 if _phase(p) == "Running" and (p.get("spec") or {}).get("nodeName")]
+        up = [p for p in plist if _phase(p) == "Running" and (p.get("spec") or {}).get("nodeName")]
+        nodes = [str(p["spec"]["nodeName"]) for p in up]
+        uids = frozenset(str(p["metadata"].get("uid", "")) for p in up)
         now_running = len(nodes) >= job.pods
         was = self.running.get(name, False)
+        if was and now_running and uids.isdisjoint(self.run_pods.get(name, uids)):
+            self._stopped(name)  # evicted and re-admitted between two looks
+            was = False
+        self.run_pods[name] = uids
         if now_running and not was:
             if rec.runs:
                 rec.restarts += 1

@@ -98,18 +98,21 @@ def _weighted(pairs: Sequence[tuple[int, float]]) -> float | None:
 
 def workload_figures(jobs: Sequence[Mapping[str, Any]], time_scale: float,
                      run_end: float, event_s_trace: float | None) -> dict[str, Any]:
-    """Waits include jobs never admitted, counted until the run's end (a lower bound)."""
+    """Waits include jobs never admitted, counted until the run's end (a lower bound); jobs
+    of the warm start (``prefill``: submitted at once, already running in the trace) count in
+    performance and losses but not in waits and JCT."""
+    timed = [j for j in jobs if not j.get("prefill") and j.get("submitted") is not None]
     waits = [((j["admitted"] if j.get("admitted") is not None else run_end) - j["submitted"])
-             * time_scale for j in jobs if j.get("submitted") is not None]
-    jct = [(j["finished"] - j["submitted"]) * time_scale for j in jobs
-           if j.get("finished") is not None and j.get("submitted") is not None]
+             * time_scale for j in timed]
+    jct = [(j["finished"] - j["submitted"]) * time_scale for j in timed
+           if j.get("finished") is not None]
     perf = performance(jobs, event_s_trace) if event_s_trace else \
         {"weightedPerformance": None, "perTier": {str(t): None for t in range(4)}}
     return {
         **perf,
         "queueWaitSeconds": {f"p{q}": _r(nearest_rank(waits, q / 100), 1) for q in (50, 95, 99)},
         "jctSeconds": {f"p{q}": _r(nearest_rank(jct, q / 100), 1) for q in (50, 95)},
-        "completed": len(jct),
+        "completed": sum(1 for j in jobs if j.get("finished") is not None),
         "preemptions": sum(int(j.get("evictions", 0)) for j in jobs),
         "restarts": sum(int(j.get("restarts", 0)) for j in jobs),
         "lostGpuSeconds": _r(sum(float(j.get("lost", 0.0)) for j in jobs), 1),

@@ -136,6 +136,7 @@ class TraceJob:
     foreign: bool  # arrives without m2g labels and annotations
     topology: str  # "" | "preferred-rack" | "required-block"
     censored: bool
+    prefill: bool = False  # already running when the replay starts (warm start)
 
     @property
     def pods(self) -> int:
@@ -246,9 +247,13 @@ class Plan:
 
 
 def plan_jobs(read: ReadResult, m: Mapping, *, factory_gpus: int, horizon_s: float,
-              demand: float | None = 0.9, start: int | None = None) -> Plan:
+              demand: float | None = 0.9, start: int | None = None,
+              warm_s: float = 0.0) -> Plan:
     """The replay: the window from ``start`` (default ``window_start``), mapped, re-timed so
-    the offered demand is ``demand`` × the factory (None: as recorded), cut at the horizon."""
+    the offered demand is ``demand`` × the factory (None: as recorded), cut at the horizon.
+    ``warm_s`` (trace seconds, after re-timing) is history: the replay starts that far into
+    the window, with the jobs that would still be running then submitted at once with the
+    work they have left (``prefill``), so the factory is in its steady state from the start."""
     if not read.pods:
         raise TraceError("the trace has no usable GPU pod (skipped: " + (", ".join(
             f"{n} {r}" for r, n in sorted(read.skipped.items())) or "nothing read") + ")")
@@ -261,20 +266,26 @@ def plan_jobs(read: ReadResult, m: Mapping, *, factory_gpus: int, horizon_s: flo
     factor = 1.0
     if demand is not None:
         target = demand * factory_gpus
-        factor = compression_for(jobs, target, horizon_s)
-        if offered_gpus(jobs, factor, horizon_s) < target * 0.99:
+        factor = compression_for(jobs, target, horizon_s + warm_s)
+        if offered_gpus(jobs, factor, horizon_s + warm_s) < target * 0.99:
             notes.append(f"the whole window offers only "
-                         f"{offered_gpus(jobs, factor, horizon_s):.0f} GPUs of the "
+                         f"{offered_gpus(jobs, factor, horizon_s + warm_s):.0f} GPUs of the "
                          f"{target:.0f} asked for")
-    timed = tuple(_retimed(j, factor) for j in jobs if j.arrival / factor <= horizon_s)
+    timed = tuple(t for t in (_retimed(j, factor, warm_s) for j in jobs
+                              if j.arrival / factor <= horizon_s + warm_s) if t is not None)
     return Plan(timed, read.rows, read.skipped, begin, factor,
-                offered_gpus(jobs, factor, horizon_s), sum(1 for j in timed if j.censored),
-                tuple(notes))
+                offered_gpus(jobs, factor, horizon_s + warm_s),
+                sum(1 for j in timed if j.censored), tuple(notes))
 
 
-def _retimed(j: TraceJob, factor: float) -> TraceJob:
-
-    return replace(j, arrival=j.arrival / factor)
+def _retimed(j: TraceJob, factor: float, warm_s: float) -> TraceJob | None:
+    """Arrival re-timed and shifted by the warm-up; a job of the warm-up still running at its
+    end arrives at 0 with the runtime it has left; one that ended before is dropped."""
+    arrival = j.arrival / factor - warm_s
+    if arrival >= 0:
+        return replace(j, arrival=arrival)
+    left = j.runtime + arrival
+    return replace(j, arrival=0.0, runtime=left, prefill=True) if left > 0 else None
 
 
 def size_histogram(jobs: Sequence[TraceJob]) -> dict[int, float]:

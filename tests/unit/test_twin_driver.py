@@ -93,3 +93,14 @@ def test_event_window_and_allocation_samples() -> None:
     d.observe(T0 + 6.0, running(), [wl("twin-00001")])
     assert rec.done_at_event_end == 8 * 180.0  # from t=3 (it started) to t=6
     assert d.samples[-1][2] >= 0.0
+
+
+def test_an_eviction_between_two_looks_is_still_seen() -> None:
+    d = driver()
+    d.observe(T0, running(), [wl("twin-00001")])
+    d.observe(T0 + 3.0, running(), [wl("twin-00001")])
+    fresh = [dict(p, metadata={**p["metadata"], "uid": p["metadata"]["uid"] + "-new"})
+             for p in running()]
+    d.observe(T0 + 4.0, fresh, [wl("twin-00001")])  # new pods: it was evicted meanwhile
+    rec = d.records["twin-00001"]
+    assert rec.evictions == 1 and rec.restarts == 1 and len(rec.runs) == 2

@@ -119,3 +119,18 @@ def test_the_shipped_trace_maps() -> None:
     plan = T.plan_jobs(read, T.Mapping(), factory_gpus=1152, horizon_s=9 * 3600)
     assert plan.offered_gpus == pytest.approx(0.9 * 1152, rel=0.02)
     assert all(j.gpus % T.TRAY_GPUS == 0 for j in plan.jobs)
+
+
+def test_warm_start_prefills_what_would_be_running() -> None:
+    rows = [f"p{i},1,1,1,1000,,BE,Running,{i * 1000},{i * 1000 + 5000},{i * 1000}"
+            for i in range(20)]
+    read = T.read_trace(csv_of(*rows))
+    plan = T.plan_jobs(read, T.Mapping(), factory_gpus=1152, horizon_s=10_000, demand=None,
+                       warm_s=7_500)
+    pre = [j for j in plan.jobs if j.prefill]
+    # arrivals 3000..7000 still run at 7500: they start at once with what they have left
+    assert [j.source for j in pre] == ["p3", "p4", "p5", "p6", "p7"]
+    assert [j.runtime for j in pre] == [500, 1500, 2500, 3500, 4500]
+    assert all(j.arrival == 0 for j in pre)
+    later = [j for j in plan.jobs if not j.prefill]
+    assert later[0].source == "p8" and later[0].arrival == 500 and later[0].runtime == 5000

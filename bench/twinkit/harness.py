@@ -1,0 +1,490 @@
+"""One run of the twin on a fresh local control plane (docs/twin.md "The harness").
+
+``run_baseline`` brings up the control plane in its own ``M2G_RUN`` with an N-rack NVL72 KWOK
+factory, installs m2g's CRDs and the shipped kueue-config overlay (quotas scaled to the
+factory; without the m2g check for plain Kueue), starts the telemetry simulator, Prometheus,
+the job driver and — for the m2g run — the deploy/policies Policy objects and ``m2g run``;
+replays the plan, fires the scenario, samples, and tears everything down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from m2g.sim.power import PowerModel
+from twinkit import jobs as J
+from twinkit import scenarios as S
+from twinkit.kube import Kube
+from twinkit.trace import Plan, size_histogram
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "demo"))
+from demo_procs import DemoError, Proc, free_port, http_get, http_json  # noqa: E402
+
+M2G = Path(sys.executable).parent / "m2g"
+LOCALCP = [sys.executable, str(REPO / "kind-e2e" / "localcp")]
+DRAW_QUERY = "sum(m2g_sim_rack_power_kilowatts)"  # the rack series m2g reads, summed
+INLET_QUERY = "m2g_sim_rack_inlet_celsius"
+INLET_LIMIT_C = 32.0  # m2g's default inlet limit (m2g.k8s.convert.DEFAULT_INLET_LIMIT_C)
+SAMPLE_EVERY = 2.0
+Obj = dict[str, Any]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunConfig:
+    baseline: str  # "kueue" | "m2g"
+    racks: int
+    plan: Plan
+    timeline: S.Timeline
+    time_scale: float
+    horizon_s: float  # wall seconds of replay
+    run_dir: Path
+    out_dir: Path
+
+
+@dataclass
+class RunData:
+    """Everything one run recorded, for the metrics and the plots."""
+
+    baseline: str
+    samples: list[tuple[float, float]] = field(default_factory=list)  # t, site kW
+    queue: list[tuple[float, int, int]] = field(default_factory=list)  # t, pending, admitted
+    inlet: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    quota_changes: int = 0
+    intervals: list[S.Interval] = field(default_factory=list)
+    event_start: float | None = None
+    event_end: float | None = None
+    target_kw: float | None = None
+    baseline_kw: float | None = None
+    ramp_s: float = 0.0
+    driver: Obj = field(default_factory=dict)
+    metrics_text: str = ""
+    rss_peak_mib: float | None = None
+    nodes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node → rack, block
+    faults: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    submitted: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+
+
+# ---- the control plane and its configuration --------------------------------------------------
+
+def factory_spec(racks: int) -> Obj:
+    return {"name": "twin", "racks": racks, "nodesPerRack": 18, "gpusPerNode": 4,
+            "racksPerBlock": min(4, racks), "racksPerPowerDomain": min(4, racks),
+            "gpuProduct": "NVIDIA-GB200", "flavor": "gb200", "topology": "nvl72"}
+
+
+def localcp(run: Path, *args: str) -> None:
+    env = {**os.environ, "M2G_RUN": str(run)}
+    res = subprocess.run([*LOCALCP, *args], env=env, capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        tail = "\n".join((res.stderr or res.stdout).strip().splitlines()[-6:])
+        raise DemoError(f"localcp {' '.join(args)} failed:\n{tail}")
+
+
+def kubectl_bin() -> str:
+    versions = dict(line.split("=", 1) for line in
+                    (REPO / "kind-e2e" / "versions.env").read_text().splitlines()
+                    if "=" in line and not line.startswith("#"))
+    cache = Path(os.environ.get("M2G_CACHE", str(Path.home() / ".cache" / "m2g")))
+    return str(cache / "bin" / f"kubectl-{versions['KUBERNETES_VERSION'].strip()}" / "kubectl")
+
+
+def kubectl(kubeconfig: Path, args: list[str], stdin: str | None = None) -> str:
+    res = subprocess.run([kubectl_bin(), "--kubeconfig", str(kubeconfig), *args], input=stdin,
+                         capture_output=True, text=True, timeout=180, check=False)
+    if res.returncode != 0:
+        first = (res.stderr or res.stdout).strip().splitlines()[:2]
+        raise DemoError(f"kubectl {' '.join(args[:3])}: {' '.join(first)}")
+    return res.stdout
+
+
+_QTY = re.compile(r"^(\d+)([A-Za-z]*)$")
+
+
+def scale_quantity(value: str, factor: float) -> str:
+    m = _QTY.match(str(value))
+    if not m:
+        return str(value)
+    return f"{round(int(m.group(1)) * factor)}{m.group(2)}"
+
+
+def kueue_config(rendered: str, racks: int, with_m2g: bool) -> list[Obj]:
+    """The shipped overlay (sized for 2 racks) with every quota scaled to ``racks``; for plain
+    Kueue, the ClusterQueues lose their admission check (components/without-m2g-check)."""
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    factor = racks / 2.0
+    for d in docs:
+        if d.get("kind") != "ClusterQueue":
+            continue
+        for rg in d["spec"].get("resourceGroups") or []:
+            for fl in rg.get("flavors") or []:
+                for res in fl.get("resources") or []:
+                    for key in ("nominalQuota", "borrowingLimit"):
+                        if key in res and str(res[key]) != "0":
+                            res[key] = scale_quantity(str(res[key]), factor)
+        if not with_m2g:
+            d["spec"].pop("admissionChecksStrategy", None)
+    return docs
+
+
+def install(cfg: RunConfig, kubeconfig: Path) -> None:
+    kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k",
+                         str(REPO / "deploy" / "crds")])
+    kubectl(kubeconfig, ["wait", "--for=condition=Established", "--timeout=60s", "crd",
+                         "gridevents.m2g.io", "powerdomains.m2g.io", "policies.m2g.io",
+                         "maintenancewindows.m2g.io"])
+    rendered = kubectl(kubeconfig, ["kustomize", str(REPO / "kueue-config" / "overlays" /
+                                                     "nvl72")])
+    docs = kueue_config(rendered, cfg.racks, cfg.baseline == "m2g")
+    kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            stdin=yaml.safe_dump_all(docs))
+    budget = {"apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain",
+              "metadata": {"name": "site"},
+              "spec": {"level": "Site", "budgetKw": 200.0 * cfg.racks}}
+    kubectl(kubeconfig, ["apply", "--server-side", "-f", "-"], stdin=json.dumps(budget))
+    if cfg.baseline == "m2g":
+        kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k",
+                             str(REPO / "deploy" / "policies")])
+
+
+# ---- processes --------------------------------------------------------------------------------
+
+@dataclass
+class Procs:
+    sim: str = ""
+    prom: str = ""
+    metrics: str = ""
+    list: list[Proc] = field(default_factory=list)
+    m2g: Proc | None = None
+    driver: Proc | None = None
+
+    def stop(self) -> None:
+        for p in reversed(self.list):
+            with contextlib.suppress(Exception):
+                p.stop()
+
+
+def prom_value(prom: str, query: str) -> list[tuple[dict[str, str], float]]:
+    data = http_json(f"{prom}/api/v1/query?query={urllib.parse.quote(query)}")
+    try:
+        return [(r["metric"], float(r["value"][1])) for r in data["data"]["result"]]
+    except (TypeError, KeyError, IndexError, ValueError):
+        return []
+
+
+def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
+    logs = cfg.run_dir / "twin-logs"
+    sim_port, prom_port, metrics_port = free_port(), free_port(), free_port()
+    procs.sim, procs.prom = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{prom_port}"
+    procs.metrics = f"http://127.0.0.1:{metrics_port}"
+    sim = Proc("simulator", [str(M2G), "simulate", "--kubeconfig", str(kubeconfig), "--port",
+               str(sim_port), "--interval", "2"], logs / "simulator.log").start()
+    procs.list.append(sim)
+    sim.wait_ready(lambda: b"m2g_sim_rack_power_kilowatts{" in http_get(
+        f"{procs.sim}/metrics")[1], 60)
+    workdir = cfg.run_dir / "twin-prometheus"
+    subprocess.run(["rm", "-rf", str(workdir)], check=False)
+    prom = Proc("prometheus", [sys.executable, str(REPO / "kind-e2e" / "prometheus"), "serve",
+                "--workdir", str(workdir), "--port", str(prom_port), "--sim-target",
+                f"127.0.0.1:{sim_port}", "--scrape-interval", "2s"],
+                logs / "prometheus.log").start()
+    procs.list.append(prom)
+    prom.wait_ready(lambda: bool(prom_value(procs.prom, DRAW_QUERY)), 90)
+    if cfg.baseline != "m2g":
+        return
+    m2g = Proc("m2g run", [str(M2G), "run", "--kubeconfig", str(kubeconfig), "--prometheus",
+               procs.prom, "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
+               "--resync-seconds", "5", "--check-name", "m2g-policy", "--identity", "twin"],
+               logs / "m2g-run.log").start()
+    procs.list.append(m2g)
+    procs.m2g = m2g
+    m2g.wait_ready(lambda: http_get(f"{procs.metrics}/readyz")[0] == 200, 120)
+
+
+def wait_queues_active(kube: Kube, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        cqs = kube.cluster_queues()
+        if cqs and all(any(c.get("type") == "Active" and c.get("status") == "True"
+                           for c in (cq.get("status") or {}).get("conditions") or [])
+                       for cq in cqs):
+            return
+        time.sleep(1)
+    raise DemoError("the ClusterQueues did not become Active (is the m2g check answered?)")
+
+
+def rss_peak_mib(pid: int) -> float | None:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return None
+
+
+def children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system + t.user + t.system
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, with reaped children) of a live process; 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def control_plane_cpu(run: Path) -> float:
+    """CPU seconds of the control plane's processes (pid files in ``run/pids``)."""
+    total = 0.0
+    for f in (run / "pids").glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += proc_cpu(int(f.read_text().split()[0]))
+    return total
+
+
+# ---- the scenario -----------------------------------------------------------------------------
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def post_fault(sim: str, body: Obj) -> None:
+    import urllib.request
+
+    req = urllib.request.Request(f"{sim}/faults", data=json.dumps(body).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with contextlib.suppress(OSError):
+        opener.open(req, timeout=5).read()
+
+
+def clear_faults(sim: str) -> None:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with contextlib.suppress(OSError):
+        opener.open(urllib.request.Request(f"{sim}/faults", method="DELETE"), timeout=5).read()
+
+
+def fire(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float) -> None:
+    """Start the scenario's event now (wall ``t0 + timeline.start_s``)."""
+    tl, now = cfg.timeline, time.time()
+    data.event_start, data.event_end = tl.start_s, tl.end_s
+    start = int(now)
+    pre = _baseline(data.samples, tl.start_s)
+    data.baseline_kw = pre
+    name = f"twin-{cfg.baseline}-{start}"
+    if tl.scenario is S.Scenario.DR_SRP:
+        data.intervals = S.ramp_intervals(pre, tl.depth, tl.ramp_s, tl.duration_s)
+        data.target_kw, data.ramp_s = data.intervals[-1].limit_kw, tl.ramp_s
+        kube.create_cluster_object("gridevents", {
+            "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
+            "spec": {"programName": "twin-srp", "eventID": name, "intervals": [
+                {"start": rfc3339(start + iv.offset_s), "duration": f"PT{int(iv.duration_s)}S",
+                 "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": iv.limit_kw}}
+                for iv in data.intervals]}})
+        data.timeline.append((tl.start_s, f"GridEvent {name}: IMPORT_CAPACITY_LIMIT from "
+                              f"{data.intervals[0].limit_kw:.0f} to {data.target_kw:.0f} kW "
+                              f"over {tl.ramp_s:.0f} s (pre-event draw {pre:.0f} kW)"))
+    elif tl.scenario is S.Scenario.DR_PERCENT:
+        pct = round(tl.depth * 100, 1)
+        data.target_kw, data.ramp_s = pre * (1 - tl.depth), 30.0
+        data.intervals = [S.Interval(0, tl.duration_s, data.target_kw)]
+        kube.create_cluster_object("gridevents", {
+            "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
+            "spec": {"programName": "twin-percent", "eventID": name,
+                     "targetReductionPercent": pct, "intervals": [
+                         {"start": rfc3339(start), "duration": f"PT{int(tl.duration_s)}S",
+                          "payload": {"type": "SIMPLE", "value": 1}}]}})
+        data.timeline.append((tl.start_s, f"GridEvent {name}: {pct}% below baseline "
+                              f"({pre:.0f} kW measured → target {data.target_kw:.0f} kW)"))
+    elif tl.scenario is S.Scenario.COOLING:
+        post_fault(procs.sim, {"kind": "cooling-degraded", "rack": "rack-001", "deltaC": 12})
+        data.faults.append(("rack:rack-001", "cooling", tl.start_s, tl.end_s))
+        data.timeline.append((tl.start_s, "cooling degraded on rack-001 (+12 °C)"))
+    elif tl.scenario is S.Scenario.XID_STORM:
+        for n in range(6):
+            node = f"twin-r002-n{n:02d}"
+            post_fault(procs.sim, {"kind": "tray-failed", "node": node, "xid": 79})
+            data.faults.append((node, "xid", tl.start_s, tl.end_s))
+        data.timeline.append((tl.start_s, "XID 79 on trays twin-r002-n00..n05"))
+    elif tl.scenario is S.Scenario.MAINTENANCE:
+        kube.create_cluster_object("maintenancewindows", {
+            "apiVersion": "m2g.io/v1alpha1", "kind": "MaintenanceWindow",
+            "metadata": {"name": name},
+            "spec": {"start": rfc3339(start), "end": rfc3339(start + tl.duration_s),
+                     "reason": "twin maintenance", "scope": {"blocks": ["block-01"
+                                                                       if cfg.racks > 4
+                                                                       else "block-00"]}}})
+        data.timeline.append((tl.start_s, "MaintenanceWindow on "
+                              + ("block-01" if cfg.racks > 4 else "block-00")))
+
+
+def end_scenario(cfg: RunConfig, data: RunData, procs: Procs) -> None:
+    if cfg.timeline.scenario in (S.Scenario.COOLING, S.Scenario.XID_STORM):
+        clear_faults(procs.sim)
+    data.timeline.append((cfg.timeline.end_s, f"{cfg.timeline.scenario} ends"))
+
+
+def _baseline(samples: list[tuple[float, float]], start: float) -> float:
+    vals = [kw for t, kw in samples if start - 60 <= t < start] or [kw for _, kw in samples[-5:]]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+# ---- the replay -------------------------------------------------------------------------------
+
+def write_plan(cfg: RunConfig, t0: float, path: Path) -> None:
+    from dataclasses import asdict
+
+    path.write_text(json.dumps({
+        "timeScale": cfg.time_scale, "t0": t0,
+        "eventStart": cfg.timeline.start_s, "eventEnd": cfg.timeline.end_s,
+        "sizes": {str(k): v for k, v in size_histogram(cfg.plan.jobs).items()},
+        "jobs": [asdict(j) for j in cfg.plan.jobs]}))
+
+
+def replay(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float,
+           progress: Callable[[str], None] = log) -> None:
+    model = PowerModel()
+    pending = sorted(cfg.plan.jobs, key=lambda j: j.arrival)
+    i, fired, ended = 0, False, False
+    last_sample, last_print = 0.0, 0.0
+    quotas: dict[str, str] = {}
+    while True:
+        t = time.time() - t0
+        if t >= cfg.horizon_s:
+            break
+        while i < len(pending) and pending[i].arrival / cfg.time_scale <= t:
+            try:
+                kube.create_job(J.manifest(pending[i], cfg.time_scale, model))
+                data.submitted += 1
+            except Exception as exc:  # one bad create must not stop the replay
+                log(f"create {pending[i].name} failed: {str(exc).splitlines()[0][:160]}")
+            i += 1
+        if not fired and t >= cfg.timeline.start_s:
+            fire(cfg, data, kube, procs, t0)
+            fired = True
+        if fired and not ended and t >= cfg.timeline.end_s:
+            end_scenario(cfg, data, procs)
+            ended = True
+        if t - last_sample >= SAMPLE_EVERY:
+            last_sample = t
+            _sample(data, kube, procs, t, quotas)
+        if t - last_print >= 30:
+            last_print = t
+            draw = data.samples[-1][1] if data.samples else float("nan")
+            q = data.queue[-1] if data.queue else (0, 0, 0)
+            progress(f"{cfg.baseline}: t={t:5.0f}/{cfg.horizon_s:.0f}s submitted {i}/"
+                     f"{len(pending)}, pending {q[1]}, admitted {q[2]}, site {draw:.0f} kW")
+        for p in procs.list:
+            if not p.alive():
+                raise p.failure("exited during the replay")
+        time.sleep(0.25)
+
+
+def _sample(data: RunData, kube: Kube, procs: Procs, t: float, quotas: dict[str, str]) -> None:
+    draw = prom_value(procs.prom, DRAW_QUERY)
+    if draw:
+        data.samples.append((t, draw[0][1]))
+    inlet = {m.get("rack", ""): v for m, v in prom_value(procs.prom, INLET_QUERY)}
+    if inlet:
+        data.inlet.append((t, inlet))
+    try:
+        cqs = kube.cluster_queues()
+    except Exception:
+        return
+    pending = admitted = 0
+    for cq in cqs:
+        st = cq.get("status") or {}
+        pending += int(st.get("pendingWorkloads") or 0)
+        admitted += int(st.get("admittedWorkloads") or 0)
+        gpu = [r.get("nominalQuota") for rg in cq["spec"].get("resourceGroups") or []
+               for fl in rg.get("flavors") or [] for r in fl.get("resources") or []
+               if r.get("name") == "nvidia.com/gpu"]
+        key, value = cq["metadata"]["name"], json.dumps(gpu)
+        if key in quotas and quotas[key] != value:
+            data.quota_changes += 1
+        quotas[key] = value
+    data.queue.append((t, pending, admitted))
+
+
+# ---- one baseline, start to end ---------------------------------------------------------------
+
+def run_baseline(cfg: RunConfig) -> RunData:
+    data = RunData(cfg.baseline)
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    factory = cfg.run_dir / "twin-factory.yaml"
+    factory.write_text(yaml.safe_dump(factory_spec(cfg.racks)))
+    kubeconfig = cfg.run_dir / "kubeconfig"
+    procs = Procs()
+    wall0, cpu0 = time.time(), children_cpu()
+    log(f"{cfg.baseline}: starting the control plane in {cfg.run_dir} "
+        f"({cfg.racks} racks, {cfg.racks * 72} GPUs)")
+    localcp(cfg.run_dir, "up", "--factory", str(factory))
+    kube: Kube | None = None
+    try:
+        kube = Kube(kubeconfig)
+        install(cfg, kubeconfig)
+        start_processes(cfg, kubeconfig, procs)
+        wait_queues_active(kube)
+        for n in kube.nodes():
+            labels = n["metadata"].get("labels") or {}
+            data.nodes[n["metadata"]["name"]] = (labels.get("m2g.io/rack", ""),
+                                                 labels.get("m2g.io/block", ""))
+        t0 = time.time() + 1.0
+        plan_file = cfg.run_dir / "twin-plan.json"
+        write_plan(cfg, t0, plan_file)
+        driver_out = cfg.run_dir / "twin-driver.json"
+        driver = Proc("job driver", [sys.executable, str(REPO / "bench" / "twinkit" /
+                                                         "driver.py"),
+                      "--kubeconfig", str(kubeconfig), "--plan", str(plan_file), "--sim",
+                      procs.sim, "--out", str(driver_out)],
+                      cfg.run_dir / "twin-logs" / "driver.log").start()
+        procs.list.append(driver)
+        procs.driver = driver
+        log(f"{cfg.baseline}: replaying {len(cfg.plan.jobs)} jobs over {cfg.horizon_s:.0f} s; "
+            f"{cfg.timeline.scenario} at {cfg.timeline.start_s:.0f}–{cfg.timeline.end_s:.0f} s")
+        replay(cfg, data, kube, procs, t0)
+        if procs.m2g is not None:
+            data.metrics_text = http_get(f"{procs.metrics}/metrics", timeout=10)[1].decode()
+            data.rss_peak_mib = rss_peak_mib(procs.m2g.pid)
+        driver.stop(grace=60)
+        procs.list.remove(driver)
+        if driver_out.exists():
+            data.driver = json.loads(driver_out.read_text())
+        else:
+            raise DemoError(f"the job driver wrote no records; see {driver.log}")
+    finally:
+        cp_cpu = control_plane_cpu(cfg.run_dir)  # not our children: started by localcp
+        procs.stop()
+        if kube is not None:
+            kube.close()
+        with contextlib.suppress(DemoError):
+            localcp(cfg.run_dir, "down")
+        data.wall_s, data.cpu_s = time.time() - wall0, children_cpu() - cpu0 + cp_cpu
+    log(f"{cfg.baseline}: done in {data.wall_s:.0f} s wall")
+    return data

@@ -1,0 +1,126 @@
+"""report.json, report.md and the exports of a twin run (figures: twinkit.metrics)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from twinkit import metrics as M
+from twinkit import scenarios as S
+from twinkit.harness import INLET_LIMIT_C, RunData
+
+Obj = dict[str, Any]
+
+
+def grid_event(data: RunData) -> M.GridEvent | None:
+    if data.event_start is None or data.event_end is None or data.target_kw is None:
+        return None
+    intervals, start, target = data.intervals, data.event_start, data.target_kw
+
+    def limit(t: float) -> float:
+        got = S.limit_at(intervals, t - start)
+        return target if got is None else float(got)
+
+    return M.GridEvent(start, data.event_end, data.ramp_s or M.RAMP_DEFAULT_S, target, limit)
+
+
+def alarm_check(data: RunData) -> Any:
+    """(node, t) → was the node on an alarmed rack, or failed, at t?"""
+    hot: list[tuple[float, set[str]]] = [
+        (t, {r for r, c in inlet.items() if c > INLET_LIMIT_C}) for t, inlet in data.inlet]
+
+    def is_alarmed(node: str, t: float) -> bool:
+        for target, _, start, end in data.faults:
+            if target == node and start <= t <= (end if end is not None else 1e18):
+                return True
+        rack = data.nodes.get(node, ("", ""))[0]
+        before = [h for ts, h in hot if ts <= t]
+        return bool(before) and rack in before[-1]
+
+    return is_alarmed
+
+
+def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: float) -> Obj:
+    jobs = data.driver.get("jobs") or []
+    ev = grid_event(data)
+    event_trace = ((data.event_end or 0) - (data.event_start or 0)) * time_scale \
+        if data.event_start is not None else None
+    samples = data.driver.get("samples") or []
+    node_rack = {n: rb[0] for n, rb in data.nodes.items()}
+    node_block = {n: rb[1] for n, rb in data.nodes.items()}
+    bindings = data.driver.get("bindings") or []
+    metrics = M.parse_prometheus(data.metrics_text) if data.metrics_text else {}
+    controller: Obj = {"reactionSecondsP50": None, "reactionSecondsP99": None,
+                       "rssPeakMiB": None}
+    if data.metrics_text:
+        controller = {**M.reaction(metrics), "rssPeakMiB": M._r(data.rss_peak_mib, 1)}
+    return {
+        "grid": M.grid_figures(data.samples, ev),
+        "workloads": M.workload_figures(jobs, time_scale, run_end, event_trace),
+        "placement": M.placement_figures(jobs, node_rack, node_block,
+                                         M.alarmed(bindings, alarm_check(data)),
+                                         [s[2] for s in samples]),
+        "gpuAllocationPctOutsideEvent": M.allocation_outside(samples, total_gpus,
+                                                             data.event_start, data.event_end),
+        "actions": M.actions_from_metrics(metrics, data.quota_changes),
+        "controller": controller,
+    }
+
+
+def report(scenario: str, trace: Obj, time_scale: float, runs: dict[str, Obj]) -> Obj:
+    return {"scenario": scenario, "trace": trace, "timeScale": time_scale, "runs": runs}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 10 else f"{v:,.1f}"
+    return str(v)
+
+
+def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
+    runs = rep["runs"]
+    names = list(runs)
+    lines = [f"# Model-to-Grid twin: {rep['scenario']}", "",
+             f"Trace `{rep['trace']['file']}`: {rep['trace']['jobs']} jobs replayed "
+             f"({rep['trace']['rows']} rows; skipped {rep['trace']['skipped']}), arrivals "
+             f"compressed ×{rep['trace']['compression']:.2f} to offer "
+             f"{rep['trace']['offeredGpus']:.0f} GPUs; time scale {rep['timeScale']:g} "
+             f"(one trace hour = {3600 / rep['timeScale']:.0f} wall s). "
+             f"Grid figures in wall seconds, workload figures in trace seconds.", "",
+             f"Machine: {machine}", "", "## Timeline", ""]
+    for name in names:
+        for t, what in datas[name].timeline:
+            lines.append(f"- {name}: t = {t:.0f} s — {what}")
+    lines += ["", "## Figures", "", "| figure | " + " | ".join(names) + " |",
+              "|---|" + "---|" * len(names)]
+    for section in ("grid", "workloads", "placement", "actions", "controller"):
+        keys = list(runs[names[0]][section])
+        for k in keys:
+            vals = [runs[n][section].get(k) for n in names]
+            if isinstance(vals[0], dict):
+                for sub in vals[0]:
+                    lines.append(f"| {section}.{k}.{sub} | "
+                                 + " | ".join(_fmt((v or {}).get(sub)) for v in vals) + " |")
+            else:
+                lines.append(f"| {section}.{k} | " + " | ".join(_fmt(v) for v in vals) + " |")
+    lines.append("| gpuAllocationPctOutsideEvent | "
+                 + " | ".join(_fmt(runs[n]["gpuAllocationPctOutsideEvent"]) for n in names)
+                 + " |")
+    lines += ["", "Run cost: " + "; ".join(
+        f"{n} {datas[n].wall_s:.0f} s wall, {datas[n].cpu_s:.0f} s CPU (the control plane, "
+        f"simulator, Prometheus, driver, m2g run and the twin)" for n in names), "",
+        "Plots: site-kw.png, queue-gpus.png, tiers.png. Definitions: docs/twin.md and "
+        "../shared/docs/twin-metrics.md.", ""]
+    return "\n".join(lines)
+
+
+def exports(out: Path, datas: dict[str, RunData]) -> None:
+    for name, d in datas.items():
+        (out / f"{name}-series.json").write_text(json.dumps({
+            "siteKw": d.samples, "queue": d.queue, "driverSamples": d.driver.get("samples"),
+            "intervals": [vars(i) for i in d.intervals], "eventStart": d.event_start,
+            "eventEnd": d.event_end, "targetKw": d.target_kw, "timeline": d.timeline}))
+        (out / f"{name}-jobs.json").write_text(json.dumps(d.driver.get("jobs") or []))
