@@ -201,12 +201,13 @@ def modelled_power(rack_of_node: dict[str, str], inlet: dict[str, float] | None 
 @contextlib.asynccontextmanager
 async def running_m2g(kubeconfig: Path, policy_dir: Path | None,
                       power: Callable[[K8sCluster], Any] | None = None,
-                      config: PlannerConfig | None = None) -> AsyncIterator[Manager]:
+                      config: PlannerConfig | None = None,
+                      decision_log: Any = None) -> AsyncIterator[Manager]:
     kube = await k.connect(kubeconfig)
     cluster = K8sCluster(kube, readings=power)
     manager = Manager(cluster, PolicyStore(make_runtime()), Metrics(),
                       config=config or PlannerConfig(check_name=CHECK), resync_seconds=1.0,
-                      policy_dir=policy_dir)
+                      policy_dir=policy_dir, decision_log=decision_log)
     stop = asyncio.Event()
     await cluster.start(manager.kick)
     task = asyncio.create_task(manager.run(stop))
