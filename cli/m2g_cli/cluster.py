@@ -1,7 +1,8 @@
 """One-shot cluster reads for the CLI: list every kind once and build a ClusterSnapshot.
 
-The controllers keep watch caches; a CLI call lists instead. Errors become one line:
-no cluster, Kueue CRDs missing, RBAC denied. m2g's own CRDs are optional (a warning).
+The controllers keep watch caches; a CLI call lists instead — the same kinds, through the same
+assembler (m2g.k8s.snapshot), KAI included. Errors become one line: no cluster, Kueue CRDs
+missing, RBAC denied. m2g's own CRDs and KAI are optional (a warning).
 """
 
 from __future__ import annotations
@@ -16,21 +17,13 @@ import yaml
 
 from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
-from m2g.k8s.cache import object_key
-from m2g.k8s.convert import ClusterObjects, build_snapshot
+from m2g.k8s.convert import ClusterObjects
+from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
 from m2g.model.cluster import ClusterSnapshot
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import make_http_client
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
-
-_KINDS = {
-    "nodes": k.NODES, "pods": k.PODS, "workloads": k.WORKLOADS, "local_queues": k.LOCAL_QUEUES,
-    "cluster_queues": k.CLUSTER_QUEUES, "resource_flavors": k.RESOURCE_FLAVORS,
-    "admission_checks": k.ADMISSION_CHECKS, "power_domains": k.POWER_DOMAINS,
-    "grid_events": k.GRID_EVENTS, "maintenance_windows": k.MAINTENANCE_WINDOWS,
-}
-_OPTIONAL = {"power_domains", "grid_events", "maintenance_windows"}
 
 
 class CliError(Exception):
@@ -66,11 +59,6 @@ def server(kubeconfig: str | None, context: str | None) -> str:
         return f"the server of {path}"
 
 
-async def _list(kube: k.Kube, res: k.Resource) -> dict[str, Any]:
-    data = await kube.list(res)
-    return {object_key(o): o for o in data.get("items") or []}
-
-
 async def read(kubeconfig: str | None, context: str | None,
                prometheus: str | None = None) -> ClusterView:
     """List everything once; raise CliError with one clear line on failure."""
@@ -86,30 +74,25 @@ async def read(kubeconfig: str | None, context: str | None,
         raise CliError(str(exc)) from None
     warnings: list[str] = []
     try:
-        found: dict[str, dict[str, Any]] = {}
-        for attr, res in _KINDS.items():
-            try:
-                found[attr] = await _list(kube, res)
-            except k.ResourceMissing:
-                if attr not in _OPTIONAL:
-                    raise CliError(f"{res.kind} ({res.group}) is not served by this cluster: "
-                                   "is Kueue installed (v1beta2 CRDs)?") from None
-                warnings.append(f"m2g CRD {res.kind} is not installed")
-                found[attr] = {}
+        listed = await list_objects(kube)
         try:
-            policies = list((await _list(kube, k.POLICIES)).values())
+            policies = list((await kube.list(k.POLICIES)).get("items") or [])
         except k.ResourceMissing:
             policies = []
+    except RequiredKindMissing as exc:
+        raise CliError(f"{exc.resource.kind} ({exc.resource.group}) is not served by this "
+                       "cluster: is Kueue installed (v1beta2 CRDs)?") from None
     except k.RetryableError as exc:
         raise CliError(f"cannot reach the cluster: {exc}") from None
     except k.PermanentError as exc:
         raise CliError(str(exc)) from None
     finally:
         await kube.close()
-    objs = ClusterObjects(**found)
+    warnings += [f"m2g CRD {res.kind} is not installed" for res in listed.missing]
+    warnings += listed.warnings
     readings = await _readings(prometheus, warnings)
-    snap = build_snapshot(objs, readings, datetime.now(UTC))
-    return ClusterView(snap, objs, policies, warnings)
+    snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai)
+    return ClusterView(snap, listed.objects, policies, warnings)
 
 
 def site_config() -> SiteConfig | None:

@@ -1,31 +1,29 @@
-"""The Cluster of the control loop, on m2g.k8s: watch caches in, Applier out.
+"""The Cluster of the control loop, on m2g.k8s: watch caches in, a plan's writes out.
 
-Thin by design: caches are m2g.k8s.cache.WatchCache, the snapshot is m2g.k8s.convert's, the
-writes are m2g.k8s.apply.Applier's. This module only connects them and adds the Events that
-explain each decision.
+Thin by design: caches are m2g.k8s.cache.WatchCache of the kinds of m2g.k8s.snapshot.WATCHED
+(and KAI's, m2g.k8s.kai.KaiSync), the snapshot is m2g.k8s.snapshot.assemble's (the CLI's too),
+the writes and their Events are m2g.k8s.writer.apply_plan's. This module only connects them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 import httpx
 
 from m2g.k8s import client as k
-from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.apply import Applier
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot, placements
-from m2g.k8s.kai import KaiApplier, KaiSync
-from m2g.model.cluster import CHECK_CONTROLLER, CheckState, ClusterSnapshot
-from m2g.model.factory import Reading
-from m2g.model.plan import CheckUpdate, Plan
+from m2g.k8s.convert import ClusterObjects, SnapshotMemo, placements
+from m2g.k8s.kai import KaiSync
+from m2g.k8s.snapshot import WATCHED, DrawHistory, assemble, params
+from m2g.k8s.writer import apply_plan
+from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot
+from m2g.model.plan import Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
@@ -33,36 +31,6 @@ from m2g.signals.readings import Readings
 from m2g_controllers.policies import LoadResult
 
 log = logging.getLogger("m2g.wiring")
-
-#: ClusterObjects field → resource watched for it.
-WATCHED: dict[str, k.Resource] = {
-    "nodes": k.NODES, "pods": k.PODS, "workloads": k.WORKLOADS,
-    "local_queues": k.LOCAL_QUEUES, "cluster_queues": k.CLUSTER_QUEUES,
-    "resource_flavors": k.RESOURCE_FLAVORS, "admission_checks": k.ADMISSION_CHECKS,
-    "power_domains": k.POWER_DOMAINS, "grid_events": k.GRID_EVENTS,
-    "maintenance_windows": k.MAINTENANCE_WINDOWS,
-}
-#: Pods that hold GPUs: not finished. (A field selector keeps the pod watch small.)
-POD_SELECTOR = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
-_REASONS = {CheckState.READY: ("Admitted", "Normal"), CheckState.RETRY: ("Deferred", "Normal"),
-            CheckState.REJECTED: ("Rejected", "Warning"), CheckState.PENDING: ("Pending", "Normal")}
-
-
-class DrawHistory:
-    """The fresh site-draw readings of the last ``keep_seconds``, one per snapshot (followers
-    keep it too, so a new leader measures a baseline with the samples it saw)."""
-
-    def __init__(self, keep_seconds: float = 900.0) -> None:
-        self.keep_seconds = keep_seconds
-        self._samples: deque[tuple[datetime, float]] = deque()
-
-    def add(self, now: datetime, draw: Reading) -> tuple[tuple[datetime, float], ...]:
-        if not draw.stale and draw.value is not None:
-            self._samples.append((now, draw.value))
-        while self._samples and (now - self._samples[0][0]).total_seconds() > self.keep_seconds:
-            self._samples.popleft()
-        return tuple(self._samples)
-
 
 class ApplyFailed(Exception):
     """Some writes of a plan failed; the next reconcile retries (level-triggered)."""
@@ -77,8 +45,8 @@ class K8sCluster:
                  readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.kube = kube
-        self.caches = {name: WatchCache(kube, res, params=POD_SELECTOR if name == "pods"
-                                        else None) for name, res in WATCHED.items()}
+        self.caches = {name: WatchCache(kube, res, params=params(name))
+                       for name, res in WATCHED.items()}
         self.policies = WatchCache(kube, k.POLICIES)
         # the manager's clock: what m2g writes (shed-at, condition times) matches what it reads
         self.applier = Applier(kube, instance=instance, background_events=True, clock=clock)
@@ -111,11 +79,10 @@ class K8sCluster:
 
     async def snapshot(self, now: datetime) -> ClusterSnapshot:
         objs = ClusterObjects(**{name: c.view() for name, c in self.caches.items()})
-        snap = build_snapshot(objs, await self._readings(), now, memo=self._memo)
+        readings = await self._readings()
         await self.kai.probe()  # KAI installed later is picked up (one discovery call a minute)
-        kai = self.kai.state(self.caches["nodes"])
-        history = self.draw_history.add(now, snap.factory.site_draw_kw())
-        return dataclasses.replace(snap, kai=kai, draw_history=history)
+        return assemble(objs, readings, now, kai=self.kai.state(self.caches["nodes"]),
+                        memo=self._memo, history=self.draw_history)
 
     async def _readings(self) -> Readings | None:
         if self._read_override is not None:
@@ -148,10 +115,8 @@ class K8sCluster:
     async def apply(self, plan: Plan, *, shadow: bool) -> list[str]:
         self.applier.dry_run = shadow
         workloads = self.caches["workloads"]
-        result = await self.applier.apply_plan(
-            plan, known=lambda ns, name: workloads.get(f"{ns}/{name}"))
-        await KaiApplier(self.applier).apply(plan, result)
-        await self._check_events(plan, result, shadow)
+        result = await apply_plan(self.applier, plan,
+                                  known=lambda ns, name: workloads.get(f"{ns}/{name}"))
         lines = [f"{'would ' if not r.written else ''}{r.action} {r.target}: {r.detail}"
                  for r in result.records]
         if result.errors:
@@ -159,27 +124,6 @@ class K8sCluster:
             raise ApplyFailed(f"{len(result.errors)} write(s) failed; first: {first_what}: "
                               f"{first}")
         return lines
-
-    async def _check_events(self, plan: Plan, result: ApplyResult, shadow: bool) -> None:
-        """One Event per check written, up to ``applier.parallel`` at once (2,000 admissions
-        one after the other would hold the reconcile for minutes), in the background: an Event
-        took as long as the check's own write, and the next reconcile need not wait for it."""
-        written = {r.target for r in result.records if r.action == "check" and (
-            r.written or shadow)}
-
-        async def one(c: CheckUpdate, wl: k.Obj) -> None:
-            reason, kind = _REASONS[c.state]
-            prefix = "[shadow] " if shadow else ""
-            try:
-                await self.applier.emit_event(wl, reason, prefix + c.message, kind,
-                                              action="AdmissionCheck")
-            except k.KubeError as exc:  # an Event is best effort
-                log.info("event for %s/%s not written: %s", c.namespace, c.name, exc)
-
-        for c in plan.checks:
-            wl = self.caches["workloads"].get(f"{c.namespace}/{c.name}")
-            if f"{c.namespace}/{c.name}" in written and wl is not None:
-                self.applier.in_background(partial(one, c, wl))
 
     async def policy_status(self, result: LoadResult) -> None:
         bad = {p.file.removeprefix("Policy/") for p in result.problems}

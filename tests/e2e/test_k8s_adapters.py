@@ -378,13 +378,13 @@ async def test_check_ready_admits_and_quota_patch(kube: k.Kube, cluster: Cluster
         node = cluster.core.read_namespaced_pod(p.metadata.name, namespace).spec.node_name
         assert node.startswith("small-r001-")
 
-    result = await ap.apply_plan(Plan(quotas=(QuotaUpdate(cq, flavor, GPU, 8, 16, "derate"),)))
+    result = await ap.apply_core(Plan(quotas=(QuotaUpdate(cq, flavor, GPU, 8, 16, "derate"),)))
     assert not result.errors and result.written == 1
     obj = await kube.get(k.CLUSTER_QUEUES, cq)
     res = obj["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert [r["nominalQuota"] for r in res] == ["100", "8"]
     assert obj["metadata"]["annotations"][f"m2g.io/base-quota.{flavor}"] == "16"
-    again = await ap.apply_plan(Plan(quotas=(QuotaUpdate(cq, flavor, GPU, 8, 16, "derate"),)))
+    again = await ap.apply_core(Plan(quotas=(QuotaUpdate(cq, flavor, GPU, 8, 16, "derate"),)))
     assert again.written == 0
     await ap.apply_quota(QuotaUpdate(cq, flavor, GPU, 16, 16, "restore"))
     obj = await kube.get(k.CLUSTER_QUEUES, cq)
@@ -442,7 +442,7 @@ async def test_shed_evicts_and_restore_readmits(kube: k.Kube, cluster: Cluster,
     wl = await admitted_workload(kube, cluster, namespace, check, ap)
     name = wl["metadata"]["name"]
     shed = Plan(sheds=(ShedAction(namespace, name, False, 14.0, "grid event ev-1"),))
-    assert (await ap.apply_plan(shed)).written == 1
+    assert (await ap.apply_core(shed)).written == 1
 
     async def evicted() -> Obj | None:
         w = await kube.get(k.WORKLOADS, name, namespace)
@@ -454,7 +454,7 @@ async def test_shed_evicts_and_restore_readmits(kube: k.Kube, cluster: Cluster,
     events = await kube.list(k.EVENTS, namespace)
     assert any(e["reason"] == "Shed" and e["reportingController"] == "m2g.io/policy"
                and e["regarding"]["name"] == name for e in events["items"])
-    assert (await ap.apply_plan(shed)).written == 0  # idempotent
+    assert (await ap.apply_core(shed)).written == 0  # idempotent
 
     await ap.apply_shed(ShedAction(namespace, name, True, 14.0, "event over"))
 
@@ -487,7 +487,7 @@ async def test_dry_run_writes_only_events(kube: k.Kube, cluster: Cluster,
     name = wl_obj["metadata"]["name"]
     before_cq = await kube.get(k.CLUSTER_QUEUES, cq)
     shadow = Applier(kube, dry_run=True)
-    result = await shadow.apply_plan(Plan(
+    result = await shadow.apply_core(Plan(
         checks=(CheckUpdate(namespace, name, check, CheckState.READY, "would admit"),),
         quotas=(QuotaUpdate(cq, flavor, GPU, 4, 16, "would derate"),),
         sheds=(ShedAction(namespace, name, False, 7.0, "would shed"),)))

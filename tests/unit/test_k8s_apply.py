@@ -118,7 +118,7 @@ async def test_quota_retries_on_conflict_and_reports_unknown_flavor() -> None:
     assert await ap.apply_quota(QuotaUpdate("cq", "b", "nvidia.com/gpu", 18, 36, "derate"))
     assert kube.stored(CLUSTER_QUEUES, "cq")["spec"]["resourceGroups"][0]["flavors"][1][
         "resources"][0]["nominalQuota"] == "18"
-    result = await ap.apply_plan(Plan(quotas=(
+    result = await ap.apply_core(Plan(quotas=(
         QuotaUpdate("cq", "zzz", "nvidia.com/gpu", 1, 1, "x"),)))
     assert len(result.errors) == 1 and isinstance(result.errors[0][1], PermanentError)
 
@@ -128,7 +128,7 @@ async def test_stop_weight_and_shed_restore() -> None:
     plan = Plan(stops=(StopUpdate("cq", "Hold", "maintenance"),),
                 weights=(WeightUpdate("cq", 1.5, "night"),),
                 sheds=(ShedAction("ns", "w", False, 120.0, "grid event ev-1"),))
-    result = await ap.apply_plan(plan)
+    result = await ap.apply_core(plan)
     assert not result.errors and result.written == 3
     cq = kube.stored(CLUSTER_QUEUES, "cq")
     assert cq["spec"]["stopPolicy"] == "Hold" and cq["spec"]["fairSharing"]["weight"] == "1.5"
@@ -139,7 +139,7 @@ async def test_stop_weight_and_shed_restore() -> None:
     events = [o for (plural, _, _), o in kube.objects.items() if plural == EVENTS.plural]
     assert [(e["reason"], e["type"], e["regarding"]["name"]) for e in events] == \
         [("Shed", "Warning", "w")]
-    again = await ap.apply_plan(plan)
+    again = await ap.apply_core(plan)
     assert again.written == 0  # idempotent
     await ap.apply_shed(ShedAction("ns", "w", True, 120.0, "event over"))
     wl = kube.stored(WORKLOADS, "w", "ns")
@@ -156,7 +156,7 @@ async def test_restore_leaves_workloads_m2g_did_not_shed() -> None:
 async def test_dry_run_writes_only_events() -> None:
     kube, ap, _ = setup(dry_run=True)
     before = {k: dict(v) for k, v in kube.objects.items()}
-    result = await ap.apply_plan(Plan(
+    result = await ap.apply_core(Plan(
         checks=(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"),),
         quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 1, 72, "x"),),
         sheds=(ShedAction("ns", "w", False, 1, "x"),)))
@@ -233,7 +233,7 @@ async def test_apply_status_of_an_m2g_object() -> None:
 async def test_a_retried_quota_change_is_recorded_once() -> None:
     kube, ap, _ = setup()
     kube.fail_next = [None, Conflict("modified", 409, "Conflict")]  # the patch conflicts once
-    result = await ap.apply_plan(Plan(quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 8, 72,
+    result = await ap.apply_core(Plan(quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 8, 72,
                                                           "derate"),)))
     assert not result.errors and result.written == 1 and len(result.records) == 1
 
@@ -248,7 +248,7 @@ async def test_many_workload_changes_in_parallel_each_once() -> None:
                              for i in range(20)),
                 sheds=tuple(ShedAction("ns", f"w{i}", False, 1.0, "grid")
                             for i in range(20, 40)))
-    result = await ap.apply_plan(plan)
+    result = await ap.apply_core(plan)
     assert not result.errors and result.written == 40
     assert sorted(r.target for r in result.records) == sorted(f"ns/w{i}" for i in range(40))
     assert all(kube.stored(WORKLOADS, f"w{i}", "ns")["spec"]["active"] is False
@@ -256,7 +256,7 @@ async def test_many_workload_changes_in_parallel_each_once() -> None:
 
 
 async def test_background_events_do_not_hold_up_the_apply() -> None:
-    """With ``background_events`` the shed is made and apply_plan returns while its Event is
+    """With ``background_events`` the shed is made and apply_core returns while its Event is
     still being written; ``drain`` waits for it."""
     import asyncio
 
@@ -277,7 +277,7 @@ async def test_background_events_do_not_hold_up_the_apply() -> None:
         return [o["reason"] for (plural, _, _), o in kube.objects.items()
                 if plural == EVENTS.plural]
 
-    result = await ap.apply_plan(Plan(sheds=(ShedAction("ns", "w", False, 12.0, "ev-1"),)))
+    result = await ap.apply_core(Plan(sheds=(ShedAction("ns", "w", False, 12.0, "ev-1"),)))
     assert result.written == 1 and kube.stored(WORKLOADS, "w", "ns")["spec"]["active"] is False
     assert events() == []  # still waiting to be written
     release.set()

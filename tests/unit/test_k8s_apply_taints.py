@@ -48,7 +48,7 @@ async def test_taint_retries_a_conflict_and_writes_nothing_in_shadow_mode() -> N
     assert await applier.apply_taint(taint())
     assert len(kube.stored(NODES, "n1")["spec"]["taints"]) == 2
     kube, applier = setup(dry_run=True)
-    result = await applier.apply_plan(Plan(taints=(taint(),)))
+    result = await applier.apply_core(Plan(taints=(taint(),)))
     assert kube.stored(NODES, "n1")["spec"]["taints"] == [FOREIGN]
     assert [r.written for r in result.records] == [False] and events(kube) == []
 

@@ -156,7 +156,7 @@ class Applier:
         self.instance = instance
         self.clock = clock
         self.records: list[Record] = []
-        #: Write the Events that explain changes after ``apply_plan`` returns (the controller:
+        #: Write the Events that explain changes after ``apply_core`` returns (the controller:
         #: an Event never holds up the next reconcile; ``drain`` at shutdown).
         self.background_events = background_events
         self._tasks: set[asyncio.Task[None]] = set()
@@ -195,11 +195,12 @@ class Applier:
             result.records.append(rec)
         return rec.written
 
-    async def apply_plan(self, plan: Plan,
+    async def apply_core(self, plan: Plan,
                          known: Callable[[str, str], Obj | None] | None = None) -> ApplyResult:
-        """Apply every change of ``plan``: quotas and stops first (one at a time: several may
-        touch one ClusterQueue), then sheds and checks — each on its own Workload, so up to
-        ``parallel`` at once, sheds queued first — then weights."""
+        """The Kueue and Node writes of ``plan`` (the whole plan: m2g.k8s.writer.apply_plan,
+        which adds the KAI writes and the check Events): quotas and stops first (one at a
+        time: several may touch one ClusterQueue), then taints, then sheds and checks — each on
+        its own Workload, so up to ``parallel`` at once, sheds queued first — then weights."""
         result = ApplyResult()
 
         async def step(what: str, change: Awaitable[bool]) -> None:

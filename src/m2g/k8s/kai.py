@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -54,7 +53,7 @@ from m2g.k8s.kai_convert import (
     MANAGED_BY,
     MANAGER,
     gpu_resources,
-    kai_state,
+    kai_snapshot,
     limit_base,
     node_label_keys,
 )
@@ -236,10 +235,9 @@ class KaiSync:
             return None
         if self._label_keys is None or self._label_keys[0] != nodes.generation:
             self._label_keys = (nodes.generation, node_label_keys(nodes.view().values()))
-        state = kai_state((), topologies.view().values() if topologies else (),
-                          queues.view().values() if queues else ())
-        return replace(state, node_label_keys=self._label_keys[1],
-                       topology_served=topologies is not None)
+        return kai_snapshot(self._label_keys[1],
+                            topologies.view().values() if topologies is not None else None,
+                            queues.view().values() if queues is not None else None)
 
     async def stop(self) -> None:
         for cache in self.caches():

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from m2g.k8s.convert import is_gpu_node, parse_time, quantity, recorded_base
@@ -77,3 +78,13 @@ def kai_state(nodes: Iterable[Obj], topologies: Iterable[Obj],
         node_label_keys=node_label_keys(nodes),
         topologies=tuple(sorted((topology(o) for o in topologies), key=lambda t: t.name)),
         queues=tuple(sorted((q for q in budgeted if q is not None), key=lambda q: q.name)))
+
+
+def kai_snapshot(label_keys: frozenset[str], topologies: Iterable[Obj] | None,
+                 queues: Iterable[Obj] | None) -> KaiState | None:
+    """The KAI part of a snapshot (watch caches or one-shot lists alike): None when neither
+    KAI CRD is served; ``topologies`` None: KAI without its Topology CRD (Queues only)."""
+    if topologies is None and queues is None:
+        return None
+    state = kai_state((), topologies or (), queues or ())
+    return replace(state, node_label_keys=label_keys, topology_served=topologies is not None)
