@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from m2g.k8s.convert import ClusterObjects, build_snapshot, check_names, workload
+from m2g.k8s.convert import ClusterObjects, check_names, workload
+from m2g.k8s.snapshot import assemble
 from m2g.planner.explain import Explanation, explain
 from m2g.templates import Rendered
 from m2g.templates.workload import kueue_workload
@@ -43,7 +44,7 @@ async def preview(rendered: Rendered, kubeconfig: str | None, context: str | Non
         notes.append(f"no factory state read ({exc}): {policies} evaluated on an empty "
                      "factory, no grid event, no queues")
         now = datetime.now(UTC)
-        view = ClusterView(build_snapshot(ClusterObjects(), None, now), ClusterObjects())
+        view = ClusterView(assemble(ClusterObjects(), None, now), ClusterObjects())
     notes += view.warnings
     if policies is None and not view.policies:
         notes.append("the cluster has no m2g Policy objects (is m2g installed?): nothing "
