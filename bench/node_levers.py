@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from m2g.k8s import build as kb
 from m2g.k8s import convert as cv
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
@@ -32,7 +33,7 @@ def node(rack: int, i: int) -> dict[str, Any]:
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
-def objects() -> cv.ClusterObjects:
+def objects() -> kb.ClusterObjects:
     nodes = {f"n{r}-{i}": node(r, i) for r in range(RACKS) for i in range(NODES_PER_RACK)}
     workloads, pods = {}, {}
     for w in range(WORKLOADS):
@@ -51,7 +52,7 @@ def objects() -> cv.ClusterObjects:
     window = {"metadata": {"name": "mw"}, "spec": {
         "start": "2026-11-29T16:05:00Z", "end": "2026-11-29T18:00:00Z",
         "scope": {"racks": [f"rack-{r}" for r in range(10)]}}}
-    return cv.ClusterObjects(nodes=nodes, pods=pods, workloads=workloads,
+    return kb.ClusterObjects(nodes=nodes, pods=pods, workloads=workloads,
                              maintenance_windows={"mw": window})
 
 
@@ -66,11 +67,11 @@ def median_ms(f: Callable[[], object], runs: int = 20) -> float:
 
 def main() -> None:
     objs = objects()
-    memo = cv.SnapshotMemo()
-    snap = cv.build_snapshot(objs, None, NOW, memo=memo)
+    memo = kb.SnapshotMemo()
+    snap = kb.build_snapshot(objs, None, NOW, memo=memo)
     builder, cfg = InputBuilder(snap), PlannerConfig()
     rows = [
-        ("build_snapshot (memo warm)", lambda: cv.build_snapshot(objs, None, NOW, memo=memo)),
+        ("build_snapshot (memo warm)", lambda: kb.build_snapshot(objs, None, NOW, memo=memo)),
         ("placements alone", lambda: cv.placements(objs.pods.values(),
                                                    objs.workloads.values())),
         (f"taint_updates ({len(taint_updates(builder, cfg))} taints)",

@@ -62,7 +62,7 @@ def timed(f: Callable[[], Any]) -> tuple[Any, float, float]:
 def run_size(racks: int, workloads: int, policies: Path, engine: str,
              out: dict[str, Any]) -> dict[str, Any]:
     """Fill ``out`` as it goes, so a MemoryError still reports what was measured before."""
-    from m2g.k8s import convert as cv
+    from m2g.k8s import build as kb
     from m2g.model.collector import collector_paused
     from m2g.planner import plan as planner
     from m2g.planner.admission import check_updates
@@ -81,13 +81,13 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     out["raw_rss_mib"] = rss_mib()
     ev = Evaluator(load_dir(policies, engine))
     cfg = PlannerConfig()
-    memo = cv.SnapshotMemo()
+    memo = kb.SnapshotMemo()
 
     def snap_at(seconds: int) -> Any:
-        return cv.build_snapshot(objs, readings, NOW + timedelta(seconds=seconds), memo=memo)
+        return kb.build_snapshot(objs, readings, NOW + timedelta(seconds=seconds), memo=memo)
 
     _, out["snapshot_cold_wall"], out["snapshot_cold_cpu"] = timed(
-        lambda: cv.build_snapshot(objs, readings, NOW))
+        lambda: kb.build_snapshot(objs, readings, NOW))
     snap_at(0)
     snap, out["snapshot_warm_wall"], out["snapshot_warm_cpu"] = timed(lambda: snap_at(5))
     pending = sum(1 for w in snap.workloads if w.check_state is not None

@@ -17,7 +17,7 @@ import yaml
 
 from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
-from m2g.k8s.convert import ClusterObjects
+from m2g.k8s.build import ClusterObjects
 from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
 from m2g.model.cluster import ClusterSnapshot
 from m2g.signals.config import PrometheusSettings

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from m2g.k8s.convert import ClusterObjects, check_names, workload
+from m2g.k8s.build import ClusterObjects
+from m2g.k8s.convert import check_names, workload
 from m2g.k8s.snapshot import assemble
 from m2g.planner.explain import Explanation, explain
 from m2g.templates import Rendered

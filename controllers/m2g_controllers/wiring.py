@@ -17,8 +17,9 @@ import httpx
 
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier
+from m2g.k8s.build import ClusterObjects, SnapshotMemo
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.convert import ClusterObjects, SnapshotMemo, placements
+from m2g.k8s.convert import placements
 from m2g.k8s.kai import KaiSync
 from m2g.k8s.snapshot import WATCHED, DrawHistory, assemble, params
 from m2g.k8s.writer import apply_plan

@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier
+from m2g.k8s.build import ClusterObjects, build_snapshot
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.convert import ClusterObjects, build_snapshot
 from m2g.k8s.leader import LeaderElector
 from m2g.model.cluster import CheckState, Phase
 from m2g.model.plan import CheckUpdate, Plan, QuotaUpdate, ShedAction

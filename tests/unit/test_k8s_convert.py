@@ -7,11 +7,15 @@ import copy
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
+from m2g.k8s import annotations as ka
+from m2g.k8s import build as kb
 from m2g.k8s import convert as cv
+from m2g.k8s import parse as kp
 from m2g.model.cluster import CheckState, Phase
 from m2g.model.factory import GridPayload, HealthReason
 from m2g.model.inputs import WorkloadKind
@@ -188,10 +192,10 @@ def test_recorded_cluster_queue_and_base_annotation() -> None:
 
 def test_quota_base_adopts_a_quota_someone_else_changed() -> None:
     base, made = "m2g.io/base-quota.f", "m2g.io/quota-set.f"
-    assert cv.quota_base({}, "f", 40) == 40  # nothing recorded: the live quota is the base
-    assert cv.quota_base({base: "72", made: "40"}, "f", 40) == 72  # still m2g's own value
-    assert cv.quota_base({base: "72", made: "40"}, "f", 96) == 96  # changed since: new base
-    assert cv.quota_base({base: "72"}, "f", 40) == 72  # recorded by an older m2g: kept
+    assert ka.quota_base({}, "f", 40) == 40  # nothing recorded: the live quota is the base
+    assert ka.quota_base({base: "72", made: "40"}, "f", 40) == 72  # still m2g's own value
+    assert ka.quota_base({base: "72", made: "40"}, "f", 96) == 96  # changed since: new base
+    assert ka.quota_base({base: "72"}, "f", 40) == 72  # recorded by an older m2g: kept
 
 
 def test_resource_flavor_domain() -> None:
@@ -225,9 +229,10 @@ def test_grid_event_intervals_and_payloads() -> None:
 
 
 def test_iso_durations() -> None:
-    assert cv.parse_duration("P1DT2H30M") == timedelta(days=1, hours=2, minutes=30)
-    assert cv.parse_duration("PT90S") == timedelta(seconds=90)
-    assert cv.parse_duration("P") is None and cv.parse_duration("1h") is None
+    assert kp.parse_duration("P1DT2H30M") == timedelta(days=1, hours=2, minutes=30)
+    assert kp.parse_duration("PT90S") == timedelta(seconds=90)
+    assert kp.parse_duration("P99999999999W") is None  # beyond timedelta: None, not a raise
+    assert kp.parse_duration("P") is None and kp.parse_duration("1h") is None
 
 
 def test_maintenance_window() -> None:
@@ -241,9 +246,23 @@ def test_maintenance_window() -> None:
 
 
 def test_quantities() -> None:
-    assert cv.quantity("4") == 4 and cv.quantity("500m") == 0.5 and cv.quantity("2Ki") == 2048
-    assert cv.quantity("nonsense") == 0 and cv.quantity(True) == 0
-    assert cv.quantity(float("nan")) == 0
+    assert kp.quantity("4") == 4 and kp.quantity("500m") == 0.5 and kp.quantity("2Ki") == 2048
+    assert kp.quantity("nonsense") == 0 and kp.quantity(True) == 0
+    assert kp.quantity(float("nan")) == 0
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("500n", 5e-7), ("250u", 2.5e-4), ("1P", 1e15), ("1E", 1e18), ("1Pi", 2.0**50),
+    ("1Ei", 2.0**60), ("1E3", 1000.0), ("2e-3", 0.002), ("1.5Gi", 1.5 * 2**30), (".5", 0.5),
+    ("-1", -1.0), ("+4k", 4000.0)])
+def test_every_kubernetes_quantity_suffix(text: str, value: float) -> None:
+    """resource.Quantity's suffixes: ``500n``, ``1Pi`` and ``1E`` used to read as 0."""
+    assert kp.quantity(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["1Q", "1.2.3", "1e400", "Ki", "1 Gi", "1ki"])
+def test_unreadable_quantities_are_zero(text: str) -> None:
+    assert kp.quantity(text) == 0
 
 
 # ---- the snapshot ------------------------------------------------------------------------
@@ -271,13 +290,13 @@ def test_build_snapshot() -> None:
                                   xid_gpus=("0", "1", "2"))},
         racks={"rack-000": RackReadings("rack-000", fresh(100.0), fresh(27.0), fresh(30.0))},
         domains={"pd-00": DomainReadings("pd-00", fresh(250.0))}, status={})
-    objs = cv.ClusterObjects(
+    objs = kb.ClusterObjects(
         nodes=nodes, pods={"rec/p": pod}, power_domains=domains,
         workloads={"rec/w": load("workload_admitted")},
         cluster_queues={"rec-cq": load("clusterqueue")},
         resource_flavors={"gb200": load("resourceflavor")},
         local_queues={"rec/default": load("localqueue")})
-    snap = cv.build_snapshot(objs, readings, NOW)
+    snap = kb.build_snapshot(objs, readings, NOW)
     f = snap.factory
     assert snap.now == NOW and f.site == "dc1" and f.site_budget_kw == 900
     assert f.site_limit_c == 30
@@ -295,23 +314,24 @@ def test_build_snapshot() -> None:
 
 
 def test_build_snapshot_without_readings_or_objects() -> None:
-    snap = cv.build_snapshot(cv.ClusterObjects(), None, NOW)
+    snap = kb.build_snapshot(kb.ClusterObjects(), None, NOW)
     assert snap.factory.site == "site" and snap.factory.site_budget_kw == 0
     assert snap.workloads == () and snap.factory.racks == ()
 
 
-def test_convert_stays_pure() -> None:
-    """No I/O modules in m2g.k8s.convert (import-linter's contract covers model/policy/planner
-    only)."""
+@pytest.mark.parametrize("module", [cv, kb, kp, ka], ids=lambda m: m.__name__)
+def test_convert_stays_pure(module: ModuleType) -> None:
+    """No I/O modules in m2g.k8s.convert, build, parse, annotations (import-linter's contract
+    covers them too)."""
     import ast
 
-    tree = ast.parse(Path(cv.__file__).read_text())
+    tree = ast.parse(Path(str(module.__file__)).read_text())
     imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                 if isinstance(node, ast.Import) for alias in node.names}
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom)}
     assert not imported & {"kr8s", "kubernetes", "httpx", "asyncio", "typer", "rich"}
-    assert "m2g.k8s.client" not in Path(cv.__file__).read_text()
+    assert "m2g.k8s.client" not in Path(str(module.__file__)).read_text()
 
 
 def test_node_memo_reuses_unchanged_nodes_only() -> None:
@@ -320,11 +340,11 @@ def test_node_memo_reuses_unchanged_nodes_only() -> None:
         n["metadata"]["resourceVersion"] = str(10 + i)
     pod = load("pod_running")
     pod["spec"]["nodeName"] = "n0"
-    memo = cv.SnapshotMemo()
-    first = cv.build_snapshot(cv.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
+    memo = kb.SnapshotMemo()
+    first = kb.build_snapshot(kb.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
                               memo=memo)
     assert set(memo.nodes) == {"n0", "n1"}
-    again = cv.build_snapshot(cv.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
+    again = kb.build_snapshot(kb.ClusterObjects(nodes=nodes, pods={"p": pod}), None, NOW,
                               memo=memo)
     assert again == first and all(a is b for a, b in zip(again.factory.nodes,
                                                          first.factory.nodes, strict=True))
@@ -332,10 +352,10 @@ def test_node_memo_reuses_unchanged_nodes_only() -> None:
     cordoned = copy.deepcopy(nodes)
     cordoned["n1"]["spec"] = {"unschedulable": True}
     cordoned["n1"]["metadata"]["resourceVersion"] = "12"
-    snap = cv.build_snapshot(cv.ClusterObjects(nodes=cordoned), None, NOW, memo=memo)
+    snap = kb.build_snapshot(kb.ClusterObjects(nodes=cordoned), None, NOW, memo=memo)
     by_name = {n.name: n for n in snap.factory.nodes}
     assert by_name["n0"].gpus_allocated == 0 and by_name["n1"].reasons == ("Cordoned",)
-    assert snap == cv.build_snapshot(cv.ClusterObjects(nodes=cordoned), None, NOW)
+    assert snap == kb.build_snapshot(kb.ClusterObjects(nodes=cordoned), None, NOW)
 
 
 def test_workload_memo_keeps_states_and_moves_what_depends_on_now() -> None:
@@ -343,15 +363,15 @@ def test_workload_memo_keeps_states_and_moves_what_depends_on_now() -> None:
     admitted["metadata"]["resourceVersion"] = "7"
     pending = pending_workload()
     pending["metadata"]["resourceVersion"] = "8"
-    objs = cv.ClusterObjects(workloads={"a/admitted": admitted, "a/pending": pending})
-    memo = cv.SnapshotMemo()
-    first = cv.build_snapshot(objs, None, NOW, memo=memo)
+    objs = kb.ClusterObjects(workloads={"a/admitted": admitted, "a/pending": pending})
+    memo = kb.SnapshotMemo()
+    first = kb.build_snapshot(objs, None, NOW, memo=memo)
     assert set(memo.workloads) == {"a/admitted", "a/pending"}
     cached = memo.workloads["a/admitted"][1]
     waiting = memo.workloads["a/pending"][1]
     later = NOW + timedelta(minutes=5)
-    again = cv.build_snapshot(objs, None, later, memo=memo)
-    assert again == cv.build_snapshot(objs, None, later)
+    again = kb.build_snapshot(objs, None, later, memo=memo)
+    assert again == kb.build_snapshot(objs, None, later)
     assert memo.workloads["a/admitted"][1] is cached  # not converted again ...
     assert again.workloads[0].view.checkpoint.last_age_seconds == \
         first.workloads[0].view.checkpoint.last_age_seconds + 300  # ... but its age moves
@@ -390,9 +410,27 @@ def test_a_pod_reports_the_checkpoint_of_its_workload() -> None:
     other["metadata"].update(name="other", uid="u-other", ownerReferences=[
         {"kind": "Job", "name": "x", "uid": "someone-else"}], annotations={
         "m2g.io/last-checkpoint-time": "2026-11-29T22:52:00Z"})
-    objs = cv.ClusterObjects(workloads={"rec/w": wl}, pods={"rec/p": pod, "rec/o": other})
-    ckpt = cv.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
+    objs = kb.ClusterObjects(workloads={"rec/w": wl}, pods={"rec/p": pod, "rec/o": other})
+    ckpt = kb.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
     assert (ckpt.last_age_seconds, ckpt.reported) == (60, True)  # the pod's, newer than the wl's
     pod["metadata"]["annotations"]["m2g.io/last-checkpoint-time"] = "2026-11-29T22:44:18Z"
-    ckpt = cv.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
+    ckpt = kb.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
     assert ckpt.last_age_seconds == 420  # the Workload's own report is newer now
+
+
+def test_owned_value_changes_and_patch() -> None:
+    """The one read-modify-write step of quota and KAI-limit writes: record base and set on a
+    derate, remove both when the base is written back, always stamp changed-at."""
+    owned = ka.owned_quota("gb200")
+    assert owned.base({}, 72) == 72
+    derate = owned.changes({}, "72", "48")
+    assert derate == {"m2g.io/base-quota.gb200": "72", "m2g.io/quota-set.gb200": "48"}
+    recorded = dict(derate)
+    assert owned.base(recorded, 48) == 72 and owned.base(recorded, 60) == 60  # GitOps changed it
+    assert owned.changes(recorded, "72", "72") == {k: None for k in derate}
+    cq = {"metadata": {"name": "cq", "resourceVersion": "7"}}
+    assert owned.patch(cq, derate, NOW, {"x": 1}) == {
+        "metadata": {"resourceVersion": "7", "annotations": {
+            **derate, "m2g.io/quota-changed-at": kp.format_time(NOW)}},
+        "spec": {"x": 1}}
+    assert ka.GPU_LIMIT.changed_at_key == "m2g.io/gpu-limit-changed-at"

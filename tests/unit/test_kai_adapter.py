@@ -8,17 +8,12 @@ import copy
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from m2g.k8s.annotations import BASE_GPU_LIMIT, GPU_LIMIT_CHANGED_AT, GPU_LIMIT_SET
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.client import NODES, Conflict, Kube, KubeError, Obj, ResourceMissing
 from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, KaiApplier, KaiSync
-from m2g.k8s.kai_convert import (
-    BASE_GPU_LIMIT,
-    GPU_LIMIT_CHANGED_AT,
-    GPU_LIMIT_SET,
-    kai_state,
-    limit_base,
-)
+from m2g.k8s.kai_convert import kai_state, limit_base
 from m2g.model.cluster import KaiQueueState
 from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate, Plan
 from tests.unit.k8s_fakes import FakeKube, FakeWatchApi

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from m2g.k8s.convert import build_snapshot
+from m2g.k8s.build import build_snapshot
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
 from m2g.policy import Evaluator, load_dir

@@ -39,6 +39,13 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+from m2g.k8s.annotations import (
+    DRAINED_FOR,
+    SHED_AT,
+    SHED_REASON,
+    owned_quota,
+    quota_base,
+)
 from m2g.k8s.client import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
@@ -56,18 +63,7 @@ from m2g.k8s.client import (
     PermanentError,
     Resource,
 )
-from m2g.k8s.convert import (
-    DRAINED_FOR,
-    QUOTA_CHANGED_AT,
-    SHED_AT,
-    SHED_REASON,
-    base_quota_annotation,
-    format_time,
-    owned_annotations,
-    quantity,
-    quota_base,
-    set_quota_annotation,
-)
+from m2g.k8s.parse import format_time, quantity
 from m2g.model.cluster import CHECK_CONTROLLER
 from m2g.model.plan import (
     CheckUpdate,
@@ -340,21 +336,18 @@ class Applier:
                                  f"{u.resource} in flavor {u.flavor}")
         current = int(quantity(found.get("nominalQuota")))
         annotations = meta.get("annotations") or {}
+        owned = owned_quota(u.flavor)
         base = quota_base(annotations, u.flavor, current)
-        patch_annotations = owned_annotations(
-            annotations, base_quota_annotation(u.flavor), set_quota_annotation(u.flavor),
-            str(base), str(u.nominal))
-        if current == u.nominal and not patch_annotations:
+        changes = owned.changes(annotations, str(base), str(u.nominal))
+        if current == u.nominal and not changes:
             self._record(result, "quota", u.cluster_queue, f"{u.flavor} {u.nominal}", False)
             return False
         detail = f"{u.flavor}/{u.resource} {current} -> {u.nominal} (base {base}): {u.reason}"
         if not self.dry_run:  # write first: a 409 here is retried, and recorded only once
             found["nominalQuota"] = str(u.nominal)
-            patch_annotations[QUOTA_CHANGED_AT] = format_time(self.clock())
-            await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue, {
-                "metadata": {"resourceVersion": meta.get("resourceVersion"),
-                             "annotations": patch_annotations},
-                "spec": {"resourceGroups": groups}}, field_manager=self.field_manager)
+            await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue, owned.patch(
+                cq, changes, self.clock(), {"resourceGroups": groups}),
+                field_manager=self.field_manager)
         return self._record(result, "quota", u.cluster_queue, detail, True)
 
     async def apply_stop(self, u: StopUpdate, result: ApplyResult | None = None) -> bool:

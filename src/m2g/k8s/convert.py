@@ -1,4 +1,6 @@
-"""Raw Kubernetes objects → the model (pure: no I/O, no clock; ``now`` is passed in).
+"""Raw Kubernetes objects → the model, one object at a time (pure: no I/O, no clock; ``now`` is
+passed in). m2g.k8s.build puts a snapshot together from them; values are parsed by
+m2g.k8s.parse; the annotations m2g writes are m2g.k8s.annotations'.
 
 Nodes (``node``): a node is a GPU node when it has ``nvidia.com/gpu`` capacity/allocatable or an
 ``m2g.io/rack`` label. ``gpus`` is the capacity (allocatable when no capacity is given) and
@@ -45,20 +47,25 @@ what an eviction would lose.
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from datetime import datetime
 from typing import Any
 
+from m2g.k8s.annotations import DRAINED_FOR, QUOTA_CHANGED_AT, SHED_AT, quota_base
+from m2g.k8s.parse import (
+    int_of,
+    nonneg_float,
+    nonneg_int,
+    parse_duration,
+    parse_time,
+    quantity,
+)
 from m2g.model import labels as L
 from m2g.model.cluster import (
     CHECK_CONTROLLER,
     CheckState,
-    ClusterSnapshot,
     FlavorQuota,
     FlavorState,
     GridEventState,
@@ -66,34 +73,21 @@ from m2g.model.cluster import (
     QueueState,
     WorkloadState,
 )
-from m2g.model.collector import collector_paused
 from m2g.model.factory import (
-    MISSING,
-    FactorySnapshot,
     GridEvent,
     GridPayload,
     HealthReason,
     MaintenanceWindow,
     Node,
     PowerDomain,
-    Rack,
-    Reading,
 )
 from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
-from m2g.signals.readings import Readings, SignalReading
 
 Obj = Mapping[str, Any]
 
 DEFAULT_RACK_CAP_KW = 132.0
 DEFAULT_INLET_LIMIT_C = 32.0
 SITE_LEVEL = "Site"
-
-SHED_AT = "m2g.io/shed-at"
-SHED_REASON = "m2g.io/shed-reason"
-DRAINED_FOR = "m2g.io/drained-for"  # with SHED_AT: evicted off nodes (maintenance), not for power
-BASE_QUOTA_PREFIX = "m2g.io/base-quota."
-SET_QUOTA_PREFIX = "m2g.io/quota-set."  # the nominalQuota m2g itself last wrote
-QUOTA_CHANGED_AT = "m2g.io/quota-changed-at"
 
 GPU_CONDITIONS: Mapping[str, HealthReason] = {
     "GpuXidError": HealthReason.GPU_XID, "GPUXidError": HealthReason.GPU_XID,
@@ -109,77 +103,7 @@ COVERED_TAINTS = frozenset({"node.kubernetes.io/unschedulable", "node.kubernetes
                             "node.kubernetes.io/unreachable"})
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
-# ---- small parsers ----------------------------------------------------------------------
-
-_SUFFIX: dict[str, Decimal] = {
-    "": Decimal(1), "m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6),
-    "G": Decimal(10**9), "T": Decimal(10**12), "Ki": Decimal(2**10), "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30), "Ti": Decimal(2**40)}
-_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-
-
-def quantity(value: Any) -> float:
-    """A Kubernetes quantity ("4", "1.5", "100m", "2Ki") as a number; 0 when unreadable."""
-    if isinstance(value, bool):
-        return 0.0
-    if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else 0.0
-    if isinstance(value, str) and value.isdigit():  # the common case ("4"), without Decimal
-        return float(value)
-    m = _QTY.match(str(value).strip())
-    if not m:
-        return 0.0
-    try:
-        return float(Decimal(m.group(1)) * _SUFFIX[m.group(2) or ""])
-    except InvalidOperation:
-        return 0.0
-
-
-def _int(value: Any, default: int = 0) -> int:
-    number = quantity(value) if value is not None else float(default)
-    return int(number) if math.isfinite(number) else default
-
-
-def _nonneg_int(value: Any) -> int:
-    return max(0, _int(value))
-
-
-def _nonneg_float(value: Any) -> float:
-    number = quantity(value) if value is not None else 0.0
-    return number if number > 0 and math.isfinite(number) else 0.0
-
-
-def parse_time(value: Any) -> datetime | None:
-    """RFC 3339 ("2026-01-02T03:04:05Z", fractions, offsets) → aware datetime; None if bad."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def format_time(value: datetime) -> str:
-    """RFC 3339 with second precision, UTC (what Kubernetes' metav1.Time accepts)."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-_DURATION = re.compile(r"^P(?:(\d+(?:\.\d+)?)W)?(?:(\d+(?:\.\d+)?)D)?"
-                       r"(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
-
-
-def parse_duration(value: Any) -> timedelta | None:
-    """An ISO 8601 duration (PT1H, P1DT30M, PT90S; no years/months) → timedelta; None if bad."""
-    if not isinstance(value, str):
-        return None
-    m = _DURATION.match(value.strip())
-    if not m or value.strip() in ("P", "PT"):
-        return None
-    w, d, h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-    return timedelta(weeks=w, days=d, hours=h, minutes=mi, seconds=s)
+# ---- object access ------------------------------------------------------------------
 
 
 def _meta(obj: Obj) -> Obj:
@@ -220,7 +144,7 @@ def container_gpus(pod_spec: Obj) -> int:
         req = (res.get("requests") or {}).get(L.GPU_RESOURCE)
         if req is None:
             req = (res.get("limits") or {}).get(L.GPU_RESOURCE)
-        return _nonneg_int(req)
+        return nonneg_int(req)
 
     main = sum(one(c) for c in pod_spec.get("containers") or [])
     init = max((one(c) for c in pod_spec.get("initContainers") or []), default=0)
@@ -276,7 +200,7 @@ def node(obj: Obj, allocated: int = 0, xid_gpus: int = 0) -> Node:
     st = _status(obj)
     alloc_raw = (st.get("allocatable") or {}).get(L.GPU_RESOURCE)
     cap_raw = (st.get("capacity") or {}).get(L.GPU_RESOURCE, alloc_raw)
-    allocatable, capacity = _nonneg_int(alloc_raw), _nonneg_int(cap_raw)
+    allocatable, capacity = nonneg_int(alloc_raw), nonneg_int(cap_raw)
     gpus = max(capacity, allocatable)
     clique = str(labels.get(L.GPU_CLIQUE, ""))
     return Node(
@@ -391,12 +315,12 @@ def power_domain(obj: Obj) -> DomainSpec:
     selector = (spec.get("rackSelector") or {}).get("matchLabels") or {}
     return DomainSpec(
         domain=PowerDomain(name=str(_meta(obj).get("name", "")),
-                           budget_kw=_nonneg_float(spec.get("budgetKw"))),
+                           budget_kw=nonneg_float(spec.get("budgetKw"))),
         level=str(spec.get("level") or "PowerDomain"),
         racks=tuple(str(r) for r in spec.get("racks") or []),
         rack_selector={str(k): str(v) for k, v in selector.items()},
-        rack_cap_kw=_nonneg_float(spec.get("rackCapKw")),
-        inlet_limit_c=_nonneg_float(spec.get("inletLimitC")),
+        rack_cap_kw=nonneg_float(spec.get("rackCapKw")),
+        inlet_limit_c=nonneg_float(spec.get("inletLimitC")),
     )
 
 
@@ -413,7 +337,7 @@ def maintenance_window(obj: Obj) -> MaintenanceWindow | None:
         racks=tuple(str(x) for x in scope.get("racks") or []),
         nodes=tuple(str(x) for x in scope.get("nodes") or []),
         blocks=tuple(str(x) for x in scope.get("blocks") or []),
-        drain_lead_seconds=None if lead is None else _nonneg_float(lead),
+        drain_lead_seconds=None if lead is None else nonneg_float(lead),
     )
 
 
@@ -423,8 +347,8 @@ def grid_events(obj: Obj) -> tuple[GridEvent, ...]:
     spec = _spec(obj)
     event_id = str(spec.get("eventID") or _meta(obj).get("name", ""))
     intervals = [i for i in spec.get("intervals") or [] if isinstance(i, Mapping)]
-    baseline = _nonneg_float(_status(obj).get("observedBaselineKw"))
-    reduction = min(100.0, _nonneg_float(spec.get("targetReductionPercent")))
+    baseline = nonneg_float(_status(obj).get("observedBaselineKw"))
+    reduction = min(100.0, nonneg_float(spec.get("targetReductionPercent")))
     out: list[GridEvent] = []
     for i, interval in enumerate(intervals):
         start = parse_time(interval.get("start"))
@@ -456,7 +380,7 @@ def grid_event_state(obj: Obj) -> GridEventState:
         event_id=str(spec.get("eventID") or _meta(obj).get("name", "")),
         start=min((e.start for e in events), default=None),
         end=max((e.end for e in events), default=None),
-        reduction_pct=min(100.0, _nonneg_float(spec.get("targetReductionPercent"))),
+        reduction_pct=min(100.0, nonneg_float(spec.get("targetReductionPercent"))),
         status=dict(_status(obj)))
 
 
@@ -517,7 +441,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     cq = str((st.get("admission") or {}).get("clusterQueue")
              or (local_queues or {}).get(f"{ns}/{queue}", ""))
     pod_sets = tuple(
-        PodSetView(name=str(ps.get("name", "")), count=_nonneg_int(ps.get("count", 1)),
+        PodSetView(name=str(ps.get("name", "")), count=nonneg_int(ps.get("count", 1)),
                    gpus_per_pod=container_gpus((ps.get("template") or {}).get("spec") or {}))
         for ps in spec.get("podSets") or [])
     phase = workload_phase(wl)
@@ -533,16 +457,16 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
 
     view = WorkloadView(
         name=name, namespace=ns, queue=queue, cluster_queue=cq,
-        priority=_int(spec.get("priority")),
+        priority=int_of(spec.get("priority")),
         priority_class=str((spec.get("priorityClassRef") or {}).get("name")
                            or labels.get(L.PRIORITY_CLASS, "")),
         kind=_kind(fact(L.WORKLOAD_KIND)), flex_tier=_flex_tier(fact(L.FLEX_TIER)),
         pod_sets=pod_sets, labels=labels, annotations=annotations,
-        expected_runtime_seconds=_nonneg_int(fact(L.EXPECTED_RUNTIME)),
+        expected_runtime_seconds=nonneg_int(fact(L.EXPECTED_RUNTIME)),
         wait_seconds=max(0, int((now - created).total_seconds())) if waiting and created else 0,
-        requeue_count=_nonneg_int((st.get("requeueState") or {}).get("count")),
-        estimated_kw=_nonneg_float(fact(L.ESTIMATED_KW)),
-        checkpoint=checkpoint(_nonneg_int(fact(L.CHECKPOINT_INTERVAL)), reported,
+        requeue_count=nonneg_int((st.get("requeueState") or {}).get("count")),
+        estimated_kw=nonneg_float(fact(L.ESTIMATED_KW)),
+        checkpoint=checkpoint(nonneg_int(fact(L.CHECKPOINT_INTERVAL)), reported,
                               admitted_at if phase is Phase.ADMITTED else None, now),
         topology_assigned=any(psa.get("topologyAssignment") for psa in (
             st.get("admission") or {}).get("podSetAssignments") or []),
@@ -612,47 +536,6 @@ def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
     return replace(w, view=w.view.model_copy(update={"checkpoint": ckpt}))
 
 
-def base_quota_annotation(flavor: str) -> str:
-    return f"{BASE_QUOTA_PREFIX}{flavor}"
-
-
-def set_quota_annotation(flavor: str) -> str:
-    return f"{SET_QUOTA_PREFIX}{flavor}"
-
-
-def recorded_base(annotations: Mapping[str, Any], base_key: str, set_key: str,
-                  live: float) -> float:
-    """The platform team's value of a field m2g lowers (a quota, a KAI limit): the one recorded
-    under ``base_key`` while the live value is still what m2g wrote (``set_key``); the live value
-    itself when nothing is recorded or when someone else (a GitOps sync, an operator) changed it
-    since — their value is the new base, with no annotation surgery. A base recorded before m2g
-    tracked its own writes (no ``set_key``) is kept as it is."""
-    base_raw = annotations.get(base_key)
-    if base_raw is None:
-        return live
-    set_raw = annotations.get(set_key)
-    if set_raw is not None and quantity(set_raw) != live:
-        return live
-    return quantity(base_raw)
-
-
-def owned_annotations(annotations: Mapping[str, Any], base_key: str, set_key: str,
-                      base: str, written: str) -> dict[str, Any]:
-    """The annotation changes that go with m2g writing ``written``: back at ``base`` m2g owns
-    nothing any more (both keys removed); otherwise both are recorded. Only changes are
-    returned (an empty dict: nothing to write)."""
-    if written == base:
-        return {k: None for k in (base_key, set_key) if k in annotations}
-    want = {base_key: base, set_key: written}
-    return {k: v for k, v in want.items() if annotations.get(k) != v}
-
-
-def quota_base(annotations: Mapping[str, str], flavor: str, nominal: int) -> int:
-    """The platform team's quota for ``flavor`` (see ``recorded_base``)."""
-    return max(0, int(recorded_base(annotations, base_quota_annotation(flavor),
-                                    set_quota_annotation(flavor), nominal)))
-
-
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
     """A ClusterQueue → QueueState (the ``resource`` quota of each flavor)."""
     meta, spec, st = _meta(obj), _spec(obj), _status(obj)
@@ -664,16 +547,16 @@ def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
             for res in flavor.get("resources") or []:
                 if res.get("name") != resource:
                     continue
-                nominal = _nonneg_int(res.get("nominalQuota"))
+                nominal = nonneg_int(res.get("nominalQuota"))
                 quotas.append(FlavorQuota(fname, resource, nominal,
                                           quota_base(annotations, fname, nominal)))
-    used = sum(_nonneg_int(r.get("total")) for f in st.get("flavorsUsage") or []
+    used = sum(nonneg_int(r.get("total")) for f in st.get("flavorsUsage") or []
                for r in f.get("resources") or [] if r.get("name") == resource)
     weight_raw = (spec.get("fairSharing") or {}).get("weight")
     return QueueState(
         name=str(meta.get("name", "")), quotas=tuple(quotas),
         stop_policy=str(spec.get("stopPolicy") or "None"), used_gpus=used,
-        pending_workloads=_nonneg_int(st.get("pendingWorkloads")),
+        pending_workloads=nonneg_int(st.get("pendingWorkloads")),
         cohort=str(spec.get("cohortName") or ""),
         weight=quantity(weight_raw) if weight_raw is not None else None,
         last_quota_change=parse_time(annotations.get(QUOTA_CHANGED_AT)))
@@ -687,184 +570,3 @@ def resource_flavor(obj: Obj) -> FlavorState:
                    if node_labels.get(k)), "")
     return FlavorState(name=str(_meta(obj).get("name", "")), domain=domain,
                        node_labels=node_labels)
-
-
-def _host_names(nodes: Iterable[Obj]) -> dict[str, str]:
-    """``kubernetes.io/hostname`` → node name, for the nodes where the two differ."""
-    out: dict[str, str] = {}
-    for o in nodes:
-        name = str(_meta(o).get("name", ""))
-        host = (_meta(o).get("labels") or {}).get(L.HOSTNAME)
-        if host and host != name:
-            out[str(host)] = name
-    return out
-
-
-# ---- the snapshot -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClusterObjects:
-    """The raw objects a snapshot is built from (each a cache view: key → object)."""
-
-    nodes: Mapping[str, Obj] = field(default_factory=dict)
-    pods: Mapping[str, Obj] = field(default_factory=dict)
-    workloads: Mapping[str, Obj] = field(default_factory=dict)
-    local_queues: Mapping[str, Obj] = field(default_factory=dict)
-    cluster_queues: Mapping[str, Obj] = field(default_factory=dict)
-    resource_flavors: Mapping[str, Obj] = field(default_factory=dict)
-    admission_checks: Mapping[str, Obj] = field(default_factory=dict)
-    power_domains: Mapping[str, Obj] = field(default_factory=dict)
-    grid_events: Mapping[str, Obj] = field(default_factory=dict)
-    maintenance_windows: Mapping[str, Obj] = field(default_factory=dict)
-
-
-def reading(sig: SignalReading | None) -> Reading:
-    """A signal reading → model Reading (missing → ``MISSING``)."""
-    if sig is None:
-        return MISSING
-    return Reading(sig.value, sig.age_seconds, sig.max_age_seconds)
-
-
-@dataclass
-class SnapshotMemo:
-    """Conversions kept between snapshots (the caller keeps one): a node whose
-    resourceVersion, allocated and XID GPUs are unchanged, and a Workload whose
-    resourceVersion, LocalQueues and check names are unchanged are not converted again (a
-    waiting one's wait time and every checkpoint age are set afresh). On a
-    100-rack factory with 2,000 workloads these conversions were most of a snapshot
-    (docs/benchmarks.md, "Controller latency")."""
-
-    nodes: dict[str, tuple[tuple[str, int, int], Node]] = field(default_factory=dict)
-    #: name → (key, state, creation time of a waiting workload: its wait time is recomputed).
-    workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState,
-                               datetime | None]] = field(default_factory=dict)
-
-
-def _timeless(w: WorkloadState) -> bool:
-    """Does this state not depend on ``now``? (wait time does; the checkpoint age is set on
-    every snapshot by ``with_pod_checkpoint``, cached or not)"""
-    return w.phase not in (Phase.PENDING, Phase.RESERVED)
-
-
-def _waited(w: WorkloadState, created: datetime | None, now: datetime) -> WorkloadState:
-    """A cached waiting workload at ``now``: only its wait time moves (as ``workload`` sets it),
-    the rest of the conversion is kept — 40 % of 100,000 workloads wait at a busy site."""
-    if created is None:
-        return w
-    wait = max(0, int((now - created).total_seconds()))
-    if wait == w.view.wait_seconds:
-        return w
-    return replace(w, view=w.view.model_copy(update={"wait_seconds": wait}))
-
-
-def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
-                   site: str = "site", rack_cap_kw: float = DEFAULT_RACK_CAP_KW,
-                   inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
-                   memo: SnapshotMemo | None = None) -> ClusterSnapshot:
-    """Everything one reconcile decides on, from cache views and signal readings; ``memo``:
-    see ``SnapshotMemo`` (the result is the same with or without it). Runs with the cyclic
-    garbage collector paused (m2g.model.collector)."""
-    with collector_paused():
-        return _build_snapshot(objs, readings, now, site=site, rack_cap_kw=rack_cap_kw,
-                               inlet_limit_c=inlet_limit_c, memo=memo)
-
-
-def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
-                    site: str, rack_cap_kw: float, inlet_limit_c: float,
-                    memo: SnapshotMemo | None) -> ClusterSnapshot:
-    allocated = allocated_gpus(objs.pods.values())
-    node_objs = sorted((o for o in objs.nodes.values() if is_gpu_node(o)),
-                       key=lambda o: str(_meta(o).get("name", "")))
-    nodes: list[Node] = []
-    rack_labels: dict[str, dict[str, str]] = {}
-    fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
-    for o in node_objs:
-        name = str(_meta(o).get("name", ""))
-        xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
-        key = (str(_meta(o).get("resourceVersion") or ""), allocated.get(name, 0), xid)
-        hit = memo.nodes.get(name) if memo is not None and key[0] else None
-        n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
-        fresh[name] = (key, n)
-        if not n.rack:
-            continue
-        nodes.append(n)
-        if n.rack not in rack_labels:
-            rack_labels[n.rack] = dict(_meta(o).get("labels") or {})
-    if memo is not None:
-        memo.nodes = fresh
-    members_of: dict[str, list[Node]] = {}
-    for n in nodes:
-        members_of.setdefault(n.rack, []).append(n)
-
-    specs = sorted((power_domain(o) for o in objs.power_domains.values()),
-                   key=lambda d: d.domain.name)
-    site_spec = next((d for d in specs if d.level == SITE_LEVEL), None)
-    domain_specs = [d for d in specs if d.level != SITE_LEVEL]
-
-    racks: list[Rack] = []
-    for rack_name in sorted(members_of):
-        members = members_of[rack_name]
-        labels = rack_labels[rack_name]
-        owner = next((d for d in domain_specs if d.selects(rack_name, labels)), None)
-        pd = Counter(n.power_domain for n in members if n.power_domain).most_common(1)
-        block = Counter(n.block for n in members if n.block).most_common(1)
-        clique = Counter(n.clique for n in members if n.clique).most_common(1)
-        rr = readings.racks.get(rack_name) if readings else None
-        racks.append(Rack(
-            name=rack_name, block=block[0][0] if block else "",
-            power_domain=pd[0][0] if pd else (owner.domain.name if owner else ""),
-            clique=clique[0][0] if clique else "",
-            power_kw=reading(rr.power_kw if rr else None),
-            cap_kw=(owner.rack_cap_kw if owner and owner.rack_cap_kw else rack_cap_kw),
-            inlet_c=reading(rr.inlet_c if rr else None),
-            limit_c=(owner.inlet_limit_c if owner and owner.inlet_limit_c else inlet_limit_c),
-        ))
-
-    domains = tuple(
-        PowerDomain(d.domain.name, d.domain.budget_kw,
-                    reading(readings.domains[d.domain.name].power_kw)
-                    if readings and d.domain.name in readings.domains else MISSING)
-        for d in domain_specs)
-    windows = tuple(w for w in (maintenance_window(o) for o in objs.maintenance_windows.values())
-                    if w is not None)
-    events = tuple(e for o in objs.grid_events.values() for e in grid_events(o))
-    event_states = tuple(grid_event_state(o) for _, o in sorted(objs.grid_events.items()))
-    factory = FactorySnapshot(
-        now=now, site=site_spec.domain.name if site_spec else site,
-        site_budget_kw=site_spec.domain.budget_kw if site_spec else 0.0,
-        site_limit_c=site_spec.inlet_limit_c if site_spec else 0.0,
-        power_domains=domains, racks=tuple(racks), nodes=tuple(nodes),
-        maintenance=tuple(sorted(windows, key=lambda w: w.name)),
-        grid_events=tuple(sorted(events, key=lambda e: (e.start, e.id))))
-
-    lq_map = {key: str(_spec(o).get("clusterQueue", "")) for key, o in objs.local_queues.items()}
-    checks = check_names(objs.admission_checks.values())
-    lq_key = hash(frozenset(lq_map.items()))
-    states: list[WorkloadState] = []
-    kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
-    pod_reports = pod_checkpoints(objs.pods.values(), objs.workloads.values())
-    for wname, o in sorted(objs.workloads.items()):
-        wkey = (str(_meta(o).get("resourceVersion") or ""), lq_key, checks)
-        whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
-        if whit is not None and whit[0] == wkey:
-            ws = _waited(whit[1], whit[2], now)
-        else:
-            ws = workload(o, now, local_queues=lq_map, checks=checks)
-        if wkey[0]:
-            kept[wname] = (wkey, ws, None if _timeless(ws) else
-                           parse_time(_meta(o).get("creationTimestamp")))
-        states.append(with_pod_checkpoint(ws, pod_reports.get(ws.key), now))
-    if memo is not None:
-        memo.workloads = kept
-    workloads = tuple(states)
-    queues = tuple(cluster_queue(o) for _, o in sorted(objs.cluster_queues.items()))
-    flavors = tuple(resource_flavor(o) for _, o in sorted(objs.resource_flavors.items()))
-    # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
-    # bench/node_levers.py) while there is no window and no drained workload
-    needed = bool(windows) or any(w.drained_for for w in workloads)
-    return ClusterSnapshot(factory=factory, workloads=workloads, queues=queues, flavors=flavors,
-                           grid_event_states=event_states,
-                           placements=placements(objs.pods.values(), objs.workloads.values(),
-                                                 _host_names(objs.nodes.values()))
-                           if needed else {})

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from m2g.k8s.annotations import GPU_LIMIT, MANAGED_BY, MANAGER
 from m2g.k8s.apply import Applier, ApplyResult, retry_on_conflict
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.client import (
@@ -45,18 +46,13 @@ from m2g.k8s.client import (
     Resource,
     ResourceMissing,
 )
-from m2g.k8s.convert import format_time, owned_annotations, quantity
 from m2g.k8s.kai_convert import (
-    BASE_GPU_LIMIT,
-    GPU_LIMIT_CHANGED_AT,
-    GPU_LIMIT_SET,
-    MANAGED_BY,
-    MANAGER,
     gpu_resources,
     kai_snapshot,
     limit_base,
     node_label_keys,
 )
+from m2g.k8s.parse import quantity
 from m2g.model.cluster import KaiState
 from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate, Plan
 
@@ -148,18 +144,15 @@ class KaiApplier:
         annotations = meta.get("annotations") or {}
         current = quantity(gpu_resources(q).get("limit", 0))
         base = limit_base(annotations, current)
-        patch_annotations = owned_annotations(annotations, BASE_GPU_LIMIT, GPU_LIMIT_SET,
-                                              f"{_number(base)}", f"{_number(u.limit)}")
-        if current == u.limit and not patch_annotations:
+        changes = GPU_LIMIT.changes(annotations, f"{_number(base)}", f"{_number(u.limit)}")
+        if current == u.limit and not changes:
             self.applier._record(result, "kai-queue", u.queue, f"gpu limit {u.limit:g}", False)
             return False
         detail = f"gpu limit {current:g} -> {u.limit:g} (base {base:g}): {u.reason}"
         if not self.applier.dry_run:  # write first: a 409 is retried and recorded once
-            patch_annotations[GPU_LIMIT_CHANGED_AT] = format_time(self.applier.clock())
-            await self.kube.patch(KAI_QUEUES, u.queue, {
-                "metadata": {"resourceVersion": meta.get("resourceVersion"),
-                             "annotations": patch_annotations},
-                "spec": {"resources": {"gpu": {"limit": _number(u.limit)}}}},
+            await self.kube.patch(KAI_QUEUES, u.queue, GPU_LIMIT.patch(
+                q, changes, self.applier.clock(),
+                {"resources": {"gpu": {"limit": _number(u.limit)}}}),
                 field_manager=self.applier.field_manager)
         written = self.applier._record(result, "kai-queue", u.queue, detail, True)
         lower = u.limit >= 0 and (current < 0 or u.limit < current)

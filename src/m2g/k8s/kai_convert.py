@@ -15,17 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from m2g.k8s.convert import is_gpu_node, parse_time, quantity, recorded_base
+from m2g.k8s.annotations import GPU_LIMIT, MANAGED_BY, MANAGER
+from m2g.k8s.convert import is_gpu_node
+from m2g.k8s.parse import parse_time, quantity
 from m2g.model import labels as L
 from m2g.model.cluster import KaiQueueState, KaiState, KaiTopologyState
 
 Obj = Mapping[str, Any]
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "m2g"
-BASE_GPU_LIMIT = "m2g.io/base-gpu-limit"
-GPU_LIMIT_SET = "m2g.io/gpu-limit-set"  # the limit m2g itself last wrote
-GPU_LIMIT_CHANGED_AT = "m2g.io/gpu-limit-changed-at"
 
 
 def _meta(obj: Obj) -> Mapping[str, Any]:
@@ -44,7 +41,7 @@ def limit_base(annotations: Mapping[str, Any], limit: float) -> float:
     """The platform team's GPU limit: the recorded ``m2g.io/base-gpu-limit`` while the live
     limit is still the one m2g wrote (``m2g.io/gpu-limit-set``); the live limit when nothing is
     recorded or someone else (a GitOps sync) has changed it since — their value is the new base."""
-    return recorded_base(annotations, BASE_GPU_LIMIT, GPU_LIMIT_SET, limit)
+    return GPU_LIMIT.base(annotations, limit)
 
 
 def gpu_resources(obj: Obj) -> Mapping[str, Any]:
@@ -63,7 +60,7 @@ def queue(obj: Obj) -> KaiQueueState | None:
         name=str(_meta(obj).get("name", "")), power_domain=domain,
         quota=quantity(gpu.get("quota", 0)), limit=limit,
         base_limit=limit_base(annotations, limit),
-        last_change=parse_time(annotations.get(GPU_LIMIT_CHANGED_AT)))
+        last_change=parse_time(annotations.get(GPU_LIMIT.changed_at_key)))
 
 
 def node_label_keys(nodes: Iterable[Obj]) -> frozenset[str]:

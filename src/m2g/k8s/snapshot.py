@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from m2g.k8s import client as k
+from m2g.k8s.build import ClusterObjects, SnapshotMemo, build_snapshot
 from m2g.k8s.cache import object_key
-from m2g.k8s.convert import ClusterObjects, SnapshotMemo, build_snapshot
 from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, served
 from m2g.k8s.kai_convert import kai_snapshot, node_label_keys
 from m2g.model.cluster import ClusterSnapshot, KaiState

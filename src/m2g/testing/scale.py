@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from m2g.k8s.convert import ClusterObjects
+from m2g.k8s.build import ClusterObjects
 from m2g.signals.readings import RackReadings, Readings, SignalReading
 
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)

@@ -1,0 +1,252 @@
+"""Raw objects and signal readings → a ``ClusterSnapshot`` (pure: no I/O, no clock; ``now`` is
+passed in). The per-object conversions are m2g.k8s.convert's; this module puts them together.
+
+* **Nodes**: the GPU nodes (``convert.is_gpu_node``) with a rack, sorted by name; the GPUs that
+  pods hold and the fresh XID readings are folded in.
+* **Racks** from their nodes' labels: the most common block, clique and power domain (else the
+  PowerDomain CR that selects the rack); the rack cap and inlet limit are that CR's
+  ``rackCapKw``/``inletLimitC``, else the defaults (m2g.k8s.convert).
+* **The site**: the PowerDomain CR with ``spec.level: Site`` gives its name, budget and inlet
+  limit; grid events and maintenance windows come from their CRs.
+* **Workloads, queues, flavors** from Kueue's objects (a workload's checkpoint age from its
+  pods' reports too), GridEvent statuses; **placements** only while a
+  MaintenanceWindow exists or a workload is drained (drains alone use them).
+
+``SnapshotMemo`` keeps conversions between snapshots; the result is the same with or without it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from m2g.k8s.convert import (
+    DEFAULT_INLET_LIMIT_C,
+    DEFAULT_RACK_CAP_KW,
+    SITE_LEVEL,
+    DomainSpec,
+    Obj,
+    allocated_gpus,
+    check_names,
+    cluster_queue,
+    grid_event_state,
+    grid_events,
+    is_gpu_node,
+    maintenance_window,
+    node,
+    placements,
+    pod_checkpoints,
+    power_domain,
+    resource_flavor,
+    with_pod_checkpoint,
+    workload,
+)
+from m2g.k8s.parse import parse_time
+from m2g.model import labels as L
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.collector import collector_paused
+from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
+from m2g.signals.readings import Readings, SignalReading
+
+
+@dataclass(frozen=True)
+class ClusterObjects:
+    """The raw objects a snapshot is built from (each a cache view: key → object)."""
+
+    nodes: Mapping[str, Obj] = field(default_factory=dict)
+    pods: Mapping[str, Obj] = field(default_factory=dict)
+    workloads: Mapping[str, Obj] = field(default_factory=dict)
+    local_queues: Mapping[str, Obj] = field(default_factory=dict)
+    cluster_queues: Mapping[str, Obj] = field(default_factory=dict)
+    resource_flavors: Mapping[str, Obj] = field(default_factory=dict)
+    admission_checks: Mapping[str, Obj] = field(default_factory=dict)
+    power_domains: Mapping[str, Obj] = field(default_factory=dict)
+    grid_events: Mapping[str, Obj] = field(default_factory=dict)
+    maintenance_windows: Mapping[str, Obj] = field(default_factory=dict)
+
+
+def reading(sig: SignalReading | None) -> Reading:
+    """A signal reading → model Reading (missing → ``MISSING``)."""
+    if sig is None:
+        return MISSING
+    return Reading(sig.value, sig.age_seconds, sig.max_age_seconds)
+
+
+@dataclass
+class SnapshotMemo:
+    """Conversions kept between snapshots (the caller keeps one): a node whose
+    resourceVersion, allocated and XID GPUs are unchanged, and a Workload whose
+    resourceVersion, LocalQueues and check names are unchanged are not converted again (a
+    waiting one's wait time and every checkpoint age are set afresh). On a
+    100-rack factory with 2,000 workloads these conversions were most of a snapshot
+    (docs/benchmarks.md, "Controller latency")."""
+
+    nodes: dict[str, tuple[tuple[str, int, int], Node]] = field(default_factory=dict)
+    #: name → (key, state, creation time of a waiting workload: its wait time is recomputed).
+    workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState,
+                               datetime | None]] = field(default_factory=dict)
+
+
+def _timeless(w: WorkloadState) -> bool:
+    """Does this state not depend on ``now``? (wait time does; the checkpoint age is set on
+    every snapshot by ``with_pod_checkpoint``, cached or not)"""
+    return w.phase not in (Phase.PENDING, Phase.RESERVED)
+
+
+def _waited(w: WorkloadState, created: datetime | None, now: datetime) -> WorkloadState:
+    """A cached waiting workload at ``now``: only its wait time moves (as ``workload`` sets it),
+    the rest of the conversion is kept — 40 % of 100,000 workloads wait at a busy site."""
+    if created is None:
+        return w
+    wait = max(0, int((now - created).total_seconds()))
+    if wait == w.view.wait_seconds:
+        return w
+    return replace(w, view=w.view.model_copy(update={"wait_seconds": wait}))
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def host_names(nodes: Iterable[Obj]) -> dict[str, str]:
+    """``kubernetes.io/hostname`` → node name, for the nodes where the two differ."""
+    out: dict[str, str] = {}
+    for o in nodes:
+        host = ((o.get("metadata") or {}).get("labels") or {}).get(L.HOSTNAME)
+        if host and host != _name(o):
+            out[str(host)] = _name(o)
+    return out
+
+
+def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
+                   site: str = "site", rack_cap_kw: float = DEFAULT_RACK_CAP_KW,
+                   inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
+                   memo: SnapshotMemo | None = None) -> ClusterSnapshot:
+    """Everything one reconcile decides on, from cache views and signal readings; ``memo``:
+    see ``SnapshotMemo`` (the result is the same with or without it). Runs with the cyclic
+    garbage collector paused (m2g.model.collector)."""
+    with collector_paused():
+        return _build_snapshot(objs, readings, now, site=site, rack_cap_kw=rack_cap_kw,
+                               inlet_limit_c=inlet_limit_c, memo=memo)
+
+
+def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
+                    site: str, rack_cap_kw: float, inlet_limit_c: float,
+                    memo: SnapshotMemo | None) -> ClusterSnapshot:
+    nodes, rack_labels = _nodes(objs, readings, memo)
+    specs = sorted((power_domain(o) for o in objs.power_domains.values()),
+                   key=lambda d: d.domain.name)
+    site_spec = next((d for d in specs if d.level == SITE_LEVEL), None)
+    domain_specs = [d for d in specs if d.level != SITE_LEVEL]
+    racks = _racks(nodes, rack_labels, domain_specs, readings, rack_cap_kw, inlet_limit_c)
+    factory = _factory(objs, readings, now, nodes, racks, site_spec, domain_specs, site)
+    workloads = _workloads(objs, now, memo)
+    # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
+    # bench/node_levers.py) while there is no window and no drained workload
+    needed = bool(factory.maintenance) or any(w.drained_for for w in workloads)
+    return ClusterSnapshot(
+        factory=factory, workloads=workloads,
+        grid_event_states=tuple(grid_event_state(o) for _, o in sorted(objs.grid_events.items())),
+        queues=tuple(cluster_queue(o) for _, o in sorted(objs.cluster_queues.items())),
+        flavors=tuple(resource_flavor(o) for _, o in sorted(objs.resource_flavors.items())),
+        placements=placements(objs.pods.values(), objs.workloads.values(),
+                              host_names(objs.nodes.values())) if needed else {})
+
+
+def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo | None
+           ) -> tuple[list[Node], dict[str, dict[str, str]]]:
+    """The GPU nodes that have a rack, by name, and each rack's first node's labels."""
+    allocated = allocated_gpus(objs.pods.values())
+    nodes: list[Node] = []
+    rack_labels: dict[str, dict[str, str]] = {}
+    fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
+    for o in sorted((o for o in objs.nodes.values() if is_gpu_node(o)), key=_name):
+        name, meta = _name(o), o.get("metadata") or {}
+        xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
+        key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
+        hit = memo.nodes.get(name) if memo is not None and key[0] else None
+        n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
+        fresh[name] = (key, n)
+        if not n.rack:
+            continue
+        nodes.append(n)
+        if n.rack not in rack_labels:
+            rack_labels[n.rack] = dict(meta.get("labels") or {})
+    if memo is not None:
+        memo.nodes = fresh
+    return nodes, rack_labels
+
+
+def _racks(nodes: list[Node], rack_labels: Mapping[str, Mapping[str, str]],
+           domain_specs: list[DomainSpec], readings: Readings | None, rack_cap_kw: float,
+           inlet_limit_c: float) -> list[Rack]:
+    members_of: dict[str, list[Node]] = {}
+    for n in nodes:
+        members_of.setdefault(n.rack, []).append(n)
+    racks: list[Rack] = []
+    for rack_name in sorted(members_of):
+        members = members_of[rack_name]
+        owner = next((d for d in domain_specs if d.selects(rack_name, rack_labels[rack_name])),
+                     None)
+        pd = Counter(n.power_domain for n in members if n.power_domain).most_common(1)
+        block = Counter(n.block for n in members if n.block).most_common(1)
+        clique = Counter(n.clique for n in members if n.clique).most_common(1)
+        rr = readings.racks.get(rack_name) if readings else None
+        racks.append(Rack(
+            name=rack_name, block=block[0][0] if block else "",
+            power_domain=pd[0][0] if pd else (owner.domain.name if owner else ""),
+            clique=clique[0][0] if clique else "",
+            power_kw=reading(rr.power_kw if rr else None),
+            cap_kw=(owner.rack_cap_kw if owner and owner.rack_cap_kw else rack_cap_kw),
+            inlet_c=reading(rr.inlet_c if rr else None),
+            limit_c=(owner.inlet_limit_c if owner and owner.inlet_limit_c else inlet_limit_c),
+        ))
+    return racks
+
+
+def _factory(objs: ClusterObjects, readings: Readings | None, now: datetime,
+             nodes: list[Node], racks: list[Rack], site_spec: DomainSpec | None,
+             domain_specs: list[DomainSpec], site: str) -> FactorySnapshot:
+    domains = tuple(
+        PowerDomain(d.domain.name, d.domain.budget_kw,
+                    reading(readings.domains[d.domain.name].power_kw)
+                    if readings and d.domain.name in readings.domains else MISSING)
+        for d in domain_specs)
+    windows = (w for w in (maintenance_window(o) for o in objs.maintenance_windows.values())
+               if w is not None)
+    events = (e for o in objs.grid_events.values() for e in grid_events(o))
+    return FactorySnapshot(
+        now=now, site=site_spec.domain.name if site_spec else site,
+        site_budget_kw=site_spec.domain.budget_kw if site_spec else 0.0,
+        site_limit_c=site_spec.inlet_limit_c if site_spec else 0.0,
+        power_domains=domains, racks=tuple(racks), nodes=tuple(nodes),
+        maintenance=tuple(sorted(windows, key=lambda w: w.name)),
+        grid_events=tuple(sorted(events, key=lambda e: (e.start, e.id))))
+
+
+def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None
+               ) -> tuple[WorkloadState, ...]:
+    lq_map = {key: str((o.get("spec") or {}).get("clusterQueue", ""))
+              for key, o in objs.local_queues.items()}
+    checks = check_names(objs.admission_checks.values())
+    lq_key = hash(frozenset(lq_map.items()))
+    states: list[WorkloadState] = []
+    kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
+    pod_reports = pod_checkpoints(objs.pods.values(), objs.workloads.values())
+    for wname, o in sorted(objs.workloads.items()):
+        meta = o.get("metadata") or {}
+        wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
+        whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
+        if whit is not None and whit[0] == wkey:
+            ws = _waited(whit[1], whit[2], now)
+        else:
+            ws = workload(o, now, local_queues=lq_map, checks=checks)
+        if wkey[0]:
+            kept[wname] = (wkey, ws, None if _timeless(ws) else
+                           parse_time(meta.get("creationTimestamp")))
+        states.append(with_pod_checkpoint(ws, pod_reports.get(ws.key), now))
+    if memo is not None:
+        memo.workloads = kept
+    return tuple(states)
