@@ -1,22 +1,26 @@
-"""Create rendered manifests on a cluster with the official client (kubectl-like config).
+"""Create rendered manifests on a cluster through m2g.k8s's client (kubectl-like config).
 
 ``--kubeconfig`` / ``--context`` behave as in kubectl: the default is ``$KUBECONFIG`` or
 ``~/.kube/config``, then the in-cluster service account. Every failure becomes a
 ``ClusterError`` with one line for the user: no cluster, API (CRD) not served, forbidden,
 already exists, rejected by validation or a webhook.
+
+The CLI is synchronous; a ``Submitter`` runs m2g.k8s's async client on an event loop of its own
+(one connection for all the objects of a submission).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+import asyncio
+import http
+import os
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from urllib3.exceptions import HTTPError
+from m2g.k8s import client as k
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 PLURALS = {
     "Service": "services",
@@ -32,19 +36,36 @@ class ClusterError(RuntimeError):
     """A cluster-side failure, worded for the user in one line."""
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """An ApiClient from a kubeconfig (like kubectl), else in-cluster config."""
-    try:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (ConfigException, OSError) as exc:
-        if kubeconfig or context:
-            raise ClusterError(f"no cluster: kubeconfig: {_first_line(exc)}") from None
-    try:
-        config.load_incluster_config()
-    except ConfigException:
-        raise ClusterError("no cluster: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not "
-                           "running in a pod; pass --kubeconfig") from None
-    return client.ApiClient()
+class Submitter:
+    """A connection to one cluster for synchronous callers; ``close()`` when done."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        if k.resolve_kubeconfig(kubeconfig) is None and \
+                not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise ClusterError("no cluster: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not "
+                               "running in a pod; pass --kubeconfig")
+        self._loop = asyncio.new_event_loop()
+        try:
+            self.kube = self._run(k.connect(kubeconfig, context))
+        except k.RetryableError as exc:
+            self._loop.close()
+            raise ClusterError(f"no cluster: {exc}") from None
+        except k.KubeError as exc:
+            self._loop.close()
+            raise ClusterError(f"no cluster: kubeconfig: {exc}") from None
+
+    def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(work)
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._run(self.kube.close())
+            self._loop.close()
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> Submitter:
+    """A ``Submitter`` from a kubeconfig (like kubectl), else in-cluster config."""
+    return Submitter(kubeconfig, context)
 
 
 def _split(api_version: str) -> tuple[str, str]:
@@ -52,49 +73,44 @@ def _split(api_version: str) -> tuple[str, str]:
     return group, version
 
 
-def serves(api: client.ApiClient, api_version: str, kind: str) -> bool:
+def serves(api: Submitter, api_version: str, kind: str) -> bool:
     """Whether the API server serves ``kind`` at ``api_version`` (i.e. its CRD is installed)."""
     group, version = _split(api_version)
     path = f"/apis/{group}/{version}" if group else f"/api/{version}"
     try:
-        data = api.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"],
-                            _return_http_data_only=True)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
+        data = api._run(api.kube.request("GET", path))
+    except (k.NotFound, k.ResourceMissing):
+        return False
+    except k.RetryableError as exc:
+        raise ClusterError(f"no cluster: {exc}") from None
+    except k.KubeError as exc:
         raise ClusterError(_explain(exc, kind, api_version)) from None
-    except HTTPError as exc:
-        raise ClusterError(f"no cluster: {_first_line(exc)}") from None
-    return any(r.get("kind") == kind for r in (data or {}).get("resources", []))
+    return any(r.get("kind") == kind for r in data.get("resources") or [])
 
 
-def create(api: client.ApiClient, obj: Obj, dry_run: bool = False) -> Obj:
+def create(api: Submitter, obj: Obj, dry_run: bool = False) -> Obj:
     """Create one namespaced object; ``dry_run`` asks the server to validate only (All)."""
     kind, api_version = obj["kind"], obj["apiVersion"]
     namespace = obj["metadata"].get("namespace", "default")
     group, version = _split(api_version)
-    flag = "All" if dry_run else None
+    plural = PLURALS.get(kind)
+    if plural is None or (not group and kind != "Service"):
+        raise ClusterError(f"do not know how to create {kind} ({api_version})")
+    res = k.Resource(group, version, plural, kind, True)
     try:
-        if not group:
-            created = client.CoreV1Api(api).create_namespaced_service(namespace, obj, dry_run=flag)
-            out: Obj = api.sanitize_for_serialization(created)
-            return out
-        plural = PLURALS.get(kind)
-        if plural is None:
-            raise ClusterError(f"do not know how to create {kind} ({api_version})")
-        result: Obj = client.CustomObjectsApi(api).create_namespaced_custom_object(
-            group, version, namespace, plural, obj, dry_run=flag)
-        return result
-    except ApiException as exc:
+        return api._run(api.kube.create(res, obj, namespace=namespace, dry_run=dry_run))
+    except k.RetryableError as exc:
+        if exc.status:
+            raise ClusterError(_explain(exc, kind, api_version, namespace)) from None
+        raise ClusterError(f"no cluster: {exc}") from None
+    except k.KubeError as exc:
         raise ClusterError(_explain(exc, kind, api_version, namespace)) from None
-    except HTTPError as exc:
-        raise ClusterError(f"no cluster: {_first_line(exc)}") from None
 
 
-def _explain(exc: ApiException, kind: str, api_version: str, namespace: str = "") -> str:
+def _explain(exc: k.KubeError, kind: str, api_version: str, namespace: str = "") -> str:
     """One line for an API error."""
-    message, details = _status(exc)
-    if exc.status == 404 and details.get("kind") == "namespaces":
+    message = exc.api_message or exc.reason or _phrase(exc.status)
+    if exc.status == 404 and exc.details.get("kind") == "namespaces":
         return f"namespace {namespace!r} not found"
     if exc.status == 404:
         return (f"the API server does not serve {kind} ({api_version}); is its CRD "
@@ -106,18 +122,8 @@ def _explain(exc: ApiException, kind: str, api_version: str, namespace: str = ""
     return f"rejected ({exc.status}): {message}"
 
 
-def _status(exc: ApiException) -> tuple[str, dict[str, Any]]:
+def _phrase(status: int) -> str:
     try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    message = str(body.get("message") or exc.reason or "unknown error")
-    details = body.get("details") if isinstance(body.get("details"), dict) else {}
-    return " ".join(message.split()), details or {}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "unknown error"

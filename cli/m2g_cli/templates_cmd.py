@@ -109,14 +109,17 @@ def submit(
         typer.echo(view.manifests_text(rendered.objects, output.value), nl=False)
         _decision(rendered, kubeconfig, context, policies, prometheus)
         return
-    # imported here: the kubernetes client costs ~0.4 s to import, which every other
-    # m2g command would pay
+    # imported here: the cluster client is slow to import, which every other m2g command
+    # would pay
     from m2g_cli.templates_apply import ClusterError, connect, create
 
     try:
         api = connect(kubeconfig, context)
-        for obj in rendered.objects:
-            create(api, obj, dry_run=server_dry_run)
+        try:
+            for obj in rendered.objects:
+                create(api, obj, dry_run=server_dry_run)
+        finally:
+            api.close()
     except ClusterError as exc:
         _fail(str(exc), 1)
     typer.echo(summary(rendered, namespace, queue, server_dry_run))

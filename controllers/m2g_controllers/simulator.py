@@ -2,9 +2,10 @@
 
 Thin wiring around ``m2g.sim`` (docs/signals.md):
 
-* every ``interval`` seconds it lists Nodes carrying ``m2g.io/rack`` and Running pods with kr8s
-  (async), turns them into ``NodeInfo`` / ``PodLoad`` (pod label ``m2g.io/workload-kind``, GPUs
-  from the containers' ``nvidia.com/gpu`` limits or requests) and calls ``m2g.sim.model.step``
+* every ``interval`` seconds it lists Nodes carrying ``m2g.io/rack`` and Running pods through
+  m2g.k8s's client (async), turns them into ``NodeInfo`` / ``PodLoad`` (pod label
+  ``m2g.io/workload-kind``, GPUs from the containers' ``nvidia.com/gpu`` limits or requests) and
+  calls ``m2g.sim.model.step``
   with the injected clock; a failed listing keeps the last pods (the hardware keeps drawing);
 * one HTTP server (127.0.0.1:PORT by default) serves ``GET /metrics`` (DCGM names + ``m2g_sim_*``
   facility series), ``GET /faults``, ``POST /faults`` (one JSON fault, see m2g.sim.faults),
@@ -32,6 +33,7 @@ from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from m2g.k8s import client as k
 from m2g.model import labels as L
 from m2g.model.inputs import WorkloadKind
 from m2g.sim.exposition import FactoryCollector
@@ -105,7 +107,7 @@ def group_pods(pods: Iterable[Obj]) -> dict[str, list[PodLoad]]:
 
 
 class ClusterSource(Protocol):
-    """Where nodes and pods come from (kr8s in production, a list in tests)."""
+    """Where nodes and pods come from (m2g.k8s in production, a list in tests)."""
 
     async def nodes(self) -> list[Obj]: ...
 
@@ -113,17 +115,18 @@ class ClusterSource(Protocol):
 
 
 @dataclass
-class Kr8sSource:
-    """Lists Nodes (with ``m2g.io/rack``) and Running pods through a kr8s async API."""
+class KubeSource:
+    """Lists Nodes (with ``m2g.io/rack``) and Running pods through m2g.k8s's client."""
 
-    api: Any
+    kube: k.Kube
 
     async def nodes(self) -> list[Obj]:
-        return [n async for n in self.api.get("nodes", label_selector=L.RACK, raw=True)]
+        found = await self.kube.list(k.NODES, params={"labelSelector": L.RACK})
+        return list(found.get("items") or [])
 
     async def pods(self) -> list[Obj]:
-        return [p async for p in self.api.get("pods", namespace="all", raw=True,
-                                              field_selector="status.phase=Running")]
+        found = await self.kube.list(k.PODS, params={"fieldSelector": "status.phase=Running"})
+        return list(found.get("items") or [])
 
 
 @dataclass
@@ -269,14 +272,10 @@ async def serve(source: ClusterSource, host: str, port: int, interval: float,
 
 async def _connect_and_serve(kubeconfig: str | None, context: str | None, host: str, port: int,
                              interval: float) -> int:
-    import kr8s.asyncio
-
     try:
-        api = await kr8s.asyncio.api(kubeconfig=kubeconfig, context=context)
-        await api.version()
-    except Exception as exc:  # any failure to connect is the user's setup: one line
-        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
-        print(f"error: cannot reach Kubernetes ({type(exc).__name__}): {detail}",
+        kube = await k.connect(kubeconfig, context)
+    except k.KubeError as exc:  # any failure to connect is the user's setup: one line
+        print(f"error: cannot reach Kubernetes ({type(exc).__name__}): {str(exc)[:200]}",
               file=sys.stderr)
         return 2
     stop = asyncio.Event()
@@ -285,10 +284,12 @@ async def _connect_and_serve(kubeconfig: str | None, context: str | None, host: 
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        await serve(Kr8sSource(api), host, port, interval, stop=stop)
+        await serve(KubeSource(kube), host, port, interval, stop=stop)
     except OSError as exc:
         print(f"error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    finally:
+        await kube.close()
     return 0
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kr8s.asyncio
 import pytest
 from e2e_helpers import Cluster, unique, wait_until
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from m2g.k8s import client as k
 from m2g.model import labels as L
 from m2g.sim.exposition import render
-from m2g_controllers.simulator import Kr8sSource, Simulator
+from m2g_controllers.simulator import KubeSource, Simulator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:Kubernetes version")]
 
@@ -38,9 +38,12 @@ async def test_running_pod_draws_power(kubeconfig: Path, cluster: Cluster,
     wait_until(f"pod {name} Running on {target}", lambda: cluster.core.read_namespaced_pod(
         name, namespace).status.phase == "Running", timeout=60)
 
-    api = await kr8s.asyncio.api(kubeconfig=str(kubeconfig))
-    sim = Simulator(Kr8sSource(api), clock=lambda: 1000.0, log=lambda _: None)
-    state = await sim.tick()
+    kube = await k.connect(kubeconfig)
+    sim = Simulator(KubeSource(kube), clock=lambda: 1000.0, log=lambda _: None)
+    try:
+        state = await sim.tick()
+    finally:
+        await kube.close()
     power: dict[str, float] = {}
     for fam in text_string_to_metric_families(render(state).decode()):
         if fam.name == "DCGM_FI_DEV_POWER_USAGE":

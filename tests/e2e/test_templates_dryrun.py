@@ -13,13 +13,14 @@ docs/templates.md ("Validated against the API server") for where to get them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from e2e_helpers import REPO, Cluster, condition, unique, wait_until
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
@@ -27,7 +28,7 @@ from m2g.model import labels as L
 from m2g.templates import WorkloadApi, render
 from m2g.templates.loader import load_all
 from m2g_cli.app import app
-from m2g_cli.templates_apply import ClusterError, connect, create, serves
+from m2g_cli.templates_apply import ClusterError, Submitter, connect, create, serves
 
 pytestmark = pytest.mark.e2e
 
@@ -38,17 +39,19 @@ DRY_NS = "default"  # a dry-run persists nothing, so no namespace of its own is 
 
 
 @pytest.fixture(scope="module")
-def api(kubeconfig: Path) -> client.ApiClient:
-    api = connect(str(kubeconfig))
+def api(kubeconfig: Path) -> Iterator[Submitter]:
+    """The CLI's own connection (m2g.k8s's client), as ``m2g submit`` uses it."""
     extra = os.environ.get("M2G_E2E_EXTRA_CRDS")
     if extra:
-        install_crds(api, Path(extra))
-    return api
+        install_crds(config.new_client_from_config(config_file=str(kubeconfig)), Path(extra))
+    api = connect(str(kubeconfig))
+    yield api
+    api.close()
 
 
-def install_crds(api: client.ApiClient, folder: Path) -> None:
+def install_crds(official: client.ApiClient, folder: Path) -> None:
     """Create every CRD in ``folder`` (an existing one is kept) and wait until Established."""
-    ext = client.ApiextensionsV1Api(api)
+    ext = client.ApiextensionsV1Api(official)
     for path in sorted(folder.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
@@ -68,7 +71,7 @@ def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
                for c in (crd.status.conditions or []))
 
 
-def dry_run(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+def dry_run(api: Submitter, obj: dict[str, Any]) -> dict[str, Any]:
     if not serves(api, obj["apiVersion"], obj["kind"]):
         pytest.skip(f"{obj['kind']} ({obj['apiVersion']}) is not served: its CRD is not "
                     "installed on this control plane")
@@ -82,7 +85,7 @@ def test_the_job_api_is_always_covered() -> None:
 
 
 @pytest.mark.parametrize(("name", "api_kind"), CASES)
-def test_rendered_manifests_pass_server_side_dry_run(api: client.ApiClient, name: str,
+def test_rendered_manifests_pass_server_side_dry_run(api: Submitter, name: str,
                                                      api_kind: str) -> None:
     rendered = render(TEMPLATES[name], {"api": api_kind}, namespace=DRY_NS, queue="default")
     for obj in rendered.objects:
@@ -95,7 +98,7 @@ def test_rendered_manifests_pass_server_side_dry_run(api: client.ApiClient, name
 
 
 @pytest.mark.parametrize(("name", "api_kind"), JOB_CASES)
-def test_job_pod_templates_keep_the_tas_annotations(api: client.ApiClient, name: str,
+def test_job_pod_templates_keep_the_tas_annotations(api: Submitter, name: str,
                                                     api_kind: str) -> None:
     rendered = render(TEMPLATES[name], {"api": api_kind}, namespace=DRY_NS)
     out = dry_run(api, rendered.workload)
@@ -106,7 +109,7 @@ def test_job_pod_templates_keep_the_tas_annotations(api: client.ApiClient, name:
     assert out["spec"]["completions"] == rendered.sizing.pods
 
 
-def test_the_server_really_validates(api: client.ApiClient) -> None:
+def test_the_server_really_validates(api: Submitter) -> None:
     """A dry-run is not a no-op: a bad label value is refused with one line."""
     obj = render(TEMPLATES["rack-benchmark"], namespace=DRY_NS).workload
     obj["metadata"]["labels"][L.FLEX_TIER] = "not a label value"
@@ -124,7 +127,7 @@ def test_submit_server_dry_run_through_the_cli(kubeconfig: Path) -> None:
                                     "default, queue default: 72 GPUs in 18 pods")
 
 
-def test_submit_to_a_missing_crd_is_one_line(kubeconfig: Path, api: client.ApiClient) -> None:
+def test_submit_to_a_missing_crd_is_one_line(kubeconfig: Path, api: Submitter) -> None:
     if serves(api, "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
         pytest.skip("LeaderWorkerSet is installed here")
     result = CliRunner().invoke(app, [
@@ -136,7 +139,7 @@ def test_submit_to_a_missing_crd_is_one_line(kubeconfig: Path, api: client.ApiCl
 
 
 def test_kueue_reads_the_topology_request(cluster: Cluster, namespace: str,
-                                          api: client.ApiClient) -> None:
+                                          api: Submitter) -> None:
     """Created for real (suspended): Kueue's Workload carries our TAS request and slices."""
     rendered = render(TEMPLATES["llama31-405b-pretrain"],
                       {"api": "Job", "priority": "", "dp": "2"}, namespace=namespace)

@@ -78,3 +78,21 @@ async def test_connect_with_a_file_that_is_not_yaml_is_one_line(tmp_path: Path) 
         await c.connect(bad)
     assert str(err.value) == (f"{bad} is not a kubeconfig: unreadable YAML at line 3 "
                               "(mapping values are not allowed here)")
+
+
+def test_one_error_family_for_every_adapter() -> None:
+    """The API server's and Prometheus's errors are m2g.errors' RetryableError/PermanentError
+    (defined once), each with its one-line message and the server's Status fields."""
+    from m2g import errors
+    from m2g.k8s import client as kc
+    from m2g.signals import prometheus
+
+    assert kc.RetryableError is prometheus.RetryableError is errors.RetryableError
+    assert kc.PermanentError is prometheus.PermanentError is errors.PermanentError
+    exc = kc.error_from_response("POST", "/api/v1/namespaces/ml/pods", 403, {
+        "kind": "Status", "reason": "Forbidden", "message": 'pods is forbidden:\n User "u"'})
+    assert isinstance(exc, errors.PermanentError) and isinstance(exc, kc.KubeError)
+    assert (exc.status, exc.reason, exc.api_message) == (403, "Forbidden",
+                                                        'pods is forbidden: User "u"')
+    assert "\n" not in str(exc)
+    assert issubclass(prometheus.BadQueryError, errors.PermanentError)

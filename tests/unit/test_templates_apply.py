@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from kubernetes.client.exceptions import ApiException
 
+from m2g.k8s.client import KubeError, error_from_response
 from m2g_cli.templates_apply import _explain
 
 
-def api_error(status: int, message: str, details: dict[str, str] | None = None) -> ApiException:
-    exc = ApiException(status=status, reason="Reason")
-    exc.body = json.dumps({"kind": "Status", "message": message, "details": details or {}})
-    return exc
+def api_error(status: int, message: str, details: dict[str, str] | None = None) -> KubeError:
+    """What m2g.k8s's client raises for the server's Status object."""
+    return error_from_response("POST", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets",
+                               status, {"kind": "Status", "reason": "Reason",
+                                        "message": message, "details": details or {}})
 
 
 @pytest.mark.parametrize(("status", "message", "details", "expected"), [
@@ -34,6 +33,6 @@ def test_api_errors_are_one_line(status: int, message: str, details: dict[str, s
 
 
 def test_a_body_that_is_not_json_falls_back_to_the_reason() -> None:
-    exc = ApiException(status=500, reason="Internal Server Error")
-    exc.body = "<html>oops</html>"
+    exc = error_from_response("POST", "/apis/batch/v1/namespaces/ml/jobs", 500,
+                              "<html>oops</html>")
     assert _explain(exc, "Job", "batch/v1") == "rejected (500): Internal Server Error"

@@ -4,7 +4,7 @@
 ``~/.kube/config``, else the in-cluster service account) and honours a context name. ``Kube``
 offers get/list/create/patch/delete/watch on raw paths built from a ``Resource``.
 
-Every error is translated here, once, into one of two families with a one-line message:
+Every error is translated here, once, into m2g's one error family (m2g.errors), one line each:
 
 * ``RetryableError``: connection refused, timeouts, 429, 5xx, 409 Conflict (stale
   resourceVersion), 410 Gone (an expired watch: relist) — try again later;
@@ -30,6 +30,10 @@ import kr8s
 import kr8s.asyncio
 import yaml
 
+from m2g.errors import M2gError
+from m2g.errors import PermanentError as PermanentError  # re-exported: one family
+from m2g.errors import RetryableError as RetryableError
+
 Obj = dict[str, Any]
 
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -41,17 +45,8 @@ DEFAULT_TIMEOUT = 30.0
 _GROUP_NAMES = {"kueue.x-k8s.io": "Kueue", "m2g.io": "m2g", "scheduling.run.ai": "KAI"}
 
 
-class KubeError(Exception):
-    """An API call failed; ``status`` is the HTTP code (0 when there was no response)."""
-
-    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
-        super().__init__(" ".join(message.split()))  # always one line
-        self.status = status
-        self.reason = reason
-
-
-class RetryableError(KubeError):
-    """Worth retrying: the server or the network is busy, or the object changed under us."""
+#: The errors of this client are m2g's one family (m2g.errors): KubeError is its base here.
+KubeError = M2gError
 
 
 class Conflict(RetryableError):
@@ -60,10 +55,6 @@ class Conflict(RetryableError):
 
 class Gone(RetryableError):
     """410 Gone / Expired: the watch's resourceVersion was compacted; relist."""
-
-
-class PermanentError(KubeError):
-    """Retrying cannot help: invalid, forbidden, or the thing does not exist."""
 
 
 class NotFound(PermanentError):
@@ -146,23 +137,25 @@ def error_from_response(method: str, path: str, status: int, body: Any) -> KubeE
     message = str(status_obj.get("message", body if isinstance(body, str) else ""))[:300]
     where = f"{method} {path}: {status}" + (f" {reason}" if reason else "")
     text = f"{where}: {message}" if message else where
+    details = status_obj.get("details") if isinstance(status_obj.get("details"), dict) else {}
+    extra: dict[str, Any] = {"api_message": str(status_obj.get("message") or ""),
+                             "details": details}
     if status == 404:
-        details = status_obj.get("details") or {}
-        if details.get("name"):
-            return NotFound(text, status, reason)
+        if (details or {}).get("name"):
+            return NotFound(text, status, reason, **extra)
         group = path.split("/")[2] if path.startswith("/apis/") else ""
         product = _GROUP_NAMES.get(group, group or "core")
         return ResourceMissing(f"{product} CRDs not installed ({path} is not served)",
-                               status, reason)
+                               status, reason, **extra)
     if status == 409:
         if reason == "AlreadyExists":
-            return AlreadyExists(text, status, reason)
-        return Conflict(text, status, reason)
+            return AlreadyExists(text, status, reason, **extra)
+        return Conflict(text, status, reason, **extra)
     if status == 410:
-        return Gone(text, status, reason or "Expired")
+        return Gone(text, status, reason or "Expired", **extra)
     if status == 429 or status >= 500:
-        return RetryableError(text, status, reason)
-    return PermanentError(text, status, reason)
+        return RetryableError(text, status, reason, **extra)
+    return PermanentError(text, status, reason, **extra)
 
 
 @contextlib.contextmanager

@@ -27,22 +27,18 @@ from typing import Any
 
 import httpx
 
+from m2g.errors import M2gError
+from m2g.errors import PermanentError as PermanentError  # re-exported: one family
+from m2g.errors import RetryableError as RetryableError
 from m2g.signals.config import SignalConfig, SignalName, redact_url
 from m2g.signals.sample import Sample
 
 Clock = Callable[[], float]
 
 
-class PrometheusError(Exception):
-    """Base of every error of this client; ``str(exc)`` is one line."""
-
-
-class RetryableError(PrometheusError):
-    """Transient: unreachable, timed out or a server-side (5xx) failure."""
-
-
-class PermanentError(PrometheusError):
-    """Will not go away by retrying: bad PromQL, a 4xx, or not a Prometheus API at all."""
+#: The errors of this client are m2g's one family (m2g.errors): retryable (unreachable, timed
+#: out, a 5xx) or permanent (bad PromQL, a 4xx, not a Prometheus API at all).
+PrometheusError = M2gError
 
 
 class BadQueryError(PermanentError):
