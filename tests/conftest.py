@@ -1,11 +1,6 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration.
 
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# The twin (bench/twin.py) keeps its modules in bench/twinkit: a bench, not a package.
-_BENCH = str(Path(__file__).resolve().parents[1] / "bench")
-if _BENCH not in sys.path:
-    sys.path.insert(0, _BENCH)
+kind-e2e/ (the local control plane's ``localcp`` and ``prometheus`` tools) and bench/ (the twin
+keeps its modules in bench/twinkit: a bench, not a package) are on the import path through
+``pythonpath`` in pyproject.toml's [tool.pytest.ini_options], not through sys.path edits.
+"""

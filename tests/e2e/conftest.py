@@ -19,18 +19,14 @@ creates, afterwards, so the suite can run again against the same cluster.
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import REPO, Cluster, wait_until
+from e2e_helpers import Cluster, wait_until
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-
-sys.path.insert(0, str(REPO / "kind-e2e"))
-
 from localcp import UserError, controlplane, factory
 from localcp.kube import Kube
 from localcp.paths import FACTORIES, run_paths
@@ -118,8 +114,6 @@ def namespace(cluster: Cluster) -> Iterator[str]:
         return False
 
     wait_until(f"namespace {name} to be deleted", gone, timeout=90)
-
-
 
 
 @pytest.fixture

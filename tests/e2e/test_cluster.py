@@ -5,18 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import kr8s
 import kr8s.objects
 import pytest
-from e2e_helpers import REPO, Cluster
+from e2e_helpers import Cluster
+from localcp.paths import binary
 
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:Kubernetes version")]
-
-sys.path.insert(0, str(REPO / "kind-e2e"))
-from localcp.paths import binary  # noqa: E402
 
 
 def test_kr8s_lists_factory_nodes(kubeconfig: Path) -> None:

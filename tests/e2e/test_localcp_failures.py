@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import REPO
-
-sys.path.insert(0, str(REPO / "kind-e2e"))
 from localcp import UserError, procs
 from localcp.paths import RunPaths
 

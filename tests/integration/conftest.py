@@ -8,18 +8,15 @@ developer machine, and *fail* under CI (``CI`` set), where a skip would hide a m
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus import PrometheusUnavailable
+from prometheus.h200 import Phase, Row, backfill, data_dir, read_phases, read_rows
+from prometheus.server import PrometheusServer, binary
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "kind-e2e"))
-
-from prometheus import PrometheusUnavailable  # noqa: E402
-from prometheus.h200 import Phase, Row, backfill, data_dir, read_phases, read_rows  # noqa: E402
-from prometheus.server import PrometheusServer, binary  # noqa: E402
 
 
 def _need(what: str, reason: str) -> None:

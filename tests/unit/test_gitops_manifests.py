@@ -11,13 +11,14 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from localcp import factory
+from localcp.paths import binary
 from prometheus_client import CollectorRegistry
 
 from m2g.config import parse_site_config
@@ -26,10 +27,7 @@ from m2g.planner.config import PlannerConfig
 from m2g_controllers.metrics import Metrics
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "kind-e2e"))
 
-from localcp import factory  # noqa: E402
-from localcp.paths import binary  # noqa: E402
 
 Obj = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta2"

@@ -7,15 +7,12 @@ swap it under each other) while keeping their own CA for client authentication."
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from cryptography import x509
+from localcp.pki import ensure_pki, write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "kind-e2e"))
-
-from localcp.pki import ensure_pki, write_atomic  # noqa: E402
 
 
 def _cert(path: Path) -> x509.Certificate:

@@ -1,4 +1,4 @@
-"""Where the twin's shipped data lives (bench/ is put on sys.path by tests/conftest.py)."""
+"""Where the twin's shipped data lives (bench/ is on the import path: pytest pythonpath, pyproject.toml)."""
 
 from __future__ import annotations
 
