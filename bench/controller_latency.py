@@ -60,6 +60,8 @@ from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import allocated_gpus
 from m2g.planner.config import PlannerConfig
 from m2g.planner.shedding import Candidate, choose_victims
+from m2g.testing import kit
+from m2g.testing.kit import standard_policies
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALCP = ROOT / "kind-e2e" / "localcp"
@@ -77,39 +79,7 @@ CRDS = k.Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions",
 SHAPES = [(1, 1), (1, 2), (1, 4), (2, 2), (1, 1), (1, 2), (2, 4), (1, 2)]
 DEFAULTS = {"large": (2000, 500.0), "small": (40, 20.0)}  # workloads, shed kW
 
-POLICIES = {
-    "dr.yaml": """
-apiVersion: m2g.io/v1alpha1
-kind: Policy
-metadata: {name: bench-dr}
-spec:
-  stage: Admission
-  rules:
-    - name: defer-flexible
-      when: "grid.event.active && workload.flexTier >= 2"
-      decision: Defer
-      requeueAfter: "30"
-      messageExpression: "'grid event ' + grid.event.id + ' is active'"
-""",
-    "capacity.yaml": """
-apiVersion: m2g.io/v1alpha1
-kind: Policy
-metadata: {name: bench-capacity}
-spec:
-  stage: Capacity
-  rules:
-    - {name: healthy, when: "true", quota: "flavor.healthyGpus", message: "healthy GPUs"}
-""",
-    "shed.yaml": """
-apiVersion: m2g.io/v1alpha1
-kind: Policy
-metadata: {name: bench-shed}
-spec:
-  stage: Preemption
-  rules:
-    - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
-""",
-}
+POLICIES = standard_policies("bench")  # the e2e tests' policies (m2g.testing.kit)
 
 
 # ---- small helpers -------------------------------------------------------------------------
@@ -192,21 +162,8 @@ class JobSpec:
         return round(self.gpus * KW_PER_GPU, 1)
 
     def body(self) -> dict[str, Any]:
-        return {
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": self.name, "namespace": self.namespace,
-                         "labels": {"kueue.x-k8s.io/queue-name": "default"}},
-            "spec": {"parallelism": self.pods, "completions": self.pods, "backoffLimit": 0,
-                     "template": {
-                         "metadata": {"labels": {"m2g.io/flex-tier": str(self.tier),
-                                                 "m2g.io/workload-kind": "training"},
-                                      "annotations": {"m2g.io/estimated-kw": str(self.kw)}},
-                         "spec": {"restartPolicy": "Never", "containers": [{
-                             "name": "main", "image": "registry.invalid/fake:1",
-                             "resources": {
-                                 "requests": {"cpu": "1", "memory": "1Gi",
-                                              GPU: str(self.gpus_per_pod)},
-                                 "limits": {GPU: str(self.gpus_per_pod)}}}]}}}}
+        return kit.job(self.name, self.tier, self.pods, self.gpus_per_pod,
+                       namespace=self.namespace)
 
 
 def job_mix(n: int, namespaces: int) -> list[JobSpec]:
@@ -463,10 +420,7 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
     unsubscribe = world.workloads.subscribe(on_change)
     name = f"bench-{i:03d}-{int(time.time())}"
     start = datetime.now(UTC) - timedelta(minutes=1)
-    body = {"apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
-            "spec": {"programName": PROGRAM, "eventID": name, "intervals": [{
-                "start": rfc3339(start), "duration": "PT60M",
-                "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": target}}]}}
+    body = kit.grid_event(name, start, 60, target, PROGRAM)
     n_before = len(ctl.reconciles())
     try:
         await kube.create(k.GRID_EVENTS, body)

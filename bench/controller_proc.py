@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from m2g.k8s import client as k
-from m2g.k8s.convert import allocated_gpus
-from m2g.model import labels as L
 from m2g.model.cluster import ClusterSnapshot
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
 from m2g.policy import make_runtime
-from m2g.signals.readings import RackReadings, Readings, SignalReading
+from m2g.signals.readings import Readings
+from m2g.testing import kit
 from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
@@ -54,29 +53,9 @@ KW_PER_GPU = 1.3
 
 
 def modelled_power() -> Callable[[K8sCluster], Awaitable[Readings]]:
-    """Rack kW = idle + 1.3 kW per GPU of the pods bound to the rack (fresh readings)."""
-    racks_of: dict[str, str] = {}
-    seen_generation = -1
-
-    async def read(cluster: K8sCluster) -> Readings:
-        nonlocal seen_generation
-        nodes = cluster.caches["nodes"]
-        if nodes.generation != seen_generation:  # node labels rarely change: map once
-            seen_generation = nodes.generation
-            racks_of.clear()
-            for name, obj in nodes.view().items():
-                rack = ((obj.get("metadata") or {}).get("labels") or {}).get(L.RACK)
-                if rack:
-                    racks_of[name] = str(rack)
-        racks = dict.fromkeys(set(racks_of.values()), IDLE_KW)
-        for node, gpus in allocated_gpus(cluster.caches["pods"].view().values()).items():
-            if node in racks_of:
-                racks[racks_of[node]] += gpus * KW_PER_GPU
-        fresh = {r: RackReadings(r, SignalReading.of(kw, 1.0, 120.0),
-                                 SignalReading.of(24.0, 1.0, 120.0),
-                                 SignalReading.missing(120.0)) for r, kw in racks.items()}
-        return Readings(time.time(), {}, fresh, {}, {})
-    return read
+    """Rack kW = idle + 1.3 kW per GPU of the pods bound to the rack (fresh readings):
+    m2g.testing.kit's, shared with the e2e tests."""
+    return kit.modelled_power()
 
 
 def count_requests(kube: k.Kube) -> dict[str, list[float]]:

@@ -23,10 +23,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from m2g.k8s import client as k
-from m2g.k8s.convert import allocated_gpus
 from m2g.planner.config import PlannerConfig
 from m2g.policy import make_runtime
-from m2g.signals.readings import RackReadings, Readings, SignalReading
+from m2g.testing import kit
+from m2g.testing.kit import standard_policies
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import PolicyStore
@@ -36,42 +36,9 @@ pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 CHECK = "m2g-e2e"
-IDLE_KW, KW_PER_GPU = 20.0, 1.3
 RACK_LABEL = "m2g.io/rack"
 
-POLICIES = {
-    "dr.yaml": """
-apiVersion: m2g.io/v1alpha1
-kind: Policy
-metadata: {name: e2e-dr}
-spec:
-  stage: Admission
-  rules:
-    - name: defer-flexible
-      when: "grid.event.active && workload.flexTier >= 2"
-      decision: Defer
-      requeueAfter: "30"
-      messageExpression: "'grid event ' + grid.event.id + ' is active: flex tier ' + string(workload.flexTier) + ' waits'"
-""",
-    "capacity.yaml": """
-apiVersion: m2g.io/v1alpha1
-kind: Policy
-metadata: {name: e2e-capacity}
-spec:
-  stage: Capacity
-  rules:
-    - {name: healthy, when: "true", quota: "flavor.healthyGpus", message: "healthy GPUs"}
-""",
-    "shed.yaml": """
-apiVersion: m2g.io/v1alpha1
-kind: Policy
-metadata: {name: e2e-shed}
-spec:
-  stage: Preemption
-  rules:
-    - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
-""",
-}
+POLICIES = standard_policies("e2e")
 
 
 # ---- setup helpers ---------------------------------------------------------------------
@@ -111,42 +78,15 @@ def factory_flavor(cluster: Cluster) -> str:
 
 def make_queue(cluster: Cluster, namespace: str, flavor: str, gpus: int) -> str:
     cq = unique("e2e-m2g-cq")
-    cluster.create_kueue("clusterqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-        "metadata": {"name": cq},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": [{
-                "name": flavor, "resources": [
-                    {"name": "cpu", "nominalQuota": "1000"},
-                    {"name": "memory", "nominalQuota": "10000Gi"},
-                    {"name": GPU, "nominalQuota": str(gpus)}]}]}],
-        },
-    })
-    cluster.create_kueue("localqueues", {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "default", "namespace": namespace},
-        "spec": {"clusterQueue": cq}}, namespace=namespace)
+    cluster.create_kueue("clusterqueues", kit.cluster_queue(cq, namespace, flavor, gpus, CHECK))
+    cluster.create_kueue("localqueues", kit.local_queue(namespace, cq), namespace=namespace)
     return cq
 
 
 def job(name: str, gpus: int, tier: int) -> Obj:
     """A Job of ``gpus`` GPUs as pods of one 4-GPU tray each."""
     pods = max(1, gpus // 4)
-    per_pod = gpus // pods
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "default"}},
-        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": {
-            "metadata": {"labels": {"m2g.io/flex-tier": str(tier),
-                                    "m2g.io/workload-kind": "training"},
-                         "annotations": {"m2g.io/estimated-kw": str(per_pod * pods * KW_PER_GPU)}},
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "registry.invalid/fake:1",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi", GPU: str(per_pod)},
-                              "limits": {GPU: str(per_pod)}}}]}}},
-    }
+    return kit.job(name, tier, pods, gpus // pods)
 
 
 def workload_of(cluster: Cluster, namespace: str, job_name: str) -> Obj | None:
@@ -184,18 +124,8 @@ async def until(what: str, check: Callable[[], Any], timeout: float = 60.0) -> A
 def modelled_power(rack_of_node: dict[str, str], inlet: dict[str, float] | None = None
                    ) -> Callable[[K8sCluster], Any]:
     """Rack kW = idle + 1.3 kW per GPU of the running pods on the rack; inlet 24 °C unless
-    ``inlet`` says otherwise."""
-    async def read(cluster: K8sCluster) -> Readings:
-        per_node = allocated_gpus(cluster.caches["pods"].view().values())
-        racks: dict[str, float] = {r: IDLE_KW for r in set(rack_of_node.values())}
-        for node, gpus in per_node.items():
-            if node in rack_of_node:
-                racks[rack_of_node[node]] += gpus * KW_PER_GPU
-        fresh = {r: RackReadings(r, SignalReading.of(kw, 1.0, 120.0),
-                                 SignalReading.of((inlet or {}).get(r, 24.0), 1.0, 120.0),
-                                 SignalReading.missing(120.0)) for r, kw in racks.items()}
-        return Readings(time.time(), {}, fresh, {}, {})
-    return read
+    ``inlet`` says otherwise (m2g.testing.kit)."""
+    return kit.modelled_power(rack_of_node, inlet)
 
 
 @contextlib.asynccontextmanager
@@ -237,13 +167,8 @@ def m2g_crds(api: client.ApiClient) -> None:
 def grid_event(cluster: Cluster, target_kw: float, minutes: int = 60) -> str:
     name = unique("e2e-dr")
     start = datetime.now(UTC) - timedelta(minutes=1)
-    spec = {"programName": "e2e", "eventID": name,
-            "intervals": [{"start": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                           "duration": f"PT{minutes}M",
-                           "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": target_kw}}]}
-    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "gridevents", {
-        "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
-        "spec": spec})
+    cluster.custom.create_cluster_custom_object(
+        "m2g.io", "v1alpha1", "gridevents", kit.grid_event(name, start, minutes, target_kw))
     cluster.cleanup.append(lambda: _delete(cluster, "gridevents", name))
     return name
 

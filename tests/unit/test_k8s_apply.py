@@ -19,7 +19,7 @@ from m2g.k8s.client import (
 )
 from m2g.model.cluster import CheckState
 from m2g.model.plan import CheckUpdate, Plan, QuotaUpdate, ShedAction, StopUpdate, WeightUpdate
-from tests.unit.k8s_fakes import FakeKube
+from m2g.testing.kube import FakeKube
 
 T0 = datetime(2026, 11, 29, 23, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from typing import cast
 from m2g.k8s.apply import Applier
 from m2g.k8s.client import EVENTS, NODES, WORKLOADS, Conflict, Kube
 from m2g.model.plan import NodeTaintUpdate, Plan, ShedAction, TaintEffect
-from tests.unit.k8s_fakes import FakeKube
+from m2g.testing.kube import FakeKube
 
 FOREIGN = {"key": "nvidia.com/gpu-xid", "value": "79", "effect": "NoSchedule"}
 

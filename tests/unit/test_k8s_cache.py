@@ -9,7 +9,7 @@ import pytest
 
 from m2g.k8s.cache import WatchCache, object_key
 from m2g.k8s.client import NODES, PODS, ResourceMissing, RetryableError
-from tests.unit.k8s_fakes import FakeWatchApi, gone
+from m2g.testing.kube import FakeWatchApi, gone
 
 
 def obj(name: str, rv: int, ns: str | None = None, **extra: Any) -> dict[str, Any]:

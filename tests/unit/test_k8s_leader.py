@@ -8,7 +8,7 @@ import pytest
 
 from m2g.k8s.client import LEASES, RetryableError
 from m2g.k8s.leader import LeaderElector
-from tests.unit.k8s_fakes import FakeKube
+from m2g.testing.kube import FakeKube
 
 T0 = datetime(2026, 11, 29, 23, 0, tzinfo=UTC)
 

@@ -30,7 +30,7 @@ from m2g.k8s.snapshot import (
 from m2g.k8s.writer import apply_plan
 from m2g.model.cluster import CheckState
 from m2g.model.plan import CheckUpdate, KaiQueueUpdate, Plan
-from tests.unit.k8s_fakes import FakeKube
+from m2g.testing.kube import FakeKube
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 NODE = {"metadata": {"name": "n1", "labels": {"m2g.io/rack": "r0"}},

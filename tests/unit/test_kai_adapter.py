@@ -16,7 +16,7 @@ from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, KaiApplier, KaiSync
 from m2g.k8s.kai_convert import kai_state, limit_base
 from m2g.model.cluster import KaiQueueState
 from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate, Plan
-from tests.unit.k8s_fakes import FakeKube, FakeWatchApi
+from m2g.testing.kube import FakeKube, FakeWatchApi
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 LEVELS = ("m2g.io/block", "m2g.io/rack", "kubernetes.io/hostname")

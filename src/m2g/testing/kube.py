@@ -1,5 +1,6 @@
-"""An in-memory stand-in for ``m2g.k8s.client.Kube`` for unit tests (the real API server is
-exercised by tests/e2e/test_k8s_*.py)."""
+"""An in-memory stand-in for ``m2g.k8s.client.Kube`` (``FakeKube``) and a scripted LIST/WATCH
+(``FakeWatchApi``), for unit tests and benches; the real API server is exercised by
+tests/e2e/test_k8s_*.py."""
 
 from __future__ import annotations
 
