@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from m2g.k8s import client as c
 from m2g.k8s.cache import WatchCache, well_formed
+from m2g.testing.kube import FakeWatchApi
 from tests.fuzz.helpers import count, json_values
-from tests.unit.k8s_fakes import FakeWatchApi
 
 KEYS = st.sampled_from(["type", "object", "metadata", "name", "namespace", "resourceVersion",
                         "items", "spec", "status", "ADDED", "MODIFIED", "DELETED", "BOOKMARK",

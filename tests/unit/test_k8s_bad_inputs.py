@@ -11,7 +11,7 @@ import pytest
 
 from m2g.k8s import client as c
 from m2g.k8s.cache import WatchCache, well_formed
-from tests.unit.k8s_fakes import FakeWatchApi
+from m2g.testing.kube import FakeWatchApi
 
 CLUSTER = """apiVersion: v1
 kind: Config

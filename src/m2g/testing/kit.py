@@ -24,6 +24,10 @@ KW_PER_GPU = 1.3  # a busy GPU's share of its rack's draw
 CHECK = "m2g-policy"
 
 
+_DR_MESSAGE = ("'grid event ' + grid.event.id + ' is active: flex tier ' + "
+               "string(workload.flexTier) + ' waits'")
+
+
 def standard_policies(prefix: str) -> dict[str, str]:
     """File name → Policy YAML: defer flex tier ≥ 2 during a grid event (Admission), quota =
     healthy GPUs (Capacity), shed flexible work first (Preemption). Names ``<prefix>-dr`` …"""
@@ -39,7 +43,7 @@ spec:
       when: "grid.event.active && workload.flexTier >= 2"
       decision: Defer
       requeueAfter: "30"
-      messageExpression: "'grid event ' + grid.event.id + ' is active: flex tier ' + string(workload.flexTier) + ' waits'"
+      messageExpression: "{_DR_MESSAGE}"
 """,
         "capacity.yaml": f"""
 apiVersion: m2g.io/v1alpha1
