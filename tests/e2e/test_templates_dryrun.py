@@ -39,7 +39,7 @@ DRY_NS = "default"  # a dry-run persists nothing, so no namespace of its own is 
 
 
 @pytest.fixture(scope="module")
-def api(kubeconfig: Path) -> Iterator[Submitter]:
+def submitter(kubeconfig: Path) -> Iterator[Submitter]:
     """The CLI's own connection (m2g.k8s's client), as ``m2g submit`` uses it."""
     extra = os.environ.get("M2G_E2E_EXTRA_CRDS")
     if extra:
@@ -71,11 +71,11 @@ def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
                for c in (crd.status.conditions or []))
 
 
-def dry_run(api: Submitter, obj: dict[str, Any]) -> dict[str, Any]:
-    if not serves(api, obj["apiVersion"], obj["kind"]):
+def dry_run(submitter: Submitter, obj: dict[str, Any]) -> dict[str, Any]:
+    if not serves(submitter, obj["apiVersion"], obj["kind"]):
         pytest.skip(f"{obj['kind']} ({obj['apiVersion']}) is not served: its CRD is not "
                     "installed on this control plane")
-    return create(api, obj, dry_run=True)
+    return create(submitter, obj, dry_run=True)
 
 
 def test_the_job_api_is_always_covered() -> None:
@@ -85,23 +85,23 @@ def test_the_job_api_is_always_covered() -> None:
 
 
 @pytest.mark.parametrize(("name", "api_kind"), CASES)
-def test_rendered_manifests_pass_server_side_dry_run(api: Submitter, name: str,
+def test_rendered_manifests_pass_server_side_dry_run(submitter: Submitter, name: str,
                                                      api_kind: str) -> None:
     rendered = render(TEMPLATES[name], {"api": api_kind}, namespace=DRY_NS, queue="default")
     for obj in rendered.objects:
-        out = dry_run(api, obj)
+        out = dry_run(submitter, obj)
         assert out["kind"] == obj["kind"] and out["metadata"]["name"] == obj["metadata"]["name"]
         labels = out["metadata"].get("labels", {})
         assert labels.items() >= obj["metadata"]["labels"].items()
-    workload = create(api, rendered.workload, dry_run=True)
+    workload = create(submitter, rendered.workload, dry_run=True)
     assert workload["metadata"]["annotations"][L.ESTIMATED_KW] == f"{rendered.sizing.kw:g}"
 
 
 @pytest.mark.parametrize(("name", "api_kind"), JOB_CASES)
-def test_job_pod_templates_keep_the_tas_annotations(api: Submitter, name: str,
+def test_job_pod_templates_keep_the_tas_annotations(submitter: Submitter, name: str,
                                                     api_kind: str) -> None:
     rendered = render(TEMPLATES[name], {"api": api_kind}, namespace=DRY_NS)
-    out = dry_run(api, rendered.workload)
+    out = dry_run(submitter, rendered.workload)
     sent = rendered.workload["spec"]["template"]["metadata"]["annotations"]
     got = out["spec"]["template"]["metadata"]["annotations"]
     assert got.items() >= sent.items()
@@ -109,13 +109,13 @@ def test_job_pod_templates_keep_the_tas_annotations(api: Submitter, name: str,
     assert out["spec"]["completions"] == rendered.sizing.pods
 
 
-def test_the_server_really_validates(api: Submitter) -> None:
+def test_the_server_really_validates(submitter: Submitter) -> None:
     """A dry-run is not a no-op: a bad label value is refused with one line."""
     obj = render(TEMPLATES["rack-benchmark"], namespace=DRY_NS).workload
     obj["metadata"]["labels"][L.FLEX_TIER] = "not a label value"
     with pytest.raises(ClusterError, match=r"^rejected \(422\): Job\.batch \"rack-benchmark\" "
                                            r"is invalid"):
-        create(api, obj, dry_run=True)
+        create(submitter, obj, dry_run=True)
 
 
 def test_submit_server_dry_run_through_the_cli(kubeconfig: Path) -> None:
@@ -127,8 +127,8 @@ def test_submit_server_dry_run_through_the_cli(kubeconfig: Path) -> None:
                                     "default, queue default: 72 GPUs in 18 pods")
 
 
-def test_submit_to_a_missing_crd_is_one_line(kubeconfig: Path, api: Submitter) -> None:
-    if serves(api, "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
+def test_submit_to_a_missing_crd_is_one_line(kubeconfig: Path, submitter: Submitter) -> None:
+    if serves(submitter, "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
         pytest.skip("LeaderWorkerSet is installed here")
     result = CliRunner().invoke(app, [
         "submit", "agentic-coder", "--server-dry-run", "--kubeconfig", str(kubeconfig),
@@ -139,12 +139,12 @@ def test_submit_to_a_missing_crd_is_one_line(kubeconfig: Path, api: Submitter) -
 
 
 def test_kueue_reads_the_topology_request(cluster: Cluster, namespace: str,
-                                          api: Submitter) -> None:
+                                          submitter: Submitter) -> None:
     """Created for real (suspended): Kueue's Workload carries our TAS request and slices."""
     rendered = render(TEMPLATES["llama31-405b-pretrain"],
                       {"api": "Job", "priority": "", "dp": "2"}, namespace=namespace)
     for obj in rendered.objects:
-        create(api, obj)
+        create(submitter, obj)
 
     def workload() -> dict[str, Any] | None:
         items = cluster.workloads(namespace)
