@@ -11,6 +11,7 @@ limit), 1 % of the nodes with a GPU XID condition. Deterministic for a seed.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -141,6 +142,8 @@ def generate(racks: int, workloads: int, seed: int = 14) -> tuple[ClusterObjects
     wls: dict[str, dict[str, Any]] = {}
     pods: dict[str, dict[str, Any]] = {}
     cursor, run_left = 0, running
+    hist = [0] * GPUS_PER_NODE + [len(names)]  # nodes by free GPUs
+    stride = next(k for k in (7, 11, 13, 17, 19, 23) if math.gcd(k, len(names)) == 1)
     for i in range(workloads):
         run = i % 10 < 6 and run_left > 0
         pods_n, per_pod = shape(rng, big=not run or budget > run_left * 8)
@@ -157,14 +160,18 @@ def generate(racks: int, workloads: int, seed: int = 14) -> tuple[ClusterObjects
             continue
         budget -= pods_n * per_pod
         for p in range(pods_n):
-            for _ in range(len(names)):  # spread over the racks: 7 nodes further each time
-                cursor += 7
+            if not any(hist[per_pod:]):  # no node has room: the pod stays unbound
+                continue
+            for _ in range(len(names)):  # spread over the racks: `stride` nodes further
+                cursor += stride
                 host = names[cursor % len(names)]
                 if free[host] >= per_pod:
                     break
             else:
                 continue
+            hist[free[host]] -= 1
             free[host] -= per_pod
+            hist[free[host]] += 1
             pods[f"team-{t}/{o['metadata']['name']}-{p}"] = {
                 "metadata": {"name": f"{o['metadata']['name']}-{p}", "namespace": f"team-{t}",
                              "uid": f"pod-{i}-{p}", "ownerReferences": [{"uid": f"job-{i}"}]},
