@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz up down status clean
+.PHONY: venv lock wheel image image-test test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -21,7 +21,7 @@ venv: $(STAMP)
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install -q --upgrade pip
-	.venv-lock/bin/pip install -q -e '.[dev]'
+	.venv-lock/bin/pip install -q -e '.[dev,bench]'
 	{ echo "# The dev environment, pinned (make lock regenerates it; make venv installs with it)."; \
 	  .venv-lock/bin/pip freeze --all --exclude-editable --exclude pip | LC_ALL=C sort -f; } > constraints.txt
 	rm -rf .venv-lock
@@ -40,12 +40,13 @@ policy-test: $(STAMP)
 
 ## test-unit: everything that needs no cluster
 test-unit: $(STAMP)
-	$(PY) -m pytest -m "not e2e" -q
+	$(PY) -m pytest -m "not e2e and not image" -q
 
 ## test-e2e: against the local control plane (built and started on demand), or against
 ## $$M2G_E2E_KUBECONFIG (e.g. kind) when set. The build runs first so its progress is shown.
 test-e2e: $(STAMP)
 	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
+	bash kind-e2e/tools/build.sh helm
 	$(PY) -m pytest -m e2e -q
 
 ## test-prereqs: what the full suite needs besides the venv, said in its first second
@@ -113,6 +114,15 @@ demo: $(STAMP)
 ## wheel: build the wheel (with the templates and example policies as package data) into dist/
 wheel: $(STAMP)
 	$(VENV)/bin/pip wheel -q --no-deps --no-build-isolation -w dist .
+
+## image: the OCI image without Docker (image/build.sh: mmdebstrap + umoci, needs root and
+## `apt-get install mmdebstrap umoci`) -> dist/m2g-<version>-oci.tar; not part of make test
+image: $(STAMP)
+	bash image/build.sh
+
+## image-test: run m2g inside the built image's root filesystem (tests/image, needs make image)
+image-test: $(STAMP)
+	$(PY) -m pytest -m image tests/image -q
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

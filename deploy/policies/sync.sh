@@ -37,6 +37,9 @@ generate() {  # write the generated folder content into $1
         echo "kind: Kustomization"
         echo "resources:"
         for file in "${files[@]}"; do echo "  - $file"; done
+        echo "# Argo CD: after the CRDs (wave -2) and the controller (0)."
+        echo "commonAnnotations:"
+        echo "  argocd.argoproj.io/sync-wave: \"1\""
     } > "$out/kustomization.yaml"
 }
 

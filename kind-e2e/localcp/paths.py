@@ -42,8 +42,15 @@ _VERSION_KEY = {
     "kubectl": "KUBERNETES_VERSION",
     "kwok": "KWOK_VERSION",
     "kueue": "KUEUE_VERSION",
+    "jobset": "JOBSET_VERSION",
+    "helm": "HELM_VERSION",
 }
-BINARIES = tuple(_VERSION_KEY)
+#: Not built by ``localcp build``/``up``: helm, a tool of the chart's tests
+#: (``kind-e2e/tools/build.sh helm``, make test-e2e does it), and the opt-in JobSet controller
+#: (``localcp jobset`` or ``up --jobset`` builds it).
+TOOL_BINARIES = ("helm", "jobset")
+#: What the control plane runs (built on demand by ``localcp build``/``up``).
+BINARIES = tuple(b for b in _VERSION_KEY if b not in TOOL_BINARIES)
 
 
 def binary(name: str) -> Path:
@@ -94,6 +101,10 @@ class RunPaths:
     @property
     def kueue_certs(self) -> Path:
         return self.root / "kueue-webhook-certs"
+
+    @property
+    def jobset_certs(self) -> Path:
+        return self.root / "jobset-webhook-certs"
 
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Build (once) the pinned control-plane binaries into $M2G_CACHE/bin/<component>-<version>/.
-#   kind-e2e/tools/build.sh [etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kwok|kueue ...]
-# With no argument it builds everything that is missing. A binary already in the cache is never
-# rebuilt, so a warm machine returns at once. Progress (packages compiled) is printed while
-# building; the full `go build -v` output goes to $M2G_CACHE/logs/build-<binary>.log and the
-# wall time of each build is appended to $M2G_CACHE/logs/build-times.tsv.
+#   kind-e2e/tools/build.sh [etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kwok|kueue|jobset|helm ...]
+# With no argument it builds the control plane's binaries that are missing; helm (the chart's
+# tests) and jobset (the JobSet controller, opt-in) only when named. A binary already in the
+# cache is never rebuilt, so a warm machine returns at once. Progress (packages compiled) is
+# printed while building; the full `go build -v` output goes to
+# $M2G_CACHE/logs/build-<binary>.log and the wall time of each build is appended to
+# $M2G_CACHE/logs/build-times.tsv.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck disable=SC1091
@@ -14,6 +16,7 @@ source "$here/goenv.sh"
 mkdir -p "$M2G_CACHE/bin" "$M2G_CACHE/logs"
 
 ALL="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kueue"
+TOOLS="helm jobset"
 targets="${*:-$ALL}"
 
 K="$KUBERNETES_VERSION"; MINOR="${K#v1.}"; MINOR="${MINOR%%.*}"
@@ -32,7 +35,9 @@ spec() {
       echo "k8s $K k8s.io/kubernetes/cmd/$1";;
     kwok) echo "kwok $KWOK_VERSION sigs.k8s.io/kwok/cmd/kwok";;
     kueue) echo "kueue $KUEUE_VERSION sigs.k8s.io/kueue/cmd/kueue";;
-    *) echo "unknown component: $1 (one of: $ALL)" >&2; exit 2;;
+    jobset) echo "jobset $JOBSET_VERSION sigs.k8s.io/jobset";;
+    helm) echo "helm $HELM_VERSION helm.sh/helm/v4/cmd/helm";;
+    *) echo "unknown component: $1 (one of: $ALL $TOOLS)" >&2; exit 2;;
   esac
 }
 
@@ -48,6 +53,9 @@ build_one() {
   if [[ -x "$out" ]]; then echo "[build] $name $ver: cached ($out)"; return 0; fi
   ldf="-s -w"
   [[ "$mod" == k8s ]] && ldf="$K8S_LDF"
+  [[ "$mod" == jobset ]] && ldf="$ldf -X sigs.k8s.io/jobset/pkg/version.GitVersion=$ver"
+  [[ "$mod" == helm ]] && ldf="$ldf -X helm.sh/helm/v4/internal/version.version=$ver \
+    -X helm.sh/helm/v4/internal/version.metadata= -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
   log="$M2G_CACHE/logs/build-$name.log"
   tmp="$(mktemp -d "$M2G_CACHE/bin/.tmp-$name.XXXXXX")"
   echo "[build] $name $ver: building (cold: minutes; log $log)"

@@ -42,4 +42,11 @@ fresh kueue m2g.local/kueuebin
 echo "== kwok $KWOK_VERSION"
 fresh kwok m2g.local/kwokbin
 (cd "$here/kwok" && go get -tool "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION")
+echo "== jobset $JOBSET_VERSION"
+fresh jobset m2g.local/jobsetbin
+(cd "$here/jobset" && go get -tool "sigs.k8s.io/jobset@$JOBSET_VERSION")
+
+echo "== helm $HELM_VERSION"
+fresh helm m2g.local/helmbin
+(cd "$here/helm" && go get -tool "helm.sh/helm/v4/cmd/helm@$HELM_VERSION")
 echo "done; now: git add kind-e2e/tools/*/go.mod kind-e2e/tools/*/go.sum"

@@ -350,3 +350,4 @@ def test_dashboard_is_importable() -> None:
     for p in panels(dashboard):
         if p["type"] != "row":
             assert p["targets"] and p["datasource"]["uid"] == "${datasource}", p["title"]
+

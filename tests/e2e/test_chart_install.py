@@ -1,0 +1,158 @@
+"""The Helm chart, end to end: ``helm template`` → server-side apply onto the local control
+plane, then the controller started the way the chart's Deployment starts it — its command and
+environment, the chart's ConfigMap as the --config file, and a token of the chart's
+ServiceAccount — as a local process (the factory's KWOK nodes run no real pods). It must lead,
+make m2g-policy Active so the tenant queues turn Active, answer a tenant job's check, and never
+be refused by the API server (the chart's RBAC is the controller's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e_helpers import REPO, condition, unique, wait_until
+from localcp.paths import binary
+from manifests_helpers import (
+    QUEUES,
+    Applied,
+    _free_port,
+    denied_lines,
+    http_get,
+    job,
+    kubectl,
+    objects,
+    render,
+    sa_kubeconfig,
+)
+
+pytestmark = pytest.mark.e2e
+
+NS = "m2g-system"
+CHART = REPO / "charts" / "m2g"
+
+
+def helm_template(*values: str) -> str:
+    helm = binary("helm")
+    if not helm.exists():
+        pytest.skip("no helm (build it: kind-e2e/tools/build.sh helm)")
+    out = subprocess.run([str(helm), "template", "m2g", str(CHART), "--namespace", NS, *values],
+                         capture_output=True, text=True, check=False,
+                         env={**os.environ, "HELM_CACHE_HOME": "/tmp/m2g-helm-cache",
+                              "HELM_CONFIG_HOME": "/tmp/m2g-helm-config"})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture(scope="module")
+def port() -> int:
+    return _free_port()
+
+
+@pytest.fixture(scope="module")
+def chart(kubeconfig: Path, port: int) -> Iterator[list[dict[str, Any]]]:
+    """kueue-config's nvl72 overlay, then the chart: its CRDs first, then everything else."""
+    text = helm_template("--set", "namespace.create=true", "--set", f"metrics.port={port}")
+    docs = objects(text)
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    rest = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
+    applied = Applied(kubeconfig)
+    try:
+        applied.apply(render("kueue-config/overlays/nvl72"))
+        applied.apply(yaml.safe_dump_all(crds))
+        for crd in crds:
+            kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s",
+                    f"crd/{crd['metadata']['name']}")
+        applied.apply(yaml.safe_dump_all(rest))
+        # Idempotent: the same manifests again change nothing.
+        again = kubectl(kubeconfig, "diff", "--server-side", "-f", "-", stdin=text, check=False)
+        assert again.returncode == 0, again.stdout[-2000:]
+        yield docs
+    finally:
+        applied.delete()
+
+
+def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path) -> tuple[
+        list[str], dict[str, str]]:
+    """The Deployment's container command and env, made runnable here: this venv's m2g, the
+    ConfigMap's file at ``config``, the ServiceAccount's kubeconfig, metrics on loopback."""
+    (dep,) = (d for d in docs if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (cm,) = (d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
+             next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v))
+    config.write_text(cm["data"]["config.yaml"])
+    cmd = list(container["command"])
+    assert cmd[0] == "m2g"  # the image's entry point
+    at = cmd.index("--config") + 1
+    mount = next(m for m in container["volumeMounts"] if cmd[at].startswith(m["mountPath"]))
+    assert Path(cmd[at]).relative_to(mount["mountPath"]) == Path("config.yaml")
+    cmd[at] = str(config)
+    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", *cmd[1:],
+           "--kubeconfig", str(kube), "--metrics-host", "127.0.0.1"]
+    env = {**os.environ}
+    for var in container["env"]:
+        field = var["valueFrom"]["fieldRef"]["fieldPath"]
+        env[var["name"]] = {"metadata.name": "m2g-chart-e2e-0", "metadata.namespace": NS}[field]
+    env.pop("M2G_CONFIG", None)
+    return cmd, env
+
+
+def get_json(kubeconfig: Path, *args: str) -> Any:
+    out = kubectl(kubeconfig, "get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def test_the_chart_installs_and_its_controller_governs_the_queues(
+        kubeconfig: Path, chart: list[dict[str, Any]], port: int, tmp_path: Path) -> None:
+    policies = sum(d["kind"] == "Policy" for d in chart)
+    assert policies >= 10 and len(get_json(kubeconfig, "policies.m2g.io")["items"]) >= policies
+    sa = sa_kubeconfig(kubeconfig, tmp_path / "sa.kubeconfig")
+    cmd, env = deployment_command(chart, tmp_path / "config.yaml", sa)
+    log = tmp_path / "m2g.log"
+    url = f"http://127.0.0.1:{port}"
+    name = unique("chart")
+    with log.open("w") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until("m2g to lead with every policy loaded", lambda: proc.poll() is None and (
+            "m2g_leader 1.0" in (m := http_get(f"{url}/metrics")[1])
+            and f"m2g_policies_loaded {float(policies)}" in m), timeout=90)
+        holder = kubectl(kubeconfig, "get", "leases.coordination.k8s.io/m2g-controller", "-n",
+                         NS, "-o", "jsonpath={.spec.holderIdentity}").stdout
+        assert holder == "m2g-chart-e2e-0"  # POD_NAME, in POD_NAMESPACE
+        for queue in QUEUES:
+            wait_until(f"{queue} to be Active", lambda q=queue: (
+                (c := condition(get_json(kubeconfig, f"clusterqueues.kueue.x-k8s.io/{q}"),
+                                "Active")) and c["status"] == "True"), timeout=60)
+        kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(job(name, "research")))
+
+        def answered() -> bool:
+            for wl in get_json(kubeconfig, "workloads.kueue.x-k8s.io", "-n",
+                               "research")["items"]:
+                if any(o.get("name") == name for o in wl["metadata"].get("ownerReferences", [])):
+                    return any(c["name"] == "m2g-policy" and c["state"] != "Pending"
+                               for c in wl.get("status", {}).get("admissionChecks", []))
+            return False
+
+        wait_until("m2g to answer the job's admission check", answered, timeout=90)
+        assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        kubectl(kubeconfig, "delete", "job", name, "-n", "research", "--ignore-not-found",
+                "--wait=false", check=False)
+        kubectl(kubeconfig, "delete", "leases.coordination.k8s.io/m2g-controller", "-n", NS,
+                "--ignore-not-found", check=False)
+    assert not denied_lines(log), denied_lines(log)[:5]

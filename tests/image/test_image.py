@@ -1,0 +1,98 @@
+"""The OCI image that ``make image`` wrote (dist/m2g-<version>-oci.tar), without a container
+engine: its configuration (non-root user, entrypoint m2g), and m2g run inside its unpacked root
+filesystem with chroot as user 65532 — the image's own Python, m2g and shipped data.
+
+Run by ``make image-test`` (needs root for chroot and umoci); not part of ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import m2g
+
+pytestmark = pytest.mark.image
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHIVE = REPO / "dist" / f"m2g-{m2g.__version__}-oci.tar"
+ENV = dict(line.split("=", 1) for line in (REPO / "image" / "image.env").read_text().splitlines()
+           if line and not line.startswith("#"))
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not ARCHIVE.is_file():
+        pytest.fail(f"no {ARCHIVE.relative_to(REPO)}: run make image first", pytrace=False)
+    out = tmp_path_factory.mktemp("oci")
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(out, filter="tar")
+    return out
+
+
+def blob(layout: Path, digest: str) -> Any:
+    algo, hexa = digest.split(":")
+    return json.loads((layout / "blobs" / algo / hexa).read_text())
+
+
+@pytest.fixture(scope="module")
+def rootfs(layout: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("umoci") is None:
+        pytest.fail("no umoci: apt-get install umoci", pytrace=False)
+    bundle = tmp_path_factory.mktemp("bundle") / "b"
+    subprocess.run(["umoci", "unpack", "--image", f"{layout}:{m2g.__version__}", str(bundle)],
+                   check=True, capture_output=True)
+    return bundle / "rootfs"
+
+
+def inside(rootfs: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``args`` in the image's root filesystem as its user, with only the image's PATH."""
+    return subprocess.run(
+        ["chroot", f"--userspec={ENV['UID_GID']}", str(rootfs), "/usr/bin/env", "-i",
+         "PATH=/opt/m2g/bin:/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", *args],
+        capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_config_runs_m2g_as_a_non_root_user(layout: Path) -> None:
+    index = json.loads((layout / "index.json").read_text())
+    (entry,) = index["manifests"]
+    assert entry["annotations"]["org.opencontainers.image.ref.name"] == m2g.__version__
+    digest = (REPO / "dist" / f"m2g-{m2g.__version__}-oci.digest").read_text().strip()
+    assert entry["digest"] == digest
+    manifest = blob(layout, entry["digest"])
+    config = blob(layout, manifest["config"]["digest"])["config"]
+    assert config["User"] == ENV["UID_GID"] != "0:0"
+    assert config["Entrypoint"] == ["m2g"]
+    assert any(e.startswith("PATH=/opt/m2g/bin:") for e in config["Env"])
+    assert config["Labels"]["org.opencontainers.image.version"] == m2g.__version__
+
+
+def test_m2g_runs_inside_the_image(rootfs: Path) -> None:
+    version = inside(rootfs, "m2g", "--version")
+    assert version.returncode == 0 and version.stdout == f"m2g {m2g.__version__}\n", version
+    who = inside(rootfs, "python3", "-c", "import os; print(os.getuid(), os.getgid())")
+    assert who.stdout.split() == ENV["UID_GID"].split(":")
+    listed = inside(rootfs, "m2g", "templates", "list")
+    assert listed.returncode == 0 and "rack-benchmark" in listed.stdout, listed.stderr
+    run_help = inside(rootfs, "m2g", "run", "--help")
+    assert run_help.returncode == 0 and "--config" in run_help.stdout, run_help.stderr
+
+
+def test_the_example_policies_pass_inside_the_image(rootfs: Path) -> None:
+    folder = inside(rootfs, "m2g", "policy", "examples").stdout.strip()
+    assert folder.startswith("/opt/m2g/"), folder
+    tested = inside(rootfs, "m2g", "policy", "test", folder)
+    assert tested.returncode == 0 and " 0 failed" in tested.stdout, tested.stdout + tested.stderr
+
+
+def test_the_image_holds_no_build_leftovers(rootfs: Path) -> None:
+    assert not (rootfs / "tmp" / "wheels").exists()
+    assert not list((rootfs / "var" / "lib" / "apt" / "lists").glob("*_Packages"))
+    assert not (rootfs / "opt" / "m2g" / "bin" / "pip").exists()
+    assert (rootfs / "etc" / "ssl" / "certs" / "ca-certificates.crt").is_file()
