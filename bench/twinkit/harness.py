@@ -41,6 +41,7 @@ DRAW_QUERY = "sum(m2g_sim_rack_power_kilowatts)"  # the rack series m2g reads, s
 INLET_QUERY = "m2g_sim_rack_inlet_celsius"
 INLET_LIMIT_C = 32.0  # m2g's default inlet limit (m2g.k8s.convert.DEFAULT_INLET_LIMIT_C)
 SAMPLE_EVERY = 2.0
+SUBMIT_BUDGET_S = 0.5  # wall seconds of Job creations per round of the replay loop
 Obj = dict[str, Any]
 
 
@@ -378,7 +379,9 @@ def replay(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float,
         t = time.time() - t0
         if t >= cfg.horizon_s:
             break
-        while i < len(pending) and pending[i].arrival / cfg.time_scale <= t:
+        budget = time.monotonic() + SUBMIT_BUDGET_S  # a lagging API server must not delay
+        while (i < len(pending) and pending[i].arrival / cfg.time_scale <= t  # the event
+               and time.monotonic() < budget):  # or the samples: the rest next round
             try:
                 kube.create_job(J.manifest(pending[i], cfg.time_scale, model))
                 data.submitted += 1

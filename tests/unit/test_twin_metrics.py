@@ -119,3 +119,12 @@ def test_the_srp_event_shape_from_the_shipped_file() -> None:
     assert [iv.limit_kw for iv in ivs][-1] == pytest.approx(1000 * (1 - shape.depth), abs=0.1)
     assert ivs[0].limit_kw > ivs[-1].limit_kw and sum(iv.duration_s for iv in ivs) == 200
     assert S.limit_at(ivs, 0.5) == ivs[0].limit_kw and S.limit_at(ivs, 500) is None
+
+
+def test_warm_start_jobs_count_in_performance_not_in_waits() -> None:
+    jobs = [job(submitted=0.0, admitted=10.0, finished=20.0, prefill=True,
+                done_at_event_end=800.0),
+            job(submitted=0.0, admitted=1.0, finished=2.0)]
+    w = M.workload_figures(jobs, 60.0, 30.0, 100.0)
+    assert w["queueWaitSeconds"]["p99"] == 60.0 and w["jctSeconds"]["p95"] == 120.0
+    assert w["completed"] == 2 and w["perTier"]["2"] == pytest.approx(0.5)
