@@ -69,7 +69,7 @@ def loads(text: bytes) -> Any:
     ``NaN`` and ``Infinity`` are refused here; a literal too large for a float (``1e999``) is
     left to ``non_finite``, as checking every float while decoding doubles the cost."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return _DECODER.decode(text.decode("utf-8") if isinstance(text, bytes) else text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
@@ -78,6 +78,10 @@ def loads(text: bytes) -> Any:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
     except ValueError as exc:
         raise ValueError(f"not JSON m2g accepts: {exc}") from None
+
+
+#: One decoder for every line (json.loads with a hook builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def _record(line: int, raw: bytes) -> Record:
