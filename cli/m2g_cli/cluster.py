@@ -92,6 +92,7 @@ async def read(kubeconfig: str | None, context: str | None,
     warnings += listed.warnings
     readings = await _readings(prometheus, warnings)
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai)
+    warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
     return ClusterView(snap, listed.objects, policies, warnings)
 
 

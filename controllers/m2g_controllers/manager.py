@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -98,6 +99,7 @@ class Manager:
         self.resync_seconds = resync_seconds
         self.policy_dir = policy_dir
         self.state = LoopState()
+        self._rejected: dict[tuple[str, str], str] = {}
         self.unready_failing_seconds = unready_failing_seconds
         self.unready_stale_seconds = unready_stale_seconds
         metrics.shadow.set(1 if shadow else 0)
@@ -225,8 +227,21 @@ class Manager:
                                  applied=not self.shadow,
                                  placements=getattr(self.cluster, "placements_of", None))
 
+    def _report_rejected(self, snap: ClusterSnapshot) -> None:
+        """Log each object newly left out of the snapshot, once, and count them by kind."""
+        seen = {(r.kind, r.name): r.reason for r in snap.rejected}
+        for (kind, name), reason in seen.items():
+            if self._rejected.get((kind, name)) != reason:
+                log.warning("left out of the snapshot (everything else is decided): %s %s: %s",
+                            kind, name, reason)
+        counts = Counter(kind for kind, _ in seen)
+        for kind in set(counts) | {k for k, _ in self._rejected}:
+            self.metrics.rejected.labels(kind).set(counts.get(kind, 0))
+        self._rejected = seen
+
     def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
         m = self.metrics
+        self._report_rejected(snap)
         for c in plan.checks:
             m.decisions.labels(c.state.value, c.policy or "none").inc()
         for q in plan.quotas:

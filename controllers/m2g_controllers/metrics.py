@@ -46,6 +46,9 @@ class Metrics:
             "m2g_policy_set_rejections_total", "Policy sets rejected (the last good one stays)",
             registry=r)
         self.shadow = Gauge("m2g_shadow_mode", "1 when deciding without writing", registry=r)
+        self.rejected = Gauge(
+            "m2g_rejected_objects", "Objects left out of the snapshot as unusable, by kind",
+            ["kind"], registry=r)
         self.ready = Gauge("m2g_ready", "1 while /readyz succeeds (see docs/controllers.md)",
                            registry=r)
         self.kai_gpu_limit = Gauge(

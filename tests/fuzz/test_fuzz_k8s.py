@@ -61,3 +61,29 @@ def test_any_kubeconfig(tmp_path_factory: Any, text: str) -> None:
         c.check_kubeconfig(str(path))
     except c.PermanentError as exc:
         assert "\n" not in str(exc)
+
+
+OBJ_KEYS = st.sampled_from(["metadata", "name", "labels", "spec", "status", "conditions",
+                            "taints", "allocatable", "capacity", "podSets", "intervals",
+                            "start", "end", "duration", "payload", "scope", "racks", "budgetKw",
+                            "type", "value", "nodeName", "containers", "resources"])
+FIELDS = ["nodes", "pods", "workloads", "grid_events", "maintenance_windows", "power_domains",
+          "cluster_queues", "resource_flavors", "local_queues"]
+
+
+@given(st.dictionaries(st.sampled_from(FIELDS),
+                       st.lists(json_values(OBJ_KEYS, leaves=25), max_size=3), max_size=5))
+def test_any_objects_build_a_snapshot(found: dict[str, list[Any]]) -> None:
+    from datetime import UTC, datetime
+
+    from m2g.k8s.build import ClusterObjects, build_snapshot
+
+    count()
+    # metadata as the watch cache lets through (m2g.k8s.cache.well_formed); the rest is anything
+    objs = {field: {f"o{i}": {**(v if isinstance(v, dict) else {"spec": v}),
+                               "metadata": {"name": f"o{i}", "labels": (
+                                   v.get("labels") if isinstance(v, dict) else None)}}
+                    for i, v in enumerate(values)}
+            for field, values in found.items()}
+    snap = build_snapshot(ClusterObjects(**objs), None, datetime(2026, 12, 1, tzinfo=UTC))
+    assert all("\n" not in r.reason for r in snap.rejected)

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, QueueState, WorkloadState
+from m2g.model.cluster import (
+    CheckState,
+    ClusterSnapshot,
+    Phase,
+    QueueState,
+    Rejected,
+    WorkloadState,
+)
 from m2g.model.factory import FactorySnapshot, MaintenanceWindow, Node, Rack, Reading
 from m2g.model.inputs import WorkloadView
 from m2g.model.plan import Plan
@@ -301,3 +308,22 @@ async def test_no_signal_source_no_staleness_verdict() -> None:
     clock.now += timedelta(hours=2)
     await m.reconcile()
     assert m.ready() == (True, "ok")
+
+
+class RejectingCluster(FakeCluster):
+    rejected: tuple[Rejected, ...] = (Rejected("GridEvent", "far", "ValueError: start ..."),)
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        snap = await super().snapshot(now)
+        return dataclasses.replace(snap, rejected=self.rejected)
+
+
+async def test_objects_left_out_are_counted_and_decisions_go_on() -> None:
+    c = RejectingCluster()
+    m = manager(c)
+    plan = await m.reconcile()
+    assert plan is not None and plan.checks  # the rest is decided
+    assert m.metrics.rejected.labels("GridEvent")._value.get() == 1
+    c.rejected = ()
+    await m.reconcile()
+    assert m.metrics.rejected.labels("GridEvent")._value.get() == 0

@@ -13,6 +13,9 @@ passed in). The per-object conversions are m2g.k8s.convert's; this module puts t
   MaintenanceWindow exists or a workload is drained (drains alone use them).
 
 ``SnapshotMemo`` keeps conversions between snapshots; the result is the same with or without it.
+
+**Isolation** (m2g.k8s.isolate): an object whose conversion raises, or whose times lie outside
+1970-2200, is left out and listed in ``ClusterSnapshot.rejected``; everything else is built.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from m2g.k8s.convert import (
     DEFAULT_INLET_LIMIT_C,
@@ -31,10 +35,7 @@ from m2g.k8s.convert import (
     allocated_gpus,
     check_names,
     cluster_queue,
-    grid_event_state,
-    grid_events,
     is_gpu_node,
-    maintenance_window,
     node,
     placements,
     pod_checkpoints,
@@ -43,6 +44,7 @@ from m2g.k8s.convert import (
     with_pod_checkpoint,
     workload,
 )
+from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
 from m2g.k8s.parse import parse_time
 from m2g.model import labels as L
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
@@ -135,48 +137,93 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
 def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
                     site: str, rack_cap_kw: float, inlet_limit_c: float,
                     memo: SnapshotMemo | None) -> ClusterSnapshot:
-    nodes, rack_labels = _nodes(objs, readings, memo)
-    specs = sorted((power_domain(o) for o in objs.power_domains.values()),
+    iso = Isolator()
+    nodes, rack_labels = _nodes(objs, readings, memo, iso)
+    specs = sorted((d for d in (iso.one("PowerDomain", o, power_domain)
+                                for o in objs.power_domains.values()) if d is not None),
                    key=lambda d: d.domain.name)
     site_spec = next((d for d in specs if d.level == SITE_LEVEL), None)
     domain_specs = [d for d in specs if d.level != SITE_LEVEL]
     racks = _racks(nodes, rack_labels, domain_specs, readings, rack_cap_kw, inlet_limit_c)
-    factory = _factory(objs, readings, now, nodes, racks, site_spec, domain_specs, site)
-    workloads = _workloads(objs, now, memo)
+    factory = _factory(objs, readings, now, nodes, racks, site_spec, domain_specs, site, iso)
+    workloads = _workloads(objs, now, memo, iso)
     # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
     # bench/node_levers.py) while there is no window and no drained workload
     needed = bool(factory.maintenance) or any(w.drained_for for w in workloads)
     return ClusterSnapshot(
         factory=factory, workloads=workloads,
-        grid_event_states=tuple(grid_event_state(o) for _, o in sorted(objs.grid_events.items())),
-        queues=tuple(cluster_queue(o) for _, o in sorted(objs.cluster_queues.items())),
-        flavors=tuple(resource_flavor(o) for _, o in sorted(objs.resource_flavors.items())),
-        placements=placements(objs.pods.values(), objs.workloads.values(),
-                              host_names(objs.nodes.values())) if needed else {})
+        grid_event_states=_each(iso, "GridEvent", objs.grid_events, checked_event_state),
+        queues=_each(iso, "ClusterQueue", objs.cluster_queues, cluster_queue),
+        flavors=_each(iso, "ResourceFlavor", objs.resource_flavors, resource_flavor),
+        placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: placements(
+            objs.pods.values(), objs.workloads.values(), _hosts(objs.nodes.values(), iso)))
+            or {}) if needed else {},
+        rejected=iso.unique())
 
 
-def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo | None
-           ) -> tuple[list[Node], dict[str, dict[str, str]]]:
-    """The GPU nodes that have a rack, by name, and each rack's first node's labels."""
-    allocated = allocated_gpus(objs.pods.values())
+def _hosts(nodes: Iterable[Obj], iso: Isolator) -> dict[str, str]:
+    """``host_names`` node by node: a node whose labels cannot be read is left out."""
+    out: dict[str, str] = {}
+    for o in nodes:
+        out.update(iso.one("Node", o, lambda x: host_names([x])) or {})
+    return out
+
+
+def _each(iso: Isolator, kind: str, objs: Mapping[str, Obj], convert: Any) -> tuple[Any, ...]:
+    """``convert`` of every object, by key; those that cannot be converted are left out."""
+    out = (iso.one(kind, o, convert) for _, o in sorted(objs.items()))
+    return tuple(x for x in out if x is not None)
+
+
+def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo | None,
+           iso: Isolator | None = None) -> tuple[list[Node], dict[str, dict[str, str]]]:
+    """The GPU nodes that have a rack, by name, and each rack's first node's labels (a node
+    that cannot be converted is left out: ``iso``)."""
+    iso = iso or Isolator()
+    allocated = _allocated(objs.pods.values(), iso)
     nodes: list[Node] = []
     rack_labels: dict[str, dict[str, str]] = {}
     fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
-    for o in sorted((o for o in objs.nodes.values() if is_gpu_node(o)), key=_name):
-        name, meta = _name(o), o.get("metadata") or {}
-        xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
-        key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
-        hit = memo.nodes.get(name) if memo is not None and key[0] else None
-        n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
+    for o in sorted(objs.nodes.values(), key=_name):
+        got = iso.one("Node", o, _one_node, readings, memo, allocated)
+        if not got:
+            continue
+        name, key, n, labels = got
         fresh[name] = (key, n)
         if not n.rack:
             continue
         nodes.append(n)
         if n.rack not in rack_labels:
-            rack_labels[n.rack] = dict(meta.get("labels") or {})
+            rack_labels[n.rack] = labels
     if memo is not None:
         memo.nodes = fresh
     return nodes, rack_labels
+
+
+def _one_node(o: Obj, readings: Readings | None, memo: SnapshotMemo | None,
+              allocated: Mapping[str, int]
+              ) -> tuple[str, tuple[str, int, int], Node, dict[str, str]] | tuple[()]:
+    """One node's conversion; ``()`` for a node without GPUs."""
+    if not is_gpu_node(o):
+        return ()
+    name, meta = _name(o), o.get("metadata") or {}
+    xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
+    key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
+    hit = memo.nodes.get(name) if memo is not None and key[0] else None
+    n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
+    return name, key, n, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+
+
+def _allocated(pods: Iterable[Obj], iso: Isolator) -> dict[str, int]:
+    """GPUs held per node; a pod that cannot be read is left out (and reported)."""
+    pods = list(pods)
+    try:
+        return allocated_gpus(pods)
+    except Exception:
+        total: Counter[str] = Counter()
+        for p in pods:
+            total.update(iso.one("Pod", p, lambda x: allocated_gpus([x])) or {})
+        return dict(total)
 
 
 def _racks(nodes: list[Node], rack_labels: Mapping[str, Mapping[str, str]],
@@ -208,15 +255,18 @@ def _racks(nodes: list[Node], rack_labels: Mapping[str, Mapping[str, str]],
 
 def _factory(objs: ClusterObjects, readings: Readings | None, now: datetime,
              nodes: list[Node], racks: list[Rack], site_spec: DomainSpec | None,
-             domain_specs: list[DomainSpec], site: str) -> FactorySnapshot:
+             domain_specs: list[DomainSpec], site: str,
+             iso: Isolator | None = None) -> FactorySnapshot:
+    iso = iso or Isolator()
     domains = tuple(
         PowerDomain(d.domain.name, d.domain.budget_kw,
                     reading(readings.domains[d.domain.name].power_kw)
                     if readings and d.domain.name in readings.domains else MISSING)
         for d in domain_specs)
-    windows = (w for w in (maintenance_window(o) for o in objs.maintenance_windows.values())
-               if w is not None)
-    events = (e for o in objs.grid_events.values() for e in grid_events(o))
+    windows = (w for w in (iso.one("MaintenanceWindow", o, checked_window)
+                           for o in objs.maintenance_windows.values()) if w is not None)
+    events = (e for o in objs.grid_events.values()
+              for e in (iso.one("GridEvent", o, checked_events) or ()))
     return FactorySnapshot(
         now=now, site=site_spec.domain.name if site_spec else site,
         site_budget_kw=site_spec.domain.budget_kw if site_spec else 0.0,
@@ -226,15 +276,17 @@ def _factory(objs: ClusterObjects, readings: Readings | None, now: datetime,
         grid_events=tuple(sorted(events, key=lambda e: (e.start, e.id))))
 
 
-def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None
-               ) -> tuple[WorkloadState, ...]:
-    lq_map = {key: str((o.get("spec") or {}).get("clusterQueue", ""))
-              for key, o in objs.local_queues.items()}
+def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
+               iso: Isolator | None = None) -> tuple[WorkloadState, ...]:
+    iso = iso or Isolator()
+    lq_map = {key: str(spec.get("clusterQueue", "")) for key, o in objs.local_queues.items()
+              if isinstance(spec := o.get("spec") or {}, dict)}
     checks = check_names(objs.admission_checks.values())
     lq_key = hash(frozenset(lq_map.items()))
     states: list[WorkloadState] = []
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
-    pod_reports = pod_checkpoints(objs.pods.values(), objs.workloads.values())
+    pod_reports = iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: pod_checkpoints(
+        objs.pods.values(), objs.workloads.values())) or {}
     for wname, o in sorted(objs.workloads.items()):
         meta = o.get("metadata") or {}
         wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
@@ -242,7 +294,10 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None
         if whit is not None and whit[0] == wkey:
             ws = _waited(whit[1], whit[2], now)
         else:
-            ws = workload(o, now, local_queues=lq_map, checks=checks)
+            got = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks)
+            if got is None:
+                continue
+            ws = got
         if wkey[0]:
             kept[wname] = (wkey, ws, None if _timeless(ws) else
                            parse_time(meta.get("creationTimestamp")))

@@ -165,6 +165,15 @@ class GridEventState:
         return str((self.conditions.get("BaselineObserved") or {}).get("message", ""))
 
 
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An object left out of the snapshot because it cannot be used (m2g.k8s.isolate)."""
+
+    kind: str
+    name: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one reconcile decides on."""
@@ -180,6 +189,8 @@ class ClusterSnapshot:
     #: (time, site kW) of the recent fresh site-draw readings, oldest first (the controller
     #: keeps them): percentage events measure their baseline on them.
     draw_history: tuple[tuple[datetime, float], ...] = ()
+    #: Objects left out of this snapshot, and why (reported; everything else is decided).
+    rejected: tuple[Rejected, ...] = ()
 
     @property
     def now(self) -> datetime:
