@@ -91,7 +91,8 @@ def test_monitoring_component_is_accepted(kubeconfig: Path, deployed: str) -> No
     if extra:
         install_extra_crds(kubeconfig, Path(extra))
     docs = objects(render("deploy/overlays/monitoring"))
-    dashboard = [o for o in docs if o["kind"] == "ConfigMap"]
+    dashboard = [o for o in docs if o["kind"] == "ConfigMap"
+                 and o["metadata"]["name"] == "m2g-grafana-dashboard"]
     assert len(dashboard) == 1
     kubectl(kubeconfig, "apply", "--server-side", "--dry-run=server", "-f", "-",
             stdin=json.dumps(dashboard[0]))
