@@ -47,10 +47,11 @@ from urllib3.exceptions import HTTPError
 REPO = Path(__file__).resolve().parent.parent
 M2G = Path(sys.executable).parent / "m2g"
 LOCALCP = [sys.executable, str(REPO / "kind-e2e" / "localcp")]
+SITE_CONFIG = REPO / "deploy" / "controller" / "site-config.yaml"
 SITE_BUDGET_KW = 400.0  # contracted import capacity: above the factory's full draw (~260 kW)
 CUT = 0.30  # the grid asks for 30 % less than the draw when the event fires
 EVENT_LENGTH = timedelta(minutes=2)
-DRAW_QUERY = "sum(m2g_sim_rack_power_kilowatts)"
+DRAW_QUERY = "sum(facility_pdu_power_watts) / 1000"  # kW, as m2g reads the racks
 
 MIX = (
     Spec("pretrain-405b", "prod-training", "training", 0, 40, 1.34, "m2g-training",
@@ -222,9 +223,9 @@ def start_components(d: Demo) -> None:
                str(d.kubeconfig), "--port", str(sim_port), "--interval", "2"],
                logs / "simulator.log").start()
     d.procs.append(sim)
-    sim.wait_ready(lambda: b"m2g_sim_rack_power_kilowatts{" in http_get(f"{d.sim}/metrics")[1],
-                   30)
-    say(d, f"telemetry simulator: {d.sim}/metrics (GPU power/temperature, rack kW)")
+    sim.wait_ready(lambda: b"facility_pdu_power_watts{" in http_get(f"{d.sim}/metrics")[1], 30)
+    say(d, f"telemetry simulator: {d.sim}/metrics (DCGM GPU power/temperature/XID, PDU and "
+        "rack sensor series)")
     tsdb = d.work / "prometheus" / "tsdb"
     if tsdb.exists():
         subprocess.run(["rm", "-rf", str(tsdb)], check=False)
@@ -235,8 +236,10 @@ def start_components(d: Demo) -> None:
     d.procs.append(prom)
     prom.wait_ready(lambda: site_draw(d) is not None, 45)
     say(d, f"Prometheus: {d.prom} scraping the simulator every 2 s")
-    m2g = Proc("m2g run", [str(M2G), "run", "--kubeconfig", str(d.kubeconfig), "--prometheus",
-               d.prom, "--policies", str(REPO / "policies"), "--metrics-host", "127.0.0.1",
+    # the Deployment's site configuration (deploy/controller/site-config.yaml: DCGM and facility
+    # series, planner settings); --prometheus points it at the local Prometheus
+    m2g = Proc("m2g run", [str(M2G), "run", "--config", str(SITE_CONFIG), "--kubeconfig",
+               str(d.kubeconfig), "--prometheus", d.prom, "--policies", str(REPO / "policies"), "--metrics-host", "127.0.0.1",
                "--metrics-port", str(metrics_port), "--resync-seconds", "2", "--check-name",
                "m2g-policy", "--identity", "m2g-demo"], logs / "m2g-run.log").start()
     d.procs.append(m2g)

@@ -1,8 +1,8 @@
 """A Prometheus stand-in with fixed readings, for tests whose output must not drift.
 
 It answers the instant-query API (``/api/v1/query``) for the facility series m2g reads by
-default (m2g.signals.config): rack power and inlet per rack, power per power domain, each a
-constant; ``timestamp(q)`` answers the evaluation time (a reading scraped just now); any other
+default (m2g.signals.config): power (one PDU series per rack, W) and inlet per rack, power per
+power domain (W), each a constant; ``timestamp(q)`` answers the evaluation time (a reading scraped just now); any other
 query an empty vector (no GPU series: GPUs count as healthy, their signals as missing).
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Iterator, Mapping
 
 Series = Mapping[str, Mapping[str, float]]  # metric → {key label value → value}
 
-KEYS = {"m2g_sim_rack_power_kilowatts": "rack", "m2g_sim_rack_inlet_celsius": "rack",
-        "m2g_sim_rack_coolant_supply_celsius": "rack",
-        "m2g_sim_power_domain_power_kilowatts": "power_domain"}
+KEYS = {"facility_pdu_power_watts": "rack", "facility_rack_inlet_temperature_celsius": "rack",
+        "facility_rack_coolant_supply_temperature_celsius": "rack",
+        "facility_power_domain_power_watts": "power_domain"}
 
 
 def _handler(series: Series) -> type[http.server.BaseHTTPRequestHandler]:

@@ -24,6 +24,9 @@ import yaml
 from e2e_helpers import REPO, wait_until
 from localcp.paths import binary
 
+#: The site configuration the Deployment mounts (ConfigMap m2g-config).
+SITE_CONFIG = REPO / "deploy" / "controller" / "site-config.yaml"
+
 Obj = dict[str, Any]
 QUEUES = ("prod-training", "research", "inference")  # kueue-config's tenant ClusterQueues
 
@@ -165,9 +168,12 @@ def http_get(url: str) -> tuple[int, str]:
 @contextlib.contextmanager
 def controller(kubeconfig: Path, log: Path, *args: str) -> Iterator[str]:
     """``m2g run --kubeconfig <kubeconfig> --leader-elect ... <args>`` in a subprocess, as the
-    Deployment runs it; yields its base URL once /readyz answers 200; stopped afterwards."""
+    Deployment runs it — with ``--prometheus URL`` in ``args`` also with the Deployment's site
+    configuration (the flag overrides its in-cluster URL); yields its base URL once /readyz
+    answers 200; stopped afterwards."""
     port = _free_port()
-    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", "run",
+    site = ["--config", str(SITE_CONFIG)] if "--prometheus" in args else []
+    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", "run", *site,
            "--kubeconfig", str(kubeconfig), "--leader-elect", "--lease-namespace", "m2g-system",
            "--metrics-host", "127.0.0.1", "--metrics-port", str(port), *args]
     url = f"http://127.0.0.1:{port}"

@@ -124,10 +124,11 @@ def wl_name(kubeconfig: Path, namespace: str, job_name: str) -> str:
 
 
 # Readings of the fake Prometheus: both racks at 60 kW and 25 °C (site 120 kW of 400).
-SERIES = {"m2g_sim_rack_power_kilowatts": {"rack-000": 60.0, "rack-001": 60.0},
-          "m2g_sim_rack_inlet_celsius": {"rack-000": 25.0, "rack-001": 25.0},
-          "m2g_sim_rack_coolant_supply_celsius": {"rack-000": 30.0, "rack-001": 30.0},
-          "m2g_sim_power_domain_power_kilowatts": {"pd-00": 60.0, "pd-01": 60.0}}
+SERIES = {"facility_pdu_power_watts": {"rack-000": 60_000.0, "rack-001": 60_000.0},
+          "facility_rack_inlet_temperature_celsius": {"rack-000": 25.0, "rack-001": 25.0},
+          "facility_rack_coolant_supply_temperature_celsius": {"rack-000": 30.0,
+                                                               "rack-001": 30.0},
+          "facility_power_domain_power_watts": {"pd-00": 60_000.0, "pd-01": 60_000.0}}
 
 
 @dataclass(frozen=True)

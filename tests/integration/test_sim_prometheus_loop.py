@@ -1,6 +1,8 @@
 """The closed signal loop without a cluster: simulator → real Prometheus scrape → adapter.
 
-A fake node/pod source stands in for the API server (the e2e suite uses the real one).
+The adapter reads with the Deployment's site configuration (deploy/controller/site-config.yaml,
+the path a real site configures: DCGM series per GPU, PDU and rack-sensor series per rack). A
+fake node/pod source stands in for the API server (the e2e suite uses the real one).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import httpx
 import pytest
 from prometheus.server import PrometheusServer
 
+from m2g.config import load_site_config
 from m2g.model import labels as L
 from m2g.signals import PrometheusClient, SignalConfig, SignalName, build_readings
 from m2g.signals.prometheus import fetch_signals
@@ -24,6 +27,7 @@ from m2g.sim.faults import Fault, FaultKind
 from m2g_controllers.simulator import Simulator, make_server
 
 Obj = dict[str, Any]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Source:
@@ -82,7 +86,8 @@ async def read_until(prom: PrometheusServer, cfg: SignalConfig, want: Any,
 async def test_simulated_power_and_faults_reach_the_adapter(
         sim_and_prometheus: tuple[Simulator, PrometheusServer]) -> None:
     sim, prom = sim_and_prometheus
-    cfg = SignalConfig(url=prom.url)
+    site = load_site_config(REPO / "deploy" / "controller" / "site-config.yaml")
+    cfg = site.signal_config().model_copy(update={"url": prom.url})
     r = await read_until(prom, cfg, lambda r: len(r.nodes) == 4
                          and r.racks["rack-001"].power_kw.value is not None)
     busy, idle = r.nodes["gpu-r000-n00"].power_w, r.nodes["gpu-r001-n01"].power_w
@@ -92,6 +97,9 @@ async def test_simulated_power_and_faults_reach_the_adapter(
     r0, r1 = r.racks["rack-000"].power_kw.value, r.racks["rack-001"].power_kw.value
     assert r0 is not None and r1 is not None and r0 > r1 + 3.0
     assert r.domains["pd-00"].power_kw.value == pytest.approx(r0 + r1, rel=0.01)
+    # the rack is the sum of its 8 power shelves (aggregate: sum), in kW (scale 0.001)
+    assert r.status[SignalName.RACK_POWER_KW].fresh == 2
+    assert r0 == pytest.approx(sim.state.racks["rack-000"].power_kw, rel=0.01)  # type: ignore[union-attr]
 
     sim.add_fault(Fault(kind=FaultKind.COOLING_DEGRADED, rack="rack-001", delta_c=12))
     sim.offset[0] += 120.0  # type: ignore[attr-defined]  # one coolant time constant later

@@ -122,12 +122,12 @@ MALFORMED: list[Any] = [
 async def test_malformed_answers_are_one_signal_error(result: Any) -> None:
     def handler(req: httpx.Request) -> httpx.Response:
         q = req.url.params["query"]
-        if "m2g_sim_rack_power_kilowatts" in q:
+        if "facility_pdu_power_watts" in q:
             return answer(result)
         return answer([])
 
     with pytest.raises(PermanentError):
-        await client(handler).query("m2g_sim_rack_power_kilowatts")
+        await client(handler).query("facility_pdu_power_watts")
     out = await fetch_signals(client(handler), SignalConfig())
     assert not out[SignalName.RACK_POWER_KW].ok
     assert all(f.ok for n, f in out.items() if n != SignalName.RACK_POWER_KW)
@@ -139,7 +139,7 @@ async def test_malformed_answers_are_one_signal_error(result: Any) -> None:
 async def test_a_huge_number_reads_invalid_not_an_error() -> None:
     def handler(req: httpx.Request) -> httpx.Response:
         q = req.url.params["query"]
-        if "m2g_sim_rack_power_kilowatts" in q:
+        if "facility_pdu_power_watts" in q:
             value = str(NOW) if q.startswith("timestamp(") else "1" * 400  # float: inf
             return answer([{"metric": {"rack": "r0"}, "value": [NOW, value]}])
         return answer([])

@@ -130,7 +130,7 @@ async def test_read_signals_turns_failures_into_missing_readings() -> None:
 
     def handler(req: httpx.Request) -> httpx.Response:
         q = req.url.params["query"]
-        if "rack_power" in q:
+        if "facility_pdu_power_watts" in q:
             return httpx.Response(503, text="down")
         if "DCGM_FI_DEV_POWER_USAGE" in q:
             value = 995.0 if q.startswith("timestamp(") else 700.0  # scraped 5 s ago

@@ -93,7 +93,7 @@ def test_config_defaults_partial_override_and_errors(tmp_path: Path) -> None:
     f.write_text("url: http://prom:9090\nsignals:\n  rack_inlet_c:\n    max_age_seconds: 15\n")
     cfg = load_signal_config(f)
     assert cfg.spec(SignalName.RACK_INLET_C).max_age_seconds == 15
-    assert cfg.spec(SignalName.RACK_INLET_C).query == "m2g_sim_rack_inlet_celsius"
+    assert cfg.spec(SignalName.RACK_INLET_C).query == "facility_rack_inlet_temperature_celsius"
     with pytest.raises(Exception):  # noqa: B017 - frozen
         cfg.url = "x"  # type: ignore[misc]
     f.write_text("signals:\n  rack_power:\n    query: x\n")

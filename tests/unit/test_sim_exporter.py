@@ -104,8 +104,8 @@ def test_http_metrics_and_faults(server: tuple[str, Simulator]) -> None:
     code, text = call(url + "/metrics")
     assert code == 200
     names = {f.name for f in text_string_to_metric_families(text.decode())}
-    assert {"DCGM_FI_DEV_POWER_USAGE", "m2g_sim_rack_power_kilowatts",
-            "m2g_sim_power_domain_power_kilowatts"} <= names
+    assert {"DCGM_FI_DEV_POWER_USAGE", "facility_pdu_power_watts",
+            "facility_power_domain_power_watts"} <= names
     code, body = call(url + "/faults", "POST", b'{"kind": "tray-failed", "node": "n0"}')
     assert code == 201 and json.loads(body)["node"] == "n0"
     code, body = call(url + "/faults", "POST", b'{"kind": "cooling-degraded"}')

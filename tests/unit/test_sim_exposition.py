@@ -29,18 +29,25 @@ def test_render_dcgm_and_facility_series() -> None:
     power = {(lb["Hostname"], lb["gpu"]): v for lb, v in m["DCGM_FI_DEV_POWER_USAGE"]}
     assert len(power) == 8
     assert power[("n0", "0")] > 1000 > 300 > power[("n1", "0")]
-    labels = m["DCGM_FI_DEV_GPU_TEMP"][0][0]
-    assert set(labels) == {"gpu", "UUID", "device", "modelName", "Hostname"}
+    by_gpu = {(lb["Hostname"], lb["gpu"]): lb for lb, _ in m["DCGM_FI_DEV_GPU_TEMP"]}
+    labels = by_gpu[("n0", "0")]
+    assert set(labels) == {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+                           "container", "namespace", "pod"}
     assert labels["modelName"] == "NVIDIA GB300" and labels["UUID"].startswith("GPU-")
+    assert (labels["pod"], labels["container"]) == ("p", "main")  # DCGM's pod mapping
+    assert by_gpu[("n1", "0")]["pod"] == ""  # idle: no pod (Prometheus stores no label)
     xids = {(lb["Hostname"], lb["gpu"]): v for lb, v in m["DCGM_FI_DEV_XID_ERRORS"]}
     assert xids[("n1", "3")] == 79 and xids[("n0", "3")] == 0
-    (rack_labels, kw), = m["m2g_sim_rack_power_kilowatts"]
-    assert rack_labels == {"rack": "rack-000", "power_domain": "pd-00", "block": "block-00",
-                           "clique": "uuid.0"}
-    assert kw == pytest.approx(sum(power.values()) / 1000 + 2 * 1.85, abs=0.01)
-    assert m["m2g_sim_power_domain_power_kilowatts"] == [({"power_domain": "pd-00"},
-                                                          pytest.approx(kw))]
-    assert m["m2g_sim_rack_inlet_celsius"][0][1] > 25
-    assert m["m2g_sim_rack_coolant_supply_celsius"][0][1] == pytest.approx(30)
+    shelves = m["facility_pdu_power_watts"]
+    assert len(shelves) == 8
+    assert {lb["pdu"] for lb, _ in shelves} == {f"rack-000-ps{i}" for i in range(8)}
+    assert all(lb["rack"] == "rack-000" and lb["power_domain"] == "pd-00" for lb, _ in shelves)
+    watts = sum(v for _, v in shelves)
+    assert watts == pytest.approx(sum(power.values()) + 2 * 1850, abs=1)
+    assert m["facility_power_domain_power_watts"] == [({"power_domain": "pd-00"},
+                                                       pytest.approx(watts, abs=1))]
+    assert m["facility_rack_inlet_temperature_celsius"][0][1] > 25
+    assert m["facility_rack_coolant_supply_temperature_celsius"][0] == (
+        {"rack": "rack-000", "power_domain": "pd-00"}, pytest.approx(30))
     assert m["m2g_sim_fault_active"] == [({"kind": "tray-failed", "target": "n1"}, 1.0)]
     assert m["m2g_sim_state_timestamp_seconds"] == [({}, 10.0)]

@@ -1,11 +1,12 @@
 """Which PromQL feeds which signal, and how old its value may be before it counts as stale.
 
-``SignalConfig`` is frozen; the defaults read NVIDIA DCGM exporter series for GPUs and the factory
-telemetry simulator's facility series (``m2g_sim_*``) for racks and power domains. A site points
-the facility signals at its own DCIM/BMS exporter by overriding ``query`` and ``key_label`` in a
-YAML file (``load_signal_config``). Default queries are plain selectors on purpose: then
-``timestamp(<query>)`` is the age of each sample; an aggregating query only ages with Prometheus's
-look-back window (docs/signals.md).
+``SignalConfig`` is frozen; the defaults read NVIDIA DCGM exporter series for GPUs and the
+``facility_*`` series (PDU power, rack inlet and coolant, power-domain feeds; see below) for
+racks and power domains. A site points the facility signals at its own DCIM/BMS exporter by
+overriding ``query`` and ``keyLabel`` in its site configuration (docs/configuration.md).
+Default queries are plain selectors on purpose: then ``timestamp(<query>)`` is the age of each
+sample; an aggregating query only ages with Prometheus's look-back window (docs/signals.md);
+several series per rack are combined by m2g (``aggregate``), not by PromQL.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ class SignalSpec(BaseModel):
 
 DCGM_HOST_LABEL = "Hostname"
 
+#: The facility series m2g reads by default (docs/configuration.md): one per PDU / power shelf
+#: (label ``rack``, summed), per rack inlet and coolant sensor (label ``rack``, the hottest
+#: counts) and per power-domain feed (label ``power_domain``, summed), in base units. A site
+#: maps its DCIM / BMS exporter onto these names with recording rules, or points each signal's
+#: query at its own series in the site configuration; the telemetry simulator exports them.
+FACILITY_PDU_POWER = "facility_pdu_power_watts"
+FACILITY_RACK_INLET = "facility_rack_inlet_temperature_celsius"
+FACILITY_RACK_COOLANT = "facility_rack_coolant_supply_temperature_celsius"
+FACILITY_DOMAIN_POWER = "facility_power_domain_power_watts"
+
 DEFAULT_SIGNALS: dict[SignalName, SignalSpec] = {
     SignalName.GPU_POWER_W: SignalSpec(
         query="DCGM_FI_DEV_POWER_USAGE", scope=SignalScope.GPU,
@@ -84,17 +95,17 @@ DEFAULT_SIGNALS: dict[SignalName, SignalSpec] = {
         query="DCGM_FI_DEV_XID_ERRORS", scope=SignalScope.GPU,
         key_label=DCGM_HOST_LABEL, max_age_seconds=120),
     SignalName.RACK_POWER_KW: SignalSpec(
-        query="m2g_sim_rack_power_kilowatts", scope=SignalScope.RACK,
-        key_label="rack", max_age_seconds=60),
+        query=FACILITY_PDU_POWER, scope=SignalScope.RACK, key_label="rack",
+        max_age_seconds=60, scale=0.001, aggregate=Aggregate.SUM),
     SignalName.RACK_INLET_C: SignalSpec(
-        query="m2g_sim_rack_inlet_celsius", scope=SignalScope.RACK,
-        key_label="rack", max_age_seconds=120),
+        query=FACILITY_RACK_INLET, scope=SignalScope.RACK, key_label="rack",
+        max_age_seconds=120, aggregate=Aggregate.MAX),
     SignalName.COOLANT_TEMP_C: SignalSpec(
-        query="m2g_sim_rack_coolant_supply_celsius", scope=SignalScope.RACK,
-        key_label="rack", max_age_seconds=120),
+        query=FACILITY_RACK_COOLANT, scope=SignalScope.RACK, key_label="rack",
+        max_age_seconds=120, aggregate=Aggregate.MAX),
     SignalName.DOMAIN_POWER_KW: SignalSpec(
-        query="m2g_sim_power_domain_power_kilowatts", scope=SignalScope.POWER_DOMAIN,
-        key_label="power_domain", max_age_seconds=60),
+        query=FACILITY_DOMAIN_POWER, scope=SignalScope.POWER_DOMAIN, key_label="power_domain",
+        max_age_seconds=60, scale=0.001, aggregate=Aggregate.SUM),
 }
 
 

@@ -167,10 +167,14 @@ def _keyed(samples: Sequence[Sample] | None, label: str, now: float, max_age: fl
                for k, s in _latest(_plausible(samples, now), (label,)).items()}
     else:  # every distinct series of a key is one part (a PDU of the rack, a sensor)
         parts: dict[str, list[SignalReading]] = {}
-        for s in samples or ():
-            if label in s.labels:
-                parts.setdefault(s.labels[label], []).append(
-                    SignalReading.of(s.value, now - s.timestamp, max_age, bounds))
+        newest: dict[tuple[tuple[str, str], ...], Sample] = {}
+        for s in _plausible(samples, now):  # a series twice (federation, replay): newest counts
+            if label in s.labels and (s.identity() not in newest
+                                      or s.timestamp > newest[s.identity()].timestamp):
+                newest[s.identity()] = s
+        for s in newest.values():
+            parts.setdefault(s.labels[label], []).append(
+                SignalReading.of(s.value, now - s.timestamp, max_age, bounds))
         how = "sum" if aggregate is Aggregate.SUM else "max"
         out = {key: _combine(p, how, max_age) for key, p in parts.items()}
     for name in expected:

@@ -1,5 +1,7 @@
-"""A factory state as Prometheus metrics: DCGM exporter names per GPU, facility series per rack
-and power domain (units in the names), and the active faults.
+"""A factory state as Prometheus metrics: DCGM exporter names and labels per GPU, the facility
+series a site's DCIM would give (per power shelf, per rack sensor, per power domain; the names
+m2g reads by default, so ``m2g run`` reads the simulator as it reads a real site) and the active
+faults (``m2g_sim_*``, the simulator's own).
 
 ``FactoryCollector`` reads the current state through a callable at scrape time, so the exporter
 registers it once; ``render(state)`` is the same text for one state (tests, debugging).
@@ -13,10 +15,28 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from m2g.signals.config import (
+    FACILITY_DOMAIN_POWER,
+    FACILITY_PDU_POWER,
+    FACILITY_RACK_COOLANT,
+    FACILITY_RACK_INLET,
+)
 from m2g.sim.model import FactoryState
 
-GPU_LABELS = ("gpu", "UUID", "device", "modelName", "Hostname")
-RACK_LABELS = ("rack", "power_domain", "block", "clique")
+#: The DCGM exporter's labels (field-notes §8.1), with its pod mapping (``pod``, ``namespace``,
+#: ``container``: empty while a GPU is idle, which Prometheus stores as absent).
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+              "container", "namespace", "pod")
+PDU_LABELS = ("rack", "pdu", "power_domain")
+RACK_LABELS = ("rack", "power_domain")
+#: A GB300 NVL72 rack is fed by 8 power shelves (field-notes §7); each reads an equal share.
+POWER_SHELVES_PER_RACK = 8
+
+
+def _gpu_labels(index: int, uuid: str, product: str, node: str, pod: str) -> list[str]:
+    namespace, _, name = pod.rpartition("/")  # PodLoad names are "namespace/name"
+    return [str(index), uuid, f"00000000:{index + 1:02X}:00.0", f"nvidia{index}", product, node,
+            "main" if pod else "", namespace, name]
 
 
 class FactoryCollector(Collector):
@@ -38,33 +58,12 @@ class FactoryCollector(Collector):
         for name, gpus in state.gpus.items():
             node = state.nodes[name]
             for g in gpus:
-                labels = [str(g.index), g.uuid, f"nvidia{g.index}", node.product, name]
+                labels = _gpu_labels(g.index, g.uuid, node.product, name, g.pod)
                 power.add_metric(labels, round(g.power_w, 3))
                 temp.add_metric(labels, round(g.temp_c, 2))
                 xid.add_metric(labels, float(g.xid))
         yield from (power, temp, xid)
-
-        rack_kw = GaugeMetricFamily("m2g_sim_rack_power_kilowatts",
-                                    "Simulated IT power of the rack (kW).", labels=RACK_LABELS)
-        inlet = GaugeMetricFamily("m2g_sim_rack_inlet_celsius",
-                                  "Simulated rack air inlet temperature (°C).",
-                                  labels=RACK_LABELS)
-        coolant = GaugeMetricFamily("m2g_sim_rack_coolant_supply_celsius",
-                                    "Simulated coolant supply temperature at the rack (°C).",
-                                    labels=RACK_LABELS)
-        for r in state.racks.values():
-            labels = [r.name, r.power_domain, r.block, r.clique]
-            rack_kw.add_metric(labels, round(r.power_kw, 4))
-            inlet.add_metric(labels, round(r.inlet_c, 3))
-            coolant.add_metric(labels, round(r.coolant_c, 3))
-        yield from (rack_kw, inlet, coolant)
-
-        domain = GaugeMetricFamily("m2g_sim_power_domain_power_kilowatts",
-                                   "Simulated IT power of the power domain (kW).",
-                                   labels=("power_domain",))
-        for name, kw in state.domains.items():
-            domain.add_metric([name], round(kw, 4))
-        yield domain
+        yield from _facility(state)
 
         faults = GaugeMetricFamily("m2g_sim_fault_active", "Injected faults (1 = active).",
                                    labels=("kind", "target"))
@@ -74,6 +73,28 @@ class FactoryCollector(Collector):
         yield GaugeMetricFamily("m2g_sim_state_timestamp_seconds",
                                 "Simulated time of the last model step (Unix s).",
                                 value=state.time)
+
+
+def _facility(state: FactoryState) -> Iterator[GaugeMetricFamily]:
+    """The facility series m2g reads by default (m2g.signals.config.FACILITY_*), as a DCIM /
+    BMS exporter would give them: PDU power, rack inlet, coolant supply, power-domain feeds."""
+    pdu = GaugeMetricFamily(FACILITY_PDU_POWER, "Input power of a rack power shelf (W).",
+                            labels=PDU_LABELS)
+    inlet = GaugeMetricFamily(FACILITY_RACK_INLET, "Rack air inlet temperature (°C).",
+                              labels=RACK_LABELS)
+    coolant = GaugeMetricFamily(FACILITY_RACK_COOLANT,
+                                "Coolant supply temperature at the rack (°C).", labels=RACK_LABELS)
+    for r in state.racks.values():
+        share = round(r.power_kw * 1000.0 / POWER_SHELVES_PER_RACK, 2)
+        for shelf in range(POWER_SHELVES_PER_RACK):
+            pdu.add_metric([r.name, f"{r.name}-ps{shelf}", r.power_domain], share)
+        inlet.add_metric([r.name, r.power_domain], round(r.inlet_c, 3))
+        coolant.add_metric([r.name, r.power_domain], round(r.coolant_c, 3))
+    domain = GaugeMetricFamily(FACILITY_DOMAIN_POWER, "IT power of a power domain (W).",
+                               labels=("power_domain",))
+    for name, kw in state.domains.items():
+        domain.add_metric([name], round(kw * 1000.0, 1))
+    yield from (pdu, inlet, coolant, domain)
 
 
 def render(state: FactoryState) -> bytes:
