@@ -15,11 +15,12 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from m2g.config.checks import CheckConfig, CheckSetup, resolve_checks
 from m2g.model.cluster import ClusterSnapshot
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
@@ -64,7 +65,13 @@ class Cluster(Protocol):
 
     async def policy_status(self, result: LoadResult) -> None: ...
 
-    async def ensure_check_active(self, name: str) -> None: ...
+    def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
+        """The AdmissionChecks with controllerName m2g.io/policy: name → spec.parameters."""
+        ...
+
+    async def ensure_checks(self, setups: Mapping[str, CheckSetup]) -> None:
+        """Each check's Active condition as its setup says (the default check created)."""
+        ...
 
 
 @dataclass
@@ -91,10 +98,12 @@ class Manager:
                  resync_seconds: float = 10.0, policy_dir: Any = None,
                  decision_log: DecisionLog | None = None,
                  unready_failing_seconds: float = UNREADY_FAILING_SECONDS,
-                 unready_stale_seconds: float | None = None) -> None:
+                 unready_stale_seconds: float | None = None,
+                 check_configs: Mapping[str, CheckConfig] | None = None) -> None:
         self.cluster, self.store, self.metrics = cluster, store, metrics
         self.decision_log = decision_log  # m2g run --decision-log: the leader records
         self.config = config or PlannerConfig()
+        self.check_configs = dict(check_configs or {})
         self.shadow, self.is_leader, self.clock = shadow, is_leader, clock
         self.resync_seconds = resync_seconds
         self.policy_dir = policy_dir
@@ -202,12 +211,16 @@ class Manager:
         if evaluator is None:
             raise RuntimeError(self.store.last.summary())
         snap = await self.cluster.snapshot(self.clock())
-        plan = make_plan(snap, evaluator, self.config)
+        setups = resolve_checks(self.cluster.m2g_checks(), self.config.check_name,
+                                self.check_configs, evaluator.policy_set.names())
+        own = {name: self.store.selection(s.policies) if s.active else None
+               for name, s in setups.items() if s.policies is not None or not s.active}
+        plan = make_plan(snap, evaluator, self.config, check_evaluators=own)
         self.state.wake_at = plan.wake_at
         self._observe(snap, plan)
         if self.is_leader():
             if not self.shadow:
-                await self.cluster.ensure_check_active(self.config.check_name)
+                await self.cluster.ensure_checks(setups)
             try:
                 for line in await self.cluster.apply(plan, shadow=self.shadow):
                     log.info(line)

@@ -39,6 +39,7 @@ class PolicyStore:
         self._digest = ""
         self.evaluator: Evaluator | None = None
         self.last = LoadResult(False, False)
+        self._selections: dict[tuple[str, tuple[str, ...]], Evaluator] = {}
 
     @property
     def version(self) -> str:
@@ -48,6 +49,18 @@ class PolicyStore:
     @property
     def policy_set(self) -> PolicySet | None:
         return self.evaluator.policy_set if self.evaluator else None
+
+    def selection(self, names: tuple[str, ...] | None) -> Evaluator | None:
+        """An Evaluator of only these policies of the current set (None: the whole set), kept
+        until the set changes so its compiled batches are reused."""
+        if self.evaluator is None or names is None:
+            return self.evaluator
+        key = (self._digest, names)
+        if key not in self._selections:
+            self._selections = {k: v for k, v in self._selections.items()
+                                if k[0] == self._digest}
+            self._selections[key] = Evaluator(self.evaluator.policy_set.select(names))
+        return self._selections[key]
 
     def load_objects(self, objects: list[dict[str, Any]]) -> LoadResult:
         texts = policy_texts(objects)

@@ -82,8 +82,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
     p.add_argument("--resync-seconds", type=float, default=10.0,
                    help="reconcile at least this often, changes or not")
-    p.add_argument("--check-name", default="m2g-policy",
-                   help="the AdmissionCheck m2g keeps Active and answers")
+    p.add_argument("--check-name",
+                   help="the AdmissionCheck m2g creates and keeps Active (default: "
+                        "admissionChecks.name, m2g-policy); every check with controllerName "
+                        "m2g.io/policy is answered")
     p.add_argument("--engine", choices=["cel-expr-python", "cel-python"],
                    help="CEL runtime (default: cel-expr-python, else cel-python)")
     p.add_argument("--log-level", default="info", help="debug, info, warning or error")
@@ -161,10 +163,12 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     metrics = Metrics()
     elector = LeaderElector(kube, settings.lease_name, settings.lease_namespace,
                             args.identity) if args.leader_elect else None
-    planner = settings.site.planner_config(PlannerConfig(check_name=args.check_name))
+    checks = settings.site.admission_checks
+    planner = settings.site.planner_config(PlannerConfig(
+        check_name=args.check_name or checks.name))
     cluster.draw_history.keep_seconds = planner.draw_history_seconds
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
-                      config=planner, shadow=args.shadow,
+                      config=planner, shadow=args.shadow, check_configs=checks.configs,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                       resync_seconds=args.resync_seconds, policy_dir=args.policies,
                       clock=clock, decision_log=DecisionLog(

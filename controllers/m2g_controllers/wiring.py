@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from m2g.config.checks import CheckSetup
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier
 from m2g.k8s.build import ClusterObjects, SnapshotMemo
@@ -144,18 +145,38 @@ class K8sCluster:
             except k.KubeError as exc:
                 log.warning("status of Policy %s not written: %s", name, exc)
 
-    async def ensure_check_active(self, name: str) -> None:
-        """Recreate the check or its Active condition if lost; the watch cache says whether it
-        is in place, so a healthy check costs no request."""
-        if not _active(self.caches["admission_checks"].get(name)):
-            await self.applier.ensure_admission_check_active(name)
+    def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
+        return {str(name): (ac.get("spec") or {}).get("parameters")
+                for name, ac in self.caches["admission_checks"].view().items()
+                if (ac.get("spec") or {}).get("controllerName") == CHECK_CONTROLLER}
+
+    async def ensure_checks(self, setups: Mapping[str, CheckSetup]) -> None:
+        """Every check of m2g's with the Active condition its setup says (the default one
+        created if lost); the watch cache says whether it is in place, so a check in the right
+        state costs no request."""
+        for name, setup in setups.items():
+            cached = self.caches["admission_checks"].get(name)
+            if cached is None and setup.reason != "Active":
+                continue  # only the default check is created, and it is never broken
+            if _condition_is(cached, setup):
+                continue
+            try:
+                await self.applier.ensure_admission_check_active(
+                    name, active=setup.active, reason=setup.reason, message=setup.message)
+            except k.PermanentError as exc:  # one check's trouble stops no other check
+                log.warning("AdmissionCheck %s: %s", name, exc)
+            if not setup.active:
+                log.warning("AdmissionCheck %s is not Active: %s", name, setup.message)
 
 
-def _active(check: dict[str, Any] | None) -> bool:
-    """An AdmissionCheck of m2g's whose Active condition is True for its current generation."""
+def _condition_is(check: dict[str, Any] | None, setup: CheckSetup) -> bool:
+    """An AdmissionCheck of m2g's whose Active condition is the setup's for its current
+    generation."""
     if check is None or (check.get("spec") or {}).get("controllerName") != CHECK_CONTROLLER:
         return False
     generation = (check.get("metadata") or {}).get("generation", 1)
-    return any(c.get("type") == "Active" and c.get("status") == "True"
+    want = "True" if setup.active else "False"
+    return any(c.get("type") == "Active" and c.get("status") == want
                and c.get("observedGeneration") == generation
+               and (setup.active or c.get("message") == setup.message)
                for c in (check.get("status") or {}).get("conditions") or [])

@@ -283,3 +283,23 @@ async def test_background_events_do_not_hold_up_the_apply() -> None:
     release.set()
     await ap.drain(timeout=5)
     assert events() == ["Shed"]
+
+
+async def test_a_check_with_bad_parameters_is_set_inactive_and_never_created() -> None:
+    kube, ap, _ = setup()
+    assert not await ap.ensure_admission_check_active("absent", active=False,
+                                                      reason="BadParametersRef", message="x")
+    assert not [k for k in kube.objects if "absent" in k]
+    kube.put(ADMISSION_CHECKS, {"metadata": {"name": "m2g-inference", "generation": 2},
+                                "spec": {"controllerName": "m2g.io/policy"}})
+    assert await ap.ensure_admission_check_active("m2g-inference", active=False,
+                                                  reason="BadParametersRef", message="no cfg")
+    (cond,) = kube.stored(ADMISSION_CHECKS, "m2g-inference")["status"]["conditions"]
+    assert (cond["status"], cond["reason"], cond["message"], cond["observedGeneration"]) == (
+        "False", "BadParametersRef", "no cfg", 2)
+    assert not await ap.ensure_admission_check_active("m2g-inference", active=False,
+                                                      reason="BadParametersRef",
+                                                      message="no cfg")
+    assert await ap.ensure_admission_check_active("m2g-inference")  # fixed: Active again
+    (cond,) = kube.stored(ADMISSION_CHECKS, "m2g-inference")["status"]["conditions"]
+    assert cond["status"] == "True"

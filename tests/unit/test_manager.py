@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from m2g.config.checks import CheckConfig, CheckSetup
 from m2g.model.cluster import (
     CheckState,
     ClusterSnapshot,
@@ -43,15 +45,19 @@ class FakeCluster:
         self.applied: list[tuple[Plan, bool]] = []
         self.statuses: list[LoadResult] = []
         self.activated: list[str] = []
+        self.setups: dict[str, CheckSetup] = {}
+        self.checks: dict[str, dict[str, Any] | None] = {}
+        self.workloads = [("huge", "m2g-policy")]
         self.fail_next = 0
 
     async def snapshot(self, now: datetime) -> ClusterSnapshot:
         if self.fail_next:
             self.fail_next -= 1
             raise ConnectionError("apiserver unreachable")
-        w = WorkloadState("t", "huge", WorkloadView(name="huge", gpus=128), Phase.RESERVED,
-                          check="m2g-policy", check_state=CheckState.PENDING)
-        return ClusterSnapshot(FactorySnapshot(now=now), (w,))
+        ws = tuple(WorkloadState("t", name, WorkloadView(name=name, gpus=128), Phase.RESERVED,
+                                 check=check, check_state=CheckState.PENDING)
+                   for name, check in self.workloads)
+        return ClusterSnapshot(FactorySnapshot(now=now), ws)
 
     def policy_objects(self) -> list[dict[str, Any]]:
         return self.policies
@@ -63,8 +69,12 @@ class FakeCluster:
     async def policy_status(self, result: LoadResult) -> None:
         self.statuses.append(result)
 
-    async def ensure_check_active(self, name: str) -> None:
-        self.activated.append(name)
+    def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
+        return self.checks
+
+    async def ensure_checks(self, setups: Mapping[str, CheckSetup]) -> None:
+        self.activated += [n for n, s in setups.items() if s.active]
+        self.setups = dict(setups)
 
 
 def manager(cluster: FakeCluster, **kw: Any) -> Manager:
@@ -78,6 +88,29 @@ async def test_reconcile_answers_pending_checks() -> None:
     assert plan is not None and plan.checks[0].state is CheckState.REJECTED
     assert c.applied[0][1] is False and c.activated == ["m2g-policy"]
     assert c.statuses[0].accepted
+
+
+async def test_every_check_of_m2g_is_answered_each_with_its_policy_selection() -> None:
+    c = FakeCluster()
+    c.policies.append(policy_obj("huge-only", "workload.gpus > 100000"))
+    ref = {"apiGroup": "m2g.io", "kind": "AdmissionCheckConfig"}
+    c.checks = {"m2g-policy": None, "m2g-inference": {**ref, "name": "lenient"},
+                "m2g-typo": {**ref, "name": "nope"}, "m2g-ghost": {**ref, "name": "ghost"}}
+    c.workloads = [("a", "m2g-policy"), ("b", "m2g-inference"), ("c", "m2g-typo")]
+    m = manager(c, check_configs={"lenient": CheckConfig(policies=("huge-only",)),
+                                  "ghost": CheckConfig(policies=("deleted",))})
+    plan = await m.reconcile()
+    assert plan is not None
+    answers = {u.name: (u.check, u.state) for u in plan.checks}
+    # the default check: every policy (size rejects 128 GPUs); m2g-inference: only huge-only
+    assert answers == {"a": ("m2g-policy", CheckState.REJECTED),
+                       "b": ("m2g-inference", CheckState.READY)}  # m2g-typo: not answered
+    assert c.activated == ["m2g-inference", "m2g-policy"]
+    typo, ghost = c.setups["m2g-typo"], c.setups["m2g-ghost"]
+    assert (typo.active, typo.reason) == (False, "BadParametersRef")
+    assert "no admissionChecks.configs entry 'nope'" in typo.message
+    assert "configured: ghost, lenient" in typo.message
+    assert not ghost.active and "not loaded: deleted" in ghost.message
 
 
 async def test_broken_policy_keeps_the_last_good_set() -> None:

@@ -7,7 +7,9 @@ One YAML document, camelCase keys like a Kubernetes object, every part optional:
 * ``signals`` — which PromQL gives each signal (``SignalSpec``; a partial entry overrides only the
   fields it names, absent signals keep the DCGM / facility defaults);
 * ``planner`` — the planner's knobs (ramp, hysteresis, dwell, caps; ``PlannerConfig``);
-* ``leaderElection`` — the Lease (its namespace defaults to ``$POD_NAMESPACE``).
+* ``leaderElection`` — the Lease (its namespace defaults to ``$POD_NAMESPACE``);
+* ``admissionChecks`` — the check m2g keeps Active and the configurations other checks of
+  m2g's name in their ``spec.parameters`` (``m2g.config.checks``).
 
 Pure apart from reading the file: no clock, no network. ``load_site_config`` turns every problem
 into a ``SiteConfigError`` whose lines point at ``FILE:LINE`` — an unknown key is named with the
@@ -23,6 +25,7 @@ from typing import Any, Final, Literal, get_args, get_origin
 
 from pydantic import BaseModel, Field, ValidationError
 
+from m2g.config.checks import AdmissionCheckSettings
 from m2g.planner.config import PlannerConfig
 from m2g.policy.yamlsrc import parse_documents
 from m2g.signals.config import CAMEL, PrometheusSettings, SignalConfig, SignalSpec
@@ -102,6 +105,7 @@ class SiteConfig(BaseModel):
     signals: dict[str, Any] = Field(default_factory=dict)
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    admission_checks: AdmissionCheckSettings = Field(default_factory=AdmissionCheckSettings)
 
     def signal_config(self) -> SignalConfig:
         """The signals with this site's overrides, and its Prometheus URL and timeout."""

@@ -281,12 +281,14 @@ class Applier:
                               subresource="status", field_manager=self.field_manager)
         return True
 
-    async def ensure_admission_check_active(self, name: str,
-                                            controller: str = CHECK_CONTROLLER) -> bool:
-        """Create the AdmissionCheck if missing and keep its ``Active`` condition True."""
+    async def ensure_admission_check_active(
+            self, name: str, controller: str = CHECK_CONTROLLER, *, active: bool = True,
+            reason: str = "Active", message: str = "m2g answers this admission check") -> bool:
+        """Create the AdmissionCheck if missing (only to make it Active) and keep its ``Active``
+        condition as asked: True, or False with ``reason`` (e.g. ``BadParametersRef``)."""
         ac = await self.kube.get_or_none(ADMISSION_CHECKS, name)
         if ac is None:
-            if not self._record(None, "admissioncheck", name, "create", True):
+            if not active or not self._record(None, "admissioncheck", name, "create", True):
                 return False
             ac = await self.kube.create(ADMISSION_CHECKS, {
                 "apiVersion": ADMISSION_CHECKS.api_version, "kind": ADMISSION_CHECKS.kind,
@@ -296,15 +298,15 @@ class Applier:
             raise PermanentError(f"AdmissionCheck {name} belongs to controller {owner!r}, "
                                  f"not {controller}")
         generation = int((ac.get("metadata") or {}).get("generation", 1))
-        active = next((c for c in (ac.get("status") or {}).get("conditions") or []
-                       if c.get("type") == "Active"), None)
-        if active and active.get("status") == "True" \
-                and active.get("observedGeneration") == generation:
+        status = "True" if active else "False"
+        now = next((c for c in (ac.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Active"), None)
+        if now and now.get("status") == status and now.get("observedGeneration") == generation \
+                and (active or now.get("message") == message):
             return False
-        if not self._record(None, "admissioncheck", name, "Active=True", True):
+        if not self._record(None, "admissioncheck", name, f"Active={status}", True):
             return False
-        cond = {"type": "Active", "status": "True", "reason": "Active",
-                "message": "m2g answers this admission check",
+        cond = {"type": "Active", "status": status, "reason": reason, "message": message,
                 "lastTransitionTime": format_time(self.clock()),
                 "observedGeneration": generation}
         await self.kube.apply(ADMISSION_CHECKS, name, {

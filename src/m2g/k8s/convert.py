@@ -472,14 +472,15 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
             st.get("admission") or {}).get("podSetAssignments") or []),
     )
     check, state, message = "", None, ""
-    for entry in st.get("admissionChecks") or []:
-        if entry.get("name") in checks:
-            check, message = str(entry["name"]), str(entry.get("message", ""))
-            try:
-                state = CheckState(entry.get("state", ""))
-            except ValueError:
-                state = None
-            break
+    mine = [e for e in st.get("admissionChecks") or [] if e.get("name") in checks]
+    # two checks of m2g's on one workload: the one waiting for an answer first, one a reconcile
+    for entry in sorted(mine, key=lambda e: e.get("state") not in ("Pending", None)):
+        check, message = str(entry["name"]), str(entry.get("message", ""))
+        try:
+            state = CheckState(entry.get("state", ""))
+        except ValueError:
+            state = None
+        break
     shed_at = parse_time(annotations.get(SHED_AT))
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,

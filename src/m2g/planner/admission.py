@@ -17,6 +17,8 @@ still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from m2g.model.cluster import CheckState, Phase, WorkloadState
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
@@ -34,15 +36,15 @@ def check_state(decision: Decision) -> CheckState:
     return _STATE[decision]
 
 
-def awaiting(w: WorkloadState, check: str) -> bool:
-    """Does this workload wait for m2g's answer?"""
-    return (w.phase is Phase.RESERVED and w.check == check
+def awaiting(w: WorkloadState) -> bool:
+    """Does this workload wait for m2g's answer (on any AdmissionCheck of m2g's)?"""
+    return (w.phase is Phase.RESERVED and bool(w.check)
             and w.check_state in (CheckState.PENDING, None))
 
 
-def deferred(w: WorkloadState, check: str) -> bool:
+def deferred(w: WorkloadState) -> bool:
     """Did m2g defer this workload, and does Kueue still hold its quota for it?"""
-    return w.phase is Phase.RESERVED and w.check == check and w.check_state is CheckState.RETRY
+    return w.phase is Phase.RESERVED and bool(w.check) and w.check_state is CheckState.RETRY
 
 
 def deciding(result: AdmissionResult) -> list[Reason]:
@@ -62,26 +64,35 @@ def message(result: AdmissionResult) -> str:
     return text[:MAX_MESSAGE]
 
 
-def check_updates(evaluator: Evaluator, builder: InputBuilder,
-                  config: PlannerConfig) -> list[CheckUpdate]:
+def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
+                  check_evaluators: Mapping[str, Evaluator | None] | None = None
+                  ) -> list[CheckUpdate]:
     """A CheckUpdate for every workload whose m2g check is Pending, and a Ready for every
-    deferred one (``deferred``) whose decision is now Admit."""
-    waiting = [w for w in builder.snap.workloads
-               if awaiting(w, config.check_name) or deferred(w, config.check_name)]
-    if not waiting:
-        return []
-    results = evaluator.admission_many([builder.for_workload(w) for w in waiting])
-    out = []
-    for w, res in zip(waiting, results, strict=True):
-        if w.check_state is CheckState.RETRY and res.decision is not Decision.ADMIT:
-            continue
-        out.append(CheckUpdate(
-            namespace=w.namespace, name=w.name, check=config.check_name,
-            state=check_state(res.decision), message=message(res),
-            requeue_after_seconds=None if res.requeue_after_seconds is None else min(
-                res.requeue_after_seconds, config.max_retry_hold_seconds),
-            pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
-            policy=next((r.policy for r in deciding(res)), ""),
-            rule=next((r.rule for r in deciding(res)), ""),
-        ))
-    return out
+    deferred one (``deferred``) whose decision is now Admit. Every AdmissionCheck with
+    controllerName m2g.io/policy is answered, by ``evaluator`` or by its own entry of
+    ``check_evaluators`` (a policy selection, from the check's parameters); a check mapped to
+    None (its parameters are broken: it is not Active) is not answered."""
+    own = check_evaluators or {}
+    groups: dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]] = {}
+    for i, w in enumerate(builder.snap.workloads):
+        ev = own.get(w.check, evaluator) if awaiting(w) or deferred(w) else None
+        if ev is not None:
+            groups.setdefault(id(ev), (ev, []))[1].append((i, w))
+    out: list[tuple[int, CheckUpdate]] = []
+    for ev, waiting in groups.values():
+        results = ev.admission_many([builder.for_workload(w) for _, w in waiting])
+        out += [(i, _update(w, res, config)) for (i, w), res in zip(waiting, results, strict=True)
+                if w.check_state is not CheckState.RETRY or res.decision is Decision.ADMIT]
+    return [u for _, u in sorted(out, key=lambda x: x[0])]  # in the snapshot's order
+
+
+def _update(w: WorkloadState, res: AdmissionResult, config: PlannerConfig) -> CheckUpdate:
+    return CheckUpdate(
+        namespace=w.namespace, name=w.name, check=w.check,
+        state=check_state(res.decision), message=message(res),
+        requeue_after_seconds=None if res.requeue_after_seconds is None else min(
+            res.requeue_after_seconds, config.max_retry_hold_seconds),
+        pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
+        policy=next((r.policy for r in deciding(res)), ""),
+        rule=next((r.rule for r in deciding(res)), ""),
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -21,15 +22,19 @@ from m2g.policy import Evaluator
 
 
 def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
-              config: PlannerConfig | None = None) -> Plan:
+              config: PlannerConfig | None = None, *,
+              check_evaluators: Mapping[str, Evaluator | None] | None = None) -> Plan:
     """Decide every change for this snapshot. Pure and deterministic: the same snapshot and
     policies give the same plan, and a plan already applied yields an empty one. Runs with the
-    cyclic garbage collector paused (m2g.model.collector)."""
+    cyclic garbage collector paused (m2g.model.collector).
+    ``check_evaluators``: AdmissionChecks answered with a policy selection of their own (None:
+    not answered; see ``check_updates``)."""
     with collector_paused():
-        return _make_plan(snap, evaluator, config or PlannerConfig())
+        return _make_plan(snap, evaluator, config or PlannerConfig(), check_evaluators)
 
 
-def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfig) -> Plan:
+def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfig,
+               check_evaluators: Mapping[str, Evaluator | None] | None = None) -> Plan:
     statuses, baselines = event_statuses(snap, config, format_api_time(snap.now))
     snap = with_baselines(snap, baselines)
     builder = InputBuilder(snap, config.default_kw_per_gpu)
@@ -38,7 +43,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
     drains = drain_actions(builder, config, frozenset(f"{a.namespace}/{a.name}" for a in sheds))
     return Plan(
-        checks=tuple(check_updates(evaluator, builder, config)),
+        checks=tuple(check_updates(evaluator, builder, config, check_evaluators)),
         quotas=tuple(quotas),
         stops=tuple(stops),
         sheds=tuple(sheds) + tuple(drains),
