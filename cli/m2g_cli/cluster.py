@@ -18,12 +18,15 @@ import yaml
 from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.build import ClusterObjects
+from m2g.k8s.cache import object_key
 from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
 from m2g.model.cluster import ClusterSnapshot
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import make_http_client
 from m2g.signals.prometheus import PrometheusClient
 from m2g.signals.reader import read_signals
+
+KUEUE_TOPOLOGIES = k.Resource("kueue.x-k8s.io", "v1beta2", "topologies", "Topology", False)
 
 
 class CliError(Exception):
@@ -42,6 +45,7 @@ class ClusterView:
     objects: ClusterObjects
     policies: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    topologies: dict[str, Any] = field(default_factory=dict)  # Kueue Topologies (explain)
 
 
 def server(kubeconfig: str | None, context: str | None) -> str:
@@ -79,6 +83,11 @@ async def read(kubeconfig: str | None, context: str | None,
             policies = list((await kube.list(k.POLICIES)).get("items") or [])
         except k.ResourceMissing:
             policies = []
+        try:
+            topologies = {object_key(o): o
+                          for o in (await kube.list(KUEUE_TOPOLOGIES)).get("items") or []}
+        except k.ResourceMissing:  # Kueue without TAS
+            topologies = {}
     except RequiredKindMissing as exc:
         raise CliError(f"{exc.resource.kind} ({exc.resource.group}) is not served by this "
                        "cluster: is Kueue installed (v1beta2 CRDs)?") from None
@@ -93,7 +102,7 @@ async def read(kubeconfig: str | None, context: str | None,
     readings = await _readings(prometheus, warnings)
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai)
     warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
-    return ClusterView(snap, listed.objects, policies, warnings)
+    return ClusterView(snap, listed.objects, policies, warnings, topologies)
 
 
 def site_config() -> SiteConfig | None:

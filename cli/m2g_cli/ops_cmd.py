@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from m2g.planner.admission import deciding
 from m2g.planner.explain import explain as explain_workload
 from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
 from m2g.policy.objects import policy_texts
 from m2g_cli import term
+from m2g_cli.blockers import kueue_blockers, power_blockers
 from m2g_cli.views import (
     Output,
     render_explanation,
@@ -130,7 +132,11 @@ def explain(
     raw = view.objects.workloads.get(f"{w.namespace}/{w.name}") or {}
     conditions = (raw.get("status") or {}).get("conditions") or []
     ex = explain_workload(view.snapshot, w, evaluator)
-    typer.echo(render_explanation(ex, output, conditions), nl=False)
+    o = view.objects
+    found = kueue_blockers(raw, o.local_queues, o.cluster_queues, o.resource_flavors,
+                           o.admission_checks, view.topologies)
+    found += power_blockers(view.snapshot.factory, [r.message for r in deciding(ex.now)])
+    typer.echo(render_explanation(ex, output, conditions, found), nl=False)
 
 
 def register(app: typer.Typer) -> None:

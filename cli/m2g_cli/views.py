@@ -20,6 +20,7 @@ from m2g.planner.admission import check_state, message
 from m2g.planner.explain import Explanation
 from m2g.policy import Decision
 from m2g.policy.results import AdmissionResult
+from m2g_cli.blockers import Blocker
 
 
 class Output(StrEnum):
@@ -230,10 +231,12 @@ def _in_lifecycle_order(conditions: Sequence[dict[str, Any]]) -> list[dict[str, 
     return sorted(conditions, key=key)
 
 
-def explanation_data(ex: Explanation, conditions: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def explanation_data(ex: Explanation, conditions: Sequence[dict[str, Any]] = (),
+                     blockers: Sequence[Blocker] = ()) -> dict[str, Any]:
     conditions = _in_lifecycle_order(conditions)
     w = ex.workload
     return {"workload": f"{w.namespace}/{w.name}", "phase": w.phase.value,
+            "blockers": [b.to_json() for b in blockers],
             "m2gCheck": w.check_state.value if w.check_state else None,
             "decisionNow": ex.now.to_json(),
             "kueueConditions": [{k: c.get(k) for k in ("type", "status", "reason", "message")}
@@ -243,9 +246,9 @@ def explanation_data(ex: Explanation, conditions: Sequence[dict[str, Any]] = ())
                                   for a in ex.alternatives]}
 
 
-def render_explanation(ex: Explanation, out: Output,
-                       conditions: Sequence[dict[str, Any]] = ()) -> str:
-    data = explanation_data(ex, conditions)
+def render_explanation(ex: Explanation, out: Output, conditions: Sequence[dict[str, Any]] = (),
+                       blockers: Sequence[Blocker] = ()) -> str:
+    data = explanation_data(ex, conditions, blockers)
     if out in (Output.YAML, Output.JSON):
         return structured(data, out)
     w = ex.workload
@@ -258,9 +261,13 @@ def render_explanation(ex: Explanation, out: Output,
         for c in _in_lifecycle_order(conditions):
             lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason', '')}: "
                          f"{c.get('message', '')}".rstrip(": "))
+    if blockers:
+        lines.append("In the way, and what fixes it:")
+        for b in blockers:
+            lines += [f"  - {b.what}", f"    fix: {b.fix}"]
     if w.phase is Phase.ADMITTED and not ex.alternatives:
         lines.append("It is admitted; nothing m2g decides stands in its way.")
-    else:
+    elif ex.alternatives or not blockers:
         lines += _alternative_lines(ex)
     return "\n".join(lines) + "\n"
 
