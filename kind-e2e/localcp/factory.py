@@ -17,7 +17,7 @@ domains. Every node carries these labels:
 ==============================  ==========================================================
 
 Nodes have no taint, so ordinary pods schedule on them; capacity ``nvidia.com/gpu``.
-Also generated: a Kueue ``Topology`` (block → rack → hostname), a ``ResourceFlavor`` bound to
+Also generated: a Kueue ``Topology`` (block → rack → clique → hostname), a ``ResourceFlavor`` bound to
 it, and a KAI ``Topology`` (block → clique → hostname).
 """
 
@@ -155,7 +155,7 @@ def scheduling_objects(spec: FactorySpec) -> list[Obj]:
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
          "metadata": {"name": spec.topology},
          "spec": {"levels": [{"nodeLabel": BLOCK_LABEL}, {"nodeLabel": RACK_LABEL},
-                             {"nodeLabel": HOSTNAME_LABEL}]}},
+                             {"nodeLabel": CLIQUE_LABEL}, {"nodeLabel": HOSTNAME_LABEL}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": spec.flavor},
          "spec": {"nodeLabels": {PRODUCT_LABEL: spec.gpu_product},
