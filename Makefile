@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel image image-test test test-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz up down status clean
+.PHONY: venv lock wheel image image-test test test-prereqs demo-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -49,18 +49,17 @@ test-e2e: $(STAMP)
 	bash kind-e2e/tools/build.sh helm
 	$(PY) -m pytest -m e2e -q
 
-## test-prereqs: what the full suite needs besides the venv, said in its first second
-## (Debian's prometheus and promtool for the signal-adapter integration tests; go for the
-## control plane and the upstream manifests). .ci/run installs prometheus first.
+## test-prereqs / demo-prereqs: what the README's two commands need besides the venv, said in
+## their first second with the exact command that installs each (kind-e2e/prereqs.py: Python
+## >= 3.11 with venv; Go >= 1.26 unless the control plane is built; Debian's prometheus, and
+## promtool for the tests). .ci/run installs prometheus first.
+PREREQS = @command -v $(PYTHON) >/dev/null || { echo "make $(1): missing $(PYTHON):" \
+	"sudo apt-get install -y python3 python3-venv" >&2; exit 1; }; $(PYTHON) kind-e2e/prereqs.py $(1)
 test-prereqs:
-	@missing=""; for tool in prometheus promtool go; do \
-	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make test: missing:$$missing (the suite would skip or fail without them)." >&2; \
-	  case "$$missing" in *prom*) echo "  install Prometheus: apt-get install -y prometheus" \
-	    "(as root; or run .ci/run, which installs it)" >&2;; esac; \
-	  case "$$missing" in *go*) echo "  install Go >= 1.26 (docs/local-control-plane.md)" >&2;; \
-	  esac; exit 1; fi
+	$(call PREREQS,test)
+
+demo-prereqs:
+	$(call PREREQS,demo)
 
 ## test: the full suite, as CI (.ci/run) runs it: the same tests, nothing skipped for a
 ## missing tool (test-prereqs) or CRD (the e2e fixtures install the extra CRDs)
@@ -107,7 +106,7 @@ bench-twin: $(STAMP)
 ## demo: the main job — control plane + small factory, simulator, Prometheus, `m2g run`, a
 ## workload mix, a grid event; shows what m2g deferred, shed and restored (docs/quickstart.md).
 ## Runs in $${M2G_RUN:-~/.cache/m2g/run-demo}; M2G_DEMO_KEEP=1 leaves it running.
-demo: $(STAMP)
+demo: demo-prereqs $(STAMP)
 	$(VENV)/bin/m2g policy test policies/
 	M2G_RUN="$${M2G_RUN:-$$HOME/.cache/m2g/run-demo}" $(PY) demo/run_demo.py
 
