@@ -402,6 +402,14 @@ def _merged_metadata(wl: Obj, key: str) -> dict[str, str]:
     return merged
 
 
+def own_annotations(wl: Obj) -> dict[str, str]:
+    """The Workload's own annotations, where m2g writes its bookkeeping (``shed-at``,
+    ``drained-for``). Never the pod templates' (``_merged_metadata``): those are the tenant's,
+    and ``m2g.io/shed-at: 2099-…`` on one pending job's template stopped all grid shedding."""
+    raw = _meta(wl).get("annotations")
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
 def _kind(value: str | None) -> WorkloadKind:
     try:
         return WorkloadKind(value or "")
@@ -481,12 +489,15 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         except ValueError:
             state = None
         break
-    shed_at = parse_time(annotations.get(SHED_AT))
+    own = own_annotations(wl)
+    shed_at = parse_time(own.get(SHED_AT))
+    if shed_at is not None and shed_at > now:  # a stamp from the future would pause pacing
+        shed_at = now
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,
-        check_state=state, check_message=message, shed_by_m2g=SHED_AT in annotations,
+        check_state=state, check_message=message, shed_by_m2g=SHED_AT in own,
         shed_at=shed_at, holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
-        drained_for=annotations.get(DRAINED_FOR, ""), checkpoint_reported_at=reported)
+        drained_for=own.get(DRAINED_FOR, ""), checkpoint_reported_at=reported)
 
 
 def checkpoint(interval: int, reported: datetime | None, started: datetime | None,
