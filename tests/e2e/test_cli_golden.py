@@ -282,8 +282,9 @@ def test_unknown_workload_is_exit_2(factory: Factory) -> None:
 
 
 def test_no_kubeconfig_is_exit_1(tmp_path: Path) -> None:
-    _, err = m2g("queues", kubeconfig=tmp_path / "missing", code=1)
-    one_line(err, "error: cannot load Kubernetes credentials from")
+    missing = tmp_path / "missing"
+    _, err = m2g("queues", kubeconfig=missing, code=1)
+    one_line(err, f"error: cannot read kubeconfig {missing}: No such file or directory")
 
 
 def test_unreachable_server_is_exit_1(kubeconfig: Path, tmp_path: Path) -> None:
