@@ -37,8 +37,11 @@ from demo_procs import DemoError, Proc, free_port, http_get, http_json  # noqa: 
 
 M2G = Path(sys.executable).parent / "m2g"
 LOCALCP = [sys.executable, str(REPO / "kind-e2e" / "localcp")]
-DRAW_QUERY = "sum(m2g_sim_rack_power_kilowatts)"  # the rack series m2g reads, summed
-INLET_QUERY = "m2g_sim_rack_inlet_celsius"
+# the facility series m2g reads by default (m2g.signals.config, docs/signals.md): the PDUs of
+# every rack, summed, in kW; the rack inlet in °C
+DRAW_QUERY = "sum(facility_pdu_power_watts) / 1000"
+INLET_QUERY = "facility_rack_inlet_temperature_celsius"
+SITE_CONFIG = REPO / "deploy" / "controller" / "site-config.yaml"  # the Deployment's config
 INLET_LIMIT_C = 32.0  # m2g's default inlet limit (m2g.k8s.convert.DEFAULT_INLET_LIMIT_C)
 SAMPLE_EVERY = 2.0
 SUBMIT_BUDGET_S = 0.5  # wall seconds of Job creations per round of the replay loop
@@ -203,7 +206,7 @@ def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
     sim = Proc("simulator", [str(M2G), "simulate", "--kubeconfig", str(kubeconfig), "--port",
                str(sim_port), "--interval", "2"], logs / "simulator.log").start()
     procs.list.append(sim)
-    sim.wait_ready(lambda: b"m2g_sim_rack_power_kilowatts{" in http_get(
+    sim.wait_ready(lambda: b"facility_pdu_power_watts{" in http_get(
         f"{procs.sim}/metrics")[1], 60)
     workdir = cfg.run_dir / "twin-prometheus"
     subprocess.run(["rm", "-rf", str(workdir)], check=False)
@@ -215,7 +218,8 @@ def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
     prom.wait_ready(lambda: bool(prom_value(procs.prom, DRAW_QUERY)), 90)
     if cfg.baseline != "m2g":
         return
-    m2g = Proc("m2g run", [str(M2G), "run", "--kubeconfig", str(kubeconfig), "--prometheus",
+    m2g = Proc("m2g run", [str(M2G), "run", "--config", str(SITE_CONFIG),
+               "--kubeconfig", str(kubeconfig), "--prometheus",
                procs.prom, "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
                "--resync-seconds", "5", "--check-name", "m2g-policy", "--identity", "twin"],
                logs / "m2g-run.log").start()

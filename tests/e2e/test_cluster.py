@@ -48,7 +48,7 @@ def test_factory_nodes_and_topology(cluster: Cluster) -> None:
     topo = cluster.custom.get_cluster_custom_object(
         "kueue.x-k8s.io", "v1beta2", "topologies", "nvl72")
     assert [lv["nodeLabel"] for lv in topo["spec"]["levels"]] == [
-        "m2g.io/block", "m2g.io/rack", "kubernetes.io/hostname"]
+        "m2g.io/block", "m2g.io/rack", "nvidia.com/gpu.clique", "kubernetes.io/hostname"]
     flavor = cluster.custom.get_cluster_custom_object(
         "kueue.x-k8s.io", "v1beta2", "resourceflavors", "gb200")
     assert flavor["spec"]["topologyName"] == "nvl72"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_helpers import unique, wait_until
+from e2e_helpers import REPO, unique, wait_until
 from manifests_helpers import (
     Applied,
     apply_crds,
@@ -158,7 +158,10 @@ def test_the_controller_runs_with_it(kubeconfig: Path, sa_kubeconfig: Path,
     had_lease = kubectl(kubeconfig, "get", lease, "-n", NS, check=False).returncode == 0
     log = tmp_path / "m2g.log"
     try:
-        with controller(sa_kubeconfig, log, "--identity", "e2e-rbac", "--check-name", check) as url:
+        # the shipped policies from their folder: this cluster may hold no Policy objects, and an
+        # empty policy set is refused (it would admit everything); Policies are still watched
+        with controller(sa_kubeconfig, log, "--identity", "e2e-rbac", "--check-name", check,
+                        "--policies", str(REPO / "policies")) as url:
             wait_until("m2g to lead", lambda: "m2g_leader 1.0" in http_get(
                 f"{url}/metrics")[1], timeout=60)
             holder = kubectl(kubeconfig, "get", lease, "-n", NS, "-o",
