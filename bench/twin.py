@@ -6,7 +6,7 @@
 For each baseline, on a fresh local control plane (``$M2G_RUN``-kueue / -m2g): an N-rack NVL72
 KWOK factory, the telemetry simulator, Prometheus, the job driver and, for m2g, the shipped
 policies and ``m2g run``; the trace replayed, the scenario fired, everything torn down. Then
-``--out`` gets report.json (figures: ../shared/docs/twin-metrics.md), report.md, the plots and
+``--out`` gets report.json (figures: docs/twin-metrics.md), report.md, the plots and
 the per-run series and job records. A benchmark script: it prints figures, asserts nothing.
 """
 

@@ -1,4 +1,4 @@
-"""The report's figures, as ../shared/docs/twin-metrics.md defines them (pure).
+"""The report's figures, as docs/twin-metrics.md defines them (pure).
 
 Inputs are plain samples and the driver's job records; nothing here reads a clock or a file.
 Times: grid figures in wall seconds, workload figures in trace seconds (wall × time scale).

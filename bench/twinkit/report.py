@@ -113,7 +113,7 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
         f"{n} {datas[n].wall_s:.0f} s wall, {datas[n].cpu_s:.0f} s CPU (the control plane, "
         f"simulator, Prometheus, driver, m2g run and the twin)" for n in names), "",
         "Plots: site-kw.png, queue-gpus.png, tiers.png. Definitions: docs/twin.md and "
-        "../shared/docs/twin-metrics.md.", ""]
+        "docs/twin-metrics.md.", ""]
     return "\n".join(lines)
 
 

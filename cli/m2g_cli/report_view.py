@@ -2,7 +2,7 @@
 
 For each grid event in the log, its delivery as an OpenADR program asks for it: the site draw
 against the event's target per interval (``interval_seconds`` from the event's start), with
-the figures of ../shared/docs/twin-metrics.md computed on the log's samples (``Grid``/``Sample``
+the figures of docs/twin-metrics.md computed on the log's samples (``Grid``/``Sample``
 rows): a sample is above target when draw > target × 1.01; ``secondsToTarget`` is start → the
 first sample at or under it; ``secondsAboveTarget`` sums the time from each sample above target
 to the next sample; ``kwhAboveTarget`` integrates max(0, draw − target) the same way. Then the

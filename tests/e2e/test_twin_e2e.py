@@ -1,7 +1,7 @@
 """The short twin: 2 racks, both baselines, a short SRP-shaped event, in a few minutes.
 
 It checks the report's shape and its invariants, never timings: the instrument must produce
-every figure of ../shared/docs/twin-metrics.md in the shape issue 15 fixes, for plain Kueue and
+every figure of docs/twin-metrics.md in the shape issue 15 fixes, for plain Kueue and
 for m2g, from a real control plane. It brings up its own control planes (``$M2G_RUN``-twin-e2e-
 kueue / -m2g), so it does not use the session's cluster.
 """

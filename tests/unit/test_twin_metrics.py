@@ -1,4 +1,4 @@
-"""The twin's report figures, as ../shared/docs/twin-metrics.md defines them."""
+"""The twin's report figures, as docs/twin-metrics.md defines them."""
 
 from __future__ import annotations
 
