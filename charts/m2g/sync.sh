@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copy what the chart shares with the kustomize tree deploy/ into charts/m2g/files/ (Helm reads
 # no file outside a chart): the CRDs, the Policy objects, the default site configuration, the
-# PrometheusRule and the Grafana dashboard. deploy/ is the source; edit there, then run this.
+# ValidatingAdmissionPolicies, the PrometheusRule and the Grafana dashboard. deploy/ is the source; edit there, then run this.
 #
 #   charts/m2g/sync.sh           regenerate the copies
 #   charts/m2g/sync.sh --check   exit 1 if they are stale (tests/unit/test_chart.py)
@@ -22,6 +22,7 @@ generate() {  # write the files/ tree into $1
         [[ "$(basename "$f")" == kustomization.yaml ]] || cp "$f" "$out/policies/"
     done
     cp "$repo/deploy/controller/site-config.yaml" "$out/site-config.yaml"
+    cp "$repo/deploy/admission-policies/admission-policies.yaml" "$out/admission-policies.yaml"
     cp "$repo/deploy/monitoring/prometheusrule.yaml" "$out/prometheusrule.yaml"
     cp "$repo/deploy/monitoring/grafana-dashboard.json" "$out/grafana-dashboard.json"
 }

@@ -121,7 +121,8 @@ def test_helm_lint(values: list[str]) -> None:
 
 def test_chart_renders_what_kustomize_renders() -> None:
     chart = by_key(template(*MONITORING))
-    kust = by_key(kustomize(REPO / "deploy" / "overlays" / "monitoring"))
+    kust = by_key(kustomize(REPO / "deploy" / "overlays" / "monitoring")
+                  + kustomize(REPO / "deploy" / "admission-policies"))
     # The chart leaves the namespace to Helm (--create-namespace, or namespace.create=true).
     kust.pop(("Namespace", "m2g-system", ""))
     assert sorted(chart) == sorted(kust)
@@ -192,7 +193,8 @@ def test_values_switch_parts_off() -> None:
     kinds = {o["kind"] for o in template(
         "--set", "crds.install=false", "--set", "policies.install=false",
         "--set", "userRoles.enabled=false", "--set", "networkPolicy.enabled=false",
-        "--set", "podDisruptionBudget.enabled=false", "--set", "priorityClass.create=false")}
+        "--set", "podDisruptionBudget.enabled=false", "--set", "priorityClass.create=false",
+        "--set", "admissionPolicies.enabled=false")}
     assert kinds == {"ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role",
                      "RoleBinding", "Deployment", "Service"}
 
