@@ -4,8 +4,10 @@ per GPU), so a tiny estimate cannot slip a large job into little headroom."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +67,51 @@ def test_an_honest_small_job_still_fits() -> None:
     snap = ClusterSnapshot(factory(60.0, 60), (job(4, 5.0),))
     (check,) = make_plan(snap, ev, PlannerConfig()).checks
     assert check.state is CheckState.READY
+
+
+# -- flex tiers: the platform's word (ClusterQueue annotation), not the tenant's label -------------
+def _tiered(tier: str) -> dict[str, Any]:
+    from tests.unit.test_k8s_convert import load
+
+    wl = copy.deepcopy(load("workload_admitted"))  # admitted to ClusterQueue rec-cq
+    wl["metadata"]["labels"]["m2g.io/flex-tier"] = tier
+    return wl
+
+
+def _cq(name: str, floor: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if floor is not None:
+        meta["annotations"] = {"m2g.io/min-flex-tier": floor}
+    return {"metadata": meta, "spec": {}}
+
+
+@pytest.mark.parametrize(("declared", "floor", "effective"), [
+    ("0", "2", 2), ("1", "2", 2), ("3", "2", 3), ("0", None, 0), ("0", "0", 0),
+    ("0", "9", 0), ("0", "-1", 0), ("0", "two", 0), ("garbage", "1", 1)])
+def test_a_queue_floor_raises_a_declared_tier(declared: str, floor: str | None,
+                                              effective: int) -> None:
+    """``m2g.io/flex-tier: 0`` opted any job out of shedding; a ClusterQueue's
+    ``m2g.io/min-flex-tier`` (which tenants cannot edit) now raises it. A floor that is not
+    0–3 allows every tier (the queue is not restricted), never a traceback."""
+    from m2g.k8s import build as kb
+
+    objs = kb.ClusterObjects(workloads={"rec/w": _tiered(declared)},
+                             cluster_queues={"rec-cq": _cq("rec-cq", floor),
+                                             "other": _cq("other", "3")})
+    (ws,) = kb.build_snapshot(objs, None, NOW).workloads
+    assert ws.view.flex_tier == effective
+
+
+def test_the_floor_follows_the_queue_across_reconciles() -> None:
+    """The workload memo keys on the floors too: raising a queue's floor changes the tier of
+    its unchanged workloads at the next snapshot."""
+    from m2g.k8s import build as kb
+    from m2g.k8s.build import SnapshotMemo
+
+    memo = SnapshotMemo()
+    wls = {"rec/w": _tiered("0")}
+    first = kb.build_snapshot(kb.ClusterObjects(workloads=wls, cluster_queues={
+        "rec-cq": _cq("rec-cq", None)}), None, NOW, memo=memo)
+    later = kb.build_snapshot(kb.ClusterObjects(workloads=wls, cluster_queues={
+        "rec-cq": _cq("rec-cq", "2")}), None, NOW, memo=memo)
+    assert [w.view.flex_tier for w in (*first.workloads, *later.workloads)] == [0, 2]

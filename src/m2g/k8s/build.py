@@ -36,6 +36,7 @@ from m2g.k8s.convert import (
     check_names,
     cluster_queue,
     is_gpu_node,
+    min_flex_tiers,
     node,
     placements,
     pod_checkpoints,
@@ -282,7 +283,9 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
     lq_map = {key: str(spec.get("clusterQueue", "")) for key, o in objs.local_queues.items()
               if isinstance(spec := o.get("spec") or {}, dict)}
     checks = check_names(objs.admission_checks.values())
-    lq_key = hash(frozenset(lq_map.items()))
+    floors = iso.one("ClusterQueue", {"metadata": {"name": "*"}}, lambda _: min_flex_tiers(
+        o for o in objs.cluster_queues.values() if isinstance(o, dict))) or {}
+    lq_key = hash((frozenset(lq_map.items()), frozenset(floors.items())))
     states: list[WorkloadState] = []
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
     pod_reports = iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: pod_checkpoints(
@@ -294,7 +297,8 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
         if whit is not None and whit[0] == wkey:
             ws = _waited(whit[1], whit[2], now)
         else:
-            got = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks)
+            got = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks,
+                          tier_floors=floors)
             if got is None:
                 continue
             ws = got

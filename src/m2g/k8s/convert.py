@@ -438,10 +438,27 @@ def workload_phase(wl: Obj) -> Phase:
     return Phase.PENDING
 
 
+def min_flex_tiers(cluster_queues: Iterable[Obj]) -> dict[str, int]:
+    """ClusterQueue name → the least flexible tier its workloads may claim
+    (``m2g.io/min-flex-tier`` on the ClusterQueue: the platform's word, tenants cannot edit
+    ClusterQueues). Queues without it, or with a value that is not 0–3, allow every tier."""
+    out: dict[str, int] = {}
+    for cq in cluster_queues:
+        meta = _meta(cq)
+        raw = (meta.get("annotations") or {}).get(L.MIN_FLEX_TIER) \
+            if isinstance(meta.get("annotations"), dict) else None
+        if raw is not None and str(raw).strip() in ("0", "1", "2", "3"):
+            out[str(meta.get("name", ""))] = int(str(raw).strip())
+    return out
+
+
 def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None = None,
-             checks: frozenset[str] = frozenset()) -> WorkloadState:
+             checks: frozenset[str] = frozenset(),
+             tier_floors: Mapping[str, int] | None = None) -> WorkloadState:
     """A Kueue Workload → WorkloadState. ``local_queues``: "ns/name" → ClusterQueue;
-    ``checks``: the names of m2g's AdmissionChecks (see ``check_names``)."""
+    ``checks``: the names of m2g's AdmissionChecks (see ``check_names``); ``tier_floors``:
+    ClusterQueue → least flexible tier allowed (``min_flex_tiers``): a tenant's lower
+    ``m2g.io/flex-tier`` is raised to it, so a label cannot opt a job out of shedding."""
     meta, spec, st = _meta(wl), _spec(wl), _status(wl)
     ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     labels, annotations = _merged_metadata(wl, "labels"), _merged_metadata(wl, "annotations")
@@ -468,7 +485,8 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         priority=int_of(spec.get("priority")),
         priority_class=str((spec.get("priorityClassRef") or {}).get("name")
                            or labels.get(L.PRIORITY_CLASS, "")),
-        kind=_kind(fact(L.WORKLOAD_KIND)), flex_tier=_flex_tier(fact(L.FLEX_TIER)),
+        kind=_kind(fact(L.WORKLOAD_KIND)),
+        flex_tier=max(_flex_tier(fact(L.FLEX_TIER)), (tier_floors or {}).get(cq, 0)),
         pod_sets=pod_sets, labels=labels, annotations=annotations,
         expected_runtime_seconds=nonneg_int(fact(L.EXPECTED_RUNTIME)),
         wait_seconds=max(0, int((now - created).total_seconds())) if waiting and created else 0,

@@ -26,6 +26,9 @@ TAINT_THERMAL: Final = "m2g.io/thermal"  # value: the rack in thermal alarm
 # Workload labels and annotations read by m2g
 WORKLOAD_KIND: Final = "m2g.io/workload-kind"
 FLEX_TIER: Final = "m2g.io/flex-tier"
+# ClusterQueue annotation (the platform's, never the tenant's): the least flexible tier a workload
+# of this queue may claim; a lower declared m2g.io/flex-tier is raised to it
+MIN_FLEX_TIER: Final = "m2g.io/min-flex-tier"
 EXPECTED_RUNTIME: Final = "m2g.io/expected-runtime-seconds"
 ESTIMATED_KW: Final = "m2g.io/estimated-kw"
 CHECKPOINT_INTERVAL: Final = "m2g.io/checkpoint-interval-seconds"
