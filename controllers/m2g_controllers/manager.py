@@ -15,13 +15,13 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from m2g.config.checks import CheckConfig, CheckSetup, resolve_checks
-from m2g.model.cluster import ClusterSnapshot
+from m2g.model.cluster import ClusterSnapshot, Rejected
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
@@ -73,6 +73,10 @@ class Cluster(Protocol):
         """Each check's Active condition as its setup says (the default check created)."""
         ...
 
+    async def report_rejected(self, rejected: Sequence[Rejected]) -> None:
+        """A Warning Event on each object newly left out of the snapshot (leader only)."""
+        ...
+
 
 @dataclass
 class LoopState:
@@ -109,6 +113,7 @@ class Manager:
         self.policy_dir = policy_dir
         self.state = LoopState()
         self._rejected: dict[tuple[str, str], str] = {}
+        self._reported: dict[tuple[str, str], str] = {}  # what the leader has emitted Events for
         self.unready_failing_seconds = unready_failing_seconds
         self.unready_stale_seconds = unready_stale_seconds
         metrics.shadow.set(1 if shadow else 0)
@@ -219,6 +224,7 @@ class Manager:
         self.state.wake_at = plan.wake_at
         self._observe(snap, plan)
         if self.is_leader():
+            await self._emit_rejected(snap)
             if not self.shadow:
                 await self.cluster.ensure_checks(setups)
             try:
@@ -251,6 +257,19 @@ class Manager:
         for kind in set(counts) | {k for k, _ in self._rejected}:
             self.metrics.rejected.labels(kind).set(counts.get(kind, 0))
         self._rejected = seen
+
+    async def _emit_rejected(self, snap: ClusterSnapshot) -> None:
+        """One Warning Event per object left out of the snapshot, again only when its reason
+        changes (an object that stays broken is not re-reported every reconcile); a failed
+        Event is logged and retried next reconcile, never a failed reconcile."""
+        new = [r for r in snap.rejected if self._reported.get((r.kind, r.name)) != r.reason]
+        if new:
+            try:
+                await self.cluster.report_rejected(new)
+            except Exception as exc:  # Events are best effort: the decisions stand
+                log.warning("Events for objects left out not written: %s", exc)
+                return
+        self._reported = {(r.kind, r.name): r.reason for r in snap.rejected}
 
     def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
         m = self.metrics

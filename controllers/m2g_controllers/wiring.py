@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from m2g.k8s.convert import placements
 from m2g.k8s.kai import KaiSync
 from m2g.k8s.snapshot import WATCHED, DrawHistory, assemble, params
 from m2g.k8s.writer import apply_plan
-from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot
+from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot, Rejected
 from m2g.model.plan import Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
@@ -144,6 +144,26 @@ class K8sCluster:
                                                   action="LoadPolicies")
             except k.KubeError as exc:
                 log.warning("status of Policy %s not written: %s", name, exc)
+
+    async def report_rejected(self, rejected: Sequence[Rejected]) -> None:
+        """A Warning Event ``LeftOut`` on each object m2g cannot use (reason ``Rejected.reason``),
+        so ``kubectl describe`` on it says why m2g ignores it; objects already gone get none."""
+        kinds = {res.kind: (name, res) for name, res in WATCHED.items()}
+        for r in rejected:
+            cache_name, res = kinds.get(r.kind, ("", None))
+            obj = self.caches[cache_name].get(r.name) if res is not None else None
+            if res is None or obj is None:
+                continue
+            meta = obj.get("metadata") or {}
+            involved = {"apiVersion": res.api_version, "kind": res.kind, "metadata": {
+                k: meta[k] for k in ("name", "namespace", "uid") if isinstance(meta.get(k), str)}}
+            try:
+                await self.applier.emit_event(
+                    involved, "LeftOut", f"m2g cannot use this {r.kind} and decides without it "
+                    f"(everything else is decided as usual): {r.reason}", "Warning",
+                    action="Snapshot")
+            except k.KubeError as exc:
+                log.warning("Event on %s %s not written: %s", r.kind, r.name, exc)
 
     def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
         return {str(name): (ac.get("spec") or {}).get("parameters")

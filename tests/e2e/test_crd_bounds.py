@@ -6,12 +6,14 @@ nothing is left behind)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from manifests_helpers import Applied, apply_crds, kubectl
+from e2e_helpers import REPO, unique, wait_until
+from manifests_helpers import Applied, apply_crds, controller, http_get, kubectl
 
 pytestmark = pytest.mark.e2e
 
@@ -66,3 +68,37 @@ def test_unusable_objects_are_refused(crds: Path, obj: dict[str, Any], needle: s
 def test_ordinary_objects_are_accepted(crds: Path, obj: dict[str, Any]) -> None:
     code, err = dry_run(crds, obj)
     assert code == 0, err
+
+
+def test_an_object_the_crd_admits_but_m2g_cannot_use_gets_an_event(
+        crds: Path, tmp_path: Path) -> None:
+    """A GridEvent the CRD accepts whose end m2g cannot reason about (2199 + 9,999 weeks, past
+    2200) is left out of the snapshot: ``m2g run`` stays ready, decides on, and says why on the
+    object itself — one Warning Event ``LeftOut`` (kubectl describe shows it), not one per
+    reconcile."""
+    obj = grid_event("2199-12-01T00:00:00Z", "P9999W")
+    obj["metadata"]["name"] = name = unique("m2g-e2e-leftout")
+    kubectl(crds, "create", "-f", "-", stdin=json.dumps(obj))
+    made_ns = kubectl(crds, "create", "namespace", "m2g-system", check=False).returncode == 0
+
+    def events() -> list[dict[str, Any]]:
+        out = kubectl(crds, "get", "events.events.k8s.io", "-n", "default", "-o", "json",
+                      "--field-selector", f"regarding.name={name}").stdout
+        return [e for e in json.loads(out)["items"] if e.get("reason") == "LeftOut"]
+
+    try:
+        with controller(crds, tmp_path / "m2g.log", "--identity", "e2e-leftout",
+                        "--check-name", unique("m2g-leftout"),
+                        "--policies", str(REPO / "policies")) as url:
+            wait_until("the LeftOut Event", lambda: bool(events()), timeout=60)
+            wait_until("the object to be counted", lambda: 'm2g_rejected_objects{kind="GridEvent"}'
+                       ' 1.0' in http_get(f"{url}/metrics")[1], timeout=30)
+            time.sleep(12)  # past one resync: the object stays broken, no second Event
+            (event,) = events()
+            assert event["type"] == "Warning" and event["regarding"]["kind"] == "GridEvent"
+            assert "outside 1970-2200" in event["note"], event["note"]
+            assert http_get(f"{url}/readyz")[0] == 200
+    finally:
+        kubectl(crds, "delete", "gridevent", name, "--ignore-not-found", check=False)
+        if made_ns:
+            kubectl(crds, "delete", "namespace", "m2g-system", "--wait=false", check=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ class FakeCluster:
         self.policies = [policy_obj("size", "workload.gpus > 64")]
         self.applied: list[tuple[Plan, bool]] = []
         self.statuses: list[LoadResult] = []
+        self.reported: list[Rejected] = []
         self.activated: list[str] = []
         self.setups: dict[str, CheckSetup] = {}
         self.checks: dict[str, dict[str, Any] | None] = {}
@@ -68,6 +69,9 @@ class FakeCluster:
 
     async def policy_status(self, result: LoadResult) -> None:
         self.statuses.append(result)
+
+    async def report_rejected(self, rejected: Sequence[Rejected]) -> None:
+        self.reported.extend(rejected)
 
     def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
         return self.checks
@@ -360,3 +364,25 @@ async def test_objects_left_out_are_counted_and_decisions_go_on() -> None:
     c.rejected = ()
     await m.reconcile()
     assert m.metrics.rejected.labels("GridEvent")._value.get() == 0
+
+
+async def test_objects_left_out_get_one_event_from_the_leader_only() -> None:
+    """An Event per object left out, from the leader only, again only when its reason
+    changes; a healed object that breaks again is reported again."""
+    c = RejectingCluster()
+    leading = False
+    m = manager(c, is_leader=lambda: leading)
+    await m.reconcile()
+    assert c.reported == []  # a follower emits nothing
+    leading = True
+    await m.reconcile()
+    await m.reconcile()
+    assert [(r.kind, r.name) for r in c.reported] == [("GridEvent", "far")]
+    c.rejected = (Rejected("GridEvent", "far", "ValueError: other"),)
+    await m.reconcile()
+    assert [r.reason for r in c.reported] == ["ValueError: start ...", "ValueError: other"]
+    c.rejected = ()
+    await m.reconcile()
+    c.rejected = (Rejected("GridEvent", "far", "ValueError: other"),)
+    await m.reconcile()
+    assert len(c.reported) == 3
