@@ -196,7 +196,7 @@ class Manager:
         else:
             objects = self.cluster.policy_objects()
             result = await asyncio.to_thread(self.store.load_objects, objects)
-        if not result.accepted:
+        if not result.accepted or (result.changed and result.problems):
             self.metrics.policy_errors.inc()
             log.warning(result.summary())
         if (result.changed or not result.accepted) and self.is_leader() and not self.shadow:

@@ -1,11 +1,17 @@
-"""The policy set in force: built atomically from Policy objects (or a folder); a broken update
-keeps the last good set and says why."""
+"""The policy set in force: built from Policy objects (or a folder); a broken update keeps the
+last good set and says why.
+
+Policy objects are isolated one by one: when the new set does not build and every problem lies
+in named Policy objects, those objects keep their last good version (or stay out, if they never
+had one) and the others' updates take effect — one tenant's broken Policy no longer freezes
+every other policy update. A problem of the set as a whole (an empty set, a name used twice)
+rejects the update whole. A folder (``--policies DIR``) is loaded atomically."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,16 @@ class LoadResult:
     changed: bool
     problems: tuple[Problem, ...] = ()
 
+    @property
+    def invalid(self) -> frozenset[str]:
+        """The sources with a problem ("Policy/NAME" for Policy objects)."""
+        return frozenset(p.file for p in self.problems)
+
     def summary(self) -> str:
+        if self.accepted and self.problems:
+            first = self.problems[0].render()
+            return (f"policy set accepted without {len(self.invalid)} invalid Policy object(s) "
+                    f"(each keeps its last good version, or stays out): {first}")
         if self.accepted:
             return "policy set accepted" if self.changed else "policy set unchanged"
         first = self.problems[0].render() if self.problems else "unknown problem"
@@ -36,7 +51,9 @@ class PolicyStore:
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
-        self._digest = ""
+        self._digest = ""  # of the sources in force
+        self._seen = ""  # of the Policy objects as last read (unchanged: nothing to build)
+        self._good: dict[str, str] = {}  # each Policy object's text in force
         self.evaluator: Evaluator | None = None
         self.last = LoadResult(False, False)
         self._selections: dict[tuple[str, tuple[str, ...]], Evaluator] = {}
@@ -64,18 +81,40 @@ class PolicyStore:
 
     def load_objects(self, objects: list[dict[str, Any]]) -> LoadResult:
         texts = policy_texts(objects)
-        digest = hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()
-        if digest == self._digest and self.evaluator is not None:
-            self.last = LoadResult(True, False)
+        seen = _texts_digest(texts)
+        if seen == self._seen and self.evaluator is not None and self.last.accepted:
+            self.last = replace(self.last, changed=False)
             return self.last
         try:
-            pset = build(read_texts(texts), self._runtime)
+            pset, in_force, problems = self._build_isolated(texts)
         except PolicySetError as exc:
             self.last = LoadResult(False, False, tuple(exc.problems))
             return self.last
-        self.evaluator, self._digest = Evaluator(pset), digest
-        self.last = LoadResult(True, True)
+        digest = _texts_digest(in_force)
+        changed = digest != self._digest or self.evaluator is None
+        if changed:
+            self.evaluator, self._digest = Evaluator(pset), digest
+        self._good, self._seen = in_force, seen
+        self.last = LoadResult(True, changed or bool(problems), problems)
         return self.last
+
+    def _build_isolated(self, texts: dict[str, str]) -> tuple[PolicySet, dict[str, str],
+                                                               tuple[Problem, ...]]:
+        """The set of ``texts``; failing that, the set with each object that has a problem at
+        its last good version (or left out). Raises the first build's error when a problem
+        is not an object's own or the fallback does not build either."""
+        try:
+            return build(read_texts(texts), self._runtime), texts, ()
+        except PolicySetError as exc:
+            bad = {p.file for p in exc.problems}
+            if not bad <= texts.keys():
+                raise
+            kept = {n: self._good[n] if n in bad else t for n, t in texts.items()
+                    if n not in bad or n in self._good}
+            try:
+                return build(read_texts(kept), self._runtime), kept, tuple(exc.problems)
+            except PolicySetError:
+                raise exc from None
 
     def load_dir(self, path: Path) -> LoadResult:
         """Build the folder's set, unless its files are byte-for-byte the last good set's
@@ -93,6 +132,10 @@ class PolicyStore:
         self.evaluator, self._digest = Evaluator(pset), digest
         self.last = LoadResult(True, changed)
         return self.last
+
+
+def _texts_digest(texts: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()
 
 
 def _dir_digest(path: Path) -> str:

@@ -133,13 +133,15 @@ class K8sCluster:
         for obj in self.policy_objects():
             name = str((obj.get("metadata") or {}).get("name", ""))
             mine = [p.render() for p in result.problems if p.file == f"Policy/{name}"]
-            ok = result.accepted
+            ok = result.accepted and name not in bad
             reason = "Accepted" if ok else ("Invalid" if name in bad else "SetRejected")
             text = "; ".join(mine) if mine else message
+            if mine and result.accepted:
+                text += " (this object's last good version stays in force, if it had one)"
             try:
-                await self.applier.set_policy_status(name, accepted=ok or name not in bad,
+                await self.applier.set_policy_status(name, accepted=name not in bad,
                                                      ready=ok, reason=reason, message=text)
-                if not ok and name in bad:
+                if name in bad:
                     await self.applier.emit_event(obj, "PolicyRejected", text, "Warning",
                                                   action="LoadPolicies")
             except k.KubeError as exc:

@@ -303,6 +303,15 @@ async def test_broken_policy_push_keeps_the_last_good_set(
         assert "no matching overload" in cond["message"]
         assert manager.store.policy_set is not None
         assert manager.store.policy_set.names() == [good]  # the last good set is in force
+        # the broken object freezes no other update: the good one's new version takes effect
+        before = manager.store.version
+        cluster.custom.patch_cluster_custom_object(
+            "m2g.io", "v1alpha1", "policies", good,
+            {"metadata": {"annotations": {"e2e": "touched"}},
+             "spec": {"description": "updated beside a broken Policy"}})
+        await until("the good Policy's update to be in force",
+                    lambda: manager.store.version != before)
+        assert manager.store.policy_set.names() == [good]
         cluster.batch.create_namespaced_job(namespace, job("flex", 8, tier=2))
         await until("the good set (still in force) to defer the flexible job", lambda: (
             (wl := workload_of(cluster, namespace, "flex")) and event in str(wl.get("status"))))

@@ -124,9 +124,33 @@ async def test_broken_policy_keeps_the_last_good_set() -> None:
     c.policies = [policy_obj("size", "workload.gpus > 64.5")]  # int vs double: a type error
     plan = await m.reconcile()
     assert plan is not None and plan.checks[0].state is CheckState.REJECTED  # old set decided
-    rejected = c.statuses[-1]
-    assert not rejected.accepted and "no matching overload" in rejected.summary()
+    partial = c.statuses[-1]  # the broken object keeps its last good version
+    assert partial.accepted and partial.invalid == {"Policy/size"}
+    assert "no matching overload" in partial.summary()
     assert m.metrics.policy_errors._value.get() == 1
+    await m.reconcile()  # unchanged objects: nothing rebuilt, counted or re-reported
+    assert m.metrics.policy_errors._value.get() == 1 and len(c.statuses) == 2
+
+
+async def test_one_broken_policy_object_does_not_freeze_the_others() -> None:
+    """Per-object isolation: another Policy's update takes effect beside a broken one; a new
+    broken object stays out; a problem of the whole set (no policy at all) rejects it whole."""
+    c = FakeCluster()
+    m = manager(c)
+    await m.reconcile()
+    c.policies = [policy_obj("size", "workload.gpus > 64.5"),  # broken update: old stays
+                  policy_obj("tiny", "workload.gpus > 0"),  # a new good one: in force
+                  policy_obj("typo", "workload.gpuz > 1")]  # a new broken one: out
+    plan = await m.reconcile()
+    assert plan is not None
+    assert sorted(m.store.policy_set.names()) == ["size", "tiny"]
+    assert c.statuses[-1].invalid == {"Policy/size", "Policy/typo"}
+    c.policies = [policy_obj("size", "workload.gpus > 64")]
+    await m.reconcile()
+    assert list(m.store.policy_set.names()) == ["size"] and not c.statuses[-1].problems
+    c.policies = []  # an empty set is a problem of the set: rejected whole, the set stays
+    await m.reconcile()
+    assert not c.statuses[-1].accepted and list(m.store.policy_set.names()) == ["size"]
 
 
 async def test_shadow_mode_and_followers_write_nothing() -> None:
