@@ -38,7 +38,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE,
                    help="a CSV with openb's pod-list columns")
     p.add_argument("--scenario", choices=[s.value for s in S.Scenario], default="dr-srp")
-    p.add_argument("--baselines", default="kueue,m2g")
+    p.add_argument("--baselines", default="kueue,m2g",
+                   help=f"runs to compare, of: {', '.join(H.RUNS)}")
     p.add_argument("--out", type=Path, default=REPO / "bench-out" / "twin")
     p.add_argument("--time-scale", type=float, default=60.0,
                    help="trace seconds per wall second (60: one trace hour = one minute)")
@@ -95,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --racks and --time-scale must be positive", file=sys.stderr)
         return 2
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
-    if not baselines or any(b not in ("kueue", "m2g") for b in baselines):
-        print("error: --baselines is a list of kueue and m2g", file=sys.stderr)
+    if not baselines or any(b not in H.RUNS for b in baselines):
+        print(f"error: --baselines is a list of {', '.join(H.RUNS)}", file=sys.stderr)
         return 2
     try:
         plan, tl, horizon = make_plan(args)

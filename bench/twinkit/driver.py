@@ -12,12 +12,15 @@ the simulator's faults, advances every job's ``Progress`` by the wall time since
 
 A job runs when all its pods are Running on nodes; it stops without finishing (Kueue evicted
 it, m2g shed it) when they no longer are: ``progress.evict``. Work on a failed tray (XID fault)
-stalls; a power-capped node runs at the throughput of its cap. ``run`` is the I/O loop.
+stalls; a power-capped node runs at the throughput of its cap. ``arun`` is the I/O loop: it
+reads through watch-fed caches (no API call per look) and writes concurrently.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -32,8 +35,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make bench/ importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from m2g.k8s.cache import WatchCache
+from m2g.k8s.client import NODES, PODS, WORKLOADS, KubeError, NotFound, Resource, connect
 from m2g.sim.power import PowerModel
-from twinkit.kube import Kube, condition, job_of
+from twinkit.kube import TWIN_LABEL, condition, job_of
 from twinkit.metrics import fragmentation
 from twinkit.progress import Progress, advance, evict, throughput
 from twinkit.trace import TraceJob
@@ -98,6 +103,8 @@ class Driver:
     last: float | None = None
     started_event: bool = False
     ended_event: bool = False
+    looks: int = 0
+    watch_stats: dict[str, int] = field(default_factory=dict)
 
     def record(self, name: str) -> JobRecord:
         if name not in self.records:
@@ -111,6 +118,7 @@ class Driver:
                 faults: Iterable[Obj] = ()) -> Writes:
         """One look at the cluster at wall epoch ``now``."""
         t = now - self.t0
+        self.looks += 1
         dt = 0.0 if self.last is None else max(0.0, now - self.last) * self.time_scale
         self.last = now
         caps, failed = _fault_maps(faults)
@@ -228,7 +236,9 @@ class Driver:
             if self.ended_event and rec.done_at_event_end is None:
                 rec.done_at_event_end = prog.done
         return {"jobs": [asdict(r) for r in self.records.values()],
-                "bindings": self.bindings, "samples": self.samples}
+                "bindings": self.bindings, "samples": self.samples,
+                "cpuSeconds": round(time.process_time(), 2), "looks": self.looks,
+                **self.watch_stats}
 
 
 def _phase(p: Obj) -> str:
@@ -269,6 +279,16 @@ def _fault_maps(faults: Iterable[Obj]) -> tuple[dict[str, float], set[str]]:
 
 
 # ---- the I/O loop ----------------------------------------------------------------------------
+#
+# The driver reads the cluster through two watch-fed caches (m2g.k8s.cache.WatchCache: one
+# LIST, then WATCH from its resourceVersion, a relist only on 410 Gone), so a look costs no API
+# call: the API server sends each change once. Its writes go out concurrently, at most
+# ``WRITE_CONCURRENCY`` in flight, through m2g's own client (kr8s async).
+
+JOBS = Resource("batch", "v1", "jobs", "Job", True)
+WRITE_CONCURRENCY = 8
+REDELETE_AFTER_S = 10.0  # a finished Job whose pods still show is deleted again after this
+
 
 def _faults(sim: str) -> list[Obj]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -280,33 +300,81 @@ def _faults(sim: str) -> list[Obj]:
     return data if isinstance(data, list) else []
 
 
-def run(driver: Driver, kube: Kube, sim: str, out: Path, every: float = 1.0) -> None:
-    """Look, write, repeat until SIGTERM; then write the records to ``out``."""
-    stop = {"now": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-    signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))
-    for n in kube.nodes():
-        labels = n["metadata"].get("labels") or {}
-        rack = labels.get("m2g.io/rack", "")
-        driver.node_rack[n["metadata"]["name"]] = rack
-        driver.rack_trays[rack] = driver.rack_trays.get(rack, 0) + 1
-    while not stop["now"]:
-        began = time.time()
-        try:
-            writes = driver.observe(time.time(), kube.pods(), kube.workloads(), _faults(sim))
-        except Exception as exc:  # the API server is busy or going away: look again
-            print(f"driver: look failed ({type(exc).__name__}: {str(exc)[:160]})",
-                  file=sys.stderr, flush=True)
-            time.sleep(every)
-            continue
-        for ns, pod in writes.complete_pods:
-            kube.annotate_pod(ns, pod, {SIM_DURATION: "0s"})
-        for ns, wl, stamp in writes.checkpoints:
-            kube.annotate_workload(ns, wl, {LAST_CHECKPOINT: stamp})
+@dataclass
+class Writer:
+    """The driver's writes, concurrent and bounded; a failed write is logged, never raised."""
+
+    kube: Any  # m2g.k8s.client.Kube
+    limit: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(
+        WRITE_CONCURRENCY))
+    deleted: dict[tuple[str, str], float] = field(default_factory=dict)
+    failures: int = 0
+
+    async def _one(self, what: str, call: Any) -> None:
+        async with self.limit:
+            try:
+                await call
+            except NotFound:
+                pass
+            except KubeError as exc:
+                self.failures += 1
+                print(f"driver: {what} failed ({exc})"[:240], file=sys.stderr, flush=True)
+
+    async def apply(self, writes: Writes, now: float) -> None:
+        calls = [self._one(f"annotate pod {ns}/{pod}", self.kube.patch(
+            PODS, pod, {"metadata": {"annotations": {SIM_DURATION: "0s"}}}, namespace=ns))
+            for ns, pod in writes.complete_pods]
+        calls += [self._one(f"annotate workload {ns}/{wl}", self.kube.patch(
+            WORKLOADS, wl, {"metadata": {"annotations": {LAST_CHECKPOINT: stamp}}},
+            namespace=ns)) for ns, wl, stamp in writes.checkpoints]
         for ns, job in writes.delete_jobs:
-            kube.delete_job(ns, job)
-        time.sleep(max(0.05, every - (time.time() - began)))
-    out.write_text(json.dumps(driver.result()))
+            if now - self.deleted.get((ns, job), -1e18) < REDELETE_AFTER_S:
+                continue  # asked already; the watch has not shown the pods go yet
+            self.deleted[(ns, job)] = now
+            calls.append(self._one(f"delete job {ns}/{job}", self.kube.request(
+                "DELETE", JOBS.path(ns, job), body={"propagationPolicy": "Background"})))
+        if calls:
+            await asyncio.gather(*calls)
+
+
+async def arun(driver: Driver, kubeconfig: Path, sim: str, out: Path,
+               every: float = 1.0) -> None:
+    """Look, write, repeat until SIGTERM; then write the records to ``out``."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    kube = await connect(kubeconfig)
+    pods = WatchCache(kube, PODS, params={"labelSelector": TWIN_LABEL})
+    workloads = WatchCache(kube, WORKLOADS)
+    try:
+        nodes = await kube.list(NODES, params={"labelSelector": "m2g.io/rack"})
+        for n in nodes.get("items") or []:
+            rack = (n["metadata"].get("labels") or {}).get("m2g.io/rack", "")
+            driver.node_rack[n["metadata"]["name"]] = rack
+            driver.rack_trays[rack] = driver.rack_trays.get(rack, 0) + 1
+        for c in (pods, workloads):
+            c.start()
+        for c in (pods, workloads):
+            await c.wait_synced(120)
+        writer = Writer(kube)
+        driver.watch_stats["startupCpuMs"] = round(time.process_time() * 1000)
+        while not stop.is_set():
+            began = time.time()
+            faults = await asyncio.to_thread(_faults, sim)
+            writes = driver.observe(time.time(), pods.view().values(),
+                                    workloads.view().values(), faults)
+            await writer.apply(writes, time.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.05, every - (time.time() - began)))
+        driver.watch_stats.update(lists=pods.lists + workloads.lists,
+                                  watches=pods.watches + workloads.watches,
+                                  writeFailures=writer.failures)
+    finally:
+        for c in (pods, workloads):
+            await c.stop()
+        await kube.close()
+        out.write_text(json.dumps(driver.result()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,11 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {int(k): float(v) for k, v in plan["sizes"].items()}
     driver = Driver(jobs, float(plan["timeScale"]), float(plan["t0"]),
                     plan.get("eventStart"), plan.get("eventEnd"), sizes=sizes)
-    kube = Kube(args.kubeconfig)
-    try:
-        run(driver, kube, args.sim, args.out)
-    finally:
-        kube.close()
+    asyncio.run(arun(driver, args.kubeconfig, args.sim, args.out))
     return 0
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,9 +28,10 @@ import yaml
 
 from m2g.sim.power import PowerModel
 from twinkit import jobs as J
+from twinkit import records as Rec
 from twinkit import scenarios as S
 from twinkit.kube import Kube
-from twinkit.trace import Plan, size_histogram
+from twinkit.trace import Plan, TraceJob, size_histogram
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "demo"))
@@ -44,7 +46,7 @@ INLET_QUERY = "facility_rack_inlet_temperature_celsius"
 SITE_CONFIG = REPO / "deploy" / "controller" / "site-config.yaml"  # the Deployment's config
 INLET_LIMIT_C = 32.0  # m2g's default inlet limit (m2g.k8s.convert.DEFAULT_INLET_LIMIT_C)
 SAMPLE_EVERY = 2.0
-SUBMIT_BUDGET_S = 0.5  # wall seconds of Job creations per round of the replay loop
+CREATE_CONCURRENCY = 4  # Job creations in flight at once (threads; the replay loop never waits)
 Obj = dict[str, Any]
 
 
@@ -52,9 +54,27 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class RunKind:
+    """One kind of run the report compares (``--baselines``)."""
+
+    m2g: bool  # the m2g admission check, the Policy objects and ``m2g run``
+    describe: str
+    m2g_args: tuple[str, ...] = ()  # extra ``m2g run`` arguments (e.g. a lever set)
+    policies: Path = REPO / "deploy" / "policies"  # a kustomization of Policy objects
+
+
+#: The run registry (docs/twin.md "Extending the twin"): a variant of m2g (e.g.
+#: ``m2g-pause-only``: ``RunKind(True, "...", ("--levers", "pause"))``) is one entry here.
+RUNS: dict[str, RunKind] = {
+    "kueue": RunKind(False, "plain Kueue: no m2g check, no m2g run"),
+    "m2g": RunKind(True, "m2g: the shipped check, deploy/policies and m2g run"),
+}
+
+
 @dataclass
 class RunConfig:
-    baseline: str  # "kueue" | "m2g"
+    baseline: str  # a key of RUNS
     racks: int
     plan: Plan
     timeline: S.Timeline
@@ -62,6 +82,10 @@ class RunConfig:
     horizon_s: float  # wall seconds of replay
     run_dir: Path
     out_dir: Path
+
+    @property
+    def kind(self) -> RunKind:
+        return RUNS[self.baseline]
 
 
 @dataclass
@@ -88,6 +112,10 @@ class RunData:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    firing: Any = None  # the scenario's Firing, once fired
+    t0: float = 0.0  # wall epoch of the replay's start
+    log_summary: Obj = field(default_factory=dict)  # `m2g report -o json` of the run's log
+    extra: Obj = field(default_factory=dict)  # what a run kind's hooks record (RunKind)
 
 
 # ---- the control plane and its configuration --------------------------------------------------
@@ -161,16 +189,16 @@ def install(cfg: RunConfig, kubeconfig: Path) -> None:
                          "maintenancewindows.m2g.io"])
     rendered = kubectl(kubeconfig, ["kustomize", str(REPO / "kueue-config" / "overlays" /
                                                      "nvl72")])
-    docs = kueue_config(rendered, cfg.racks, cfg.baseline == "m2g")
+    docs = kueue_config(rendered, cfg.racks, cfg.kind.m2g)
     kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-f", "-"],
             stdin=yaml.safe_dump_all(docs))
     budget = {"apiVersion": "m2g.io/v1alpha1", "kind": "PowerDomain",
               "metadata": {"name": "site"},
               "spec": {"level": "Site", "budgetKw": 200.0 * cfg.racks}}
     kubectl(kubeconfig, ["apply", "--server-side", "-f", "-"], stdin=json.dumps(budget))
-    if cfg.baseline == "m2g":
+    if cfg.kind.m2g:
         kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k",
-                             str(REPO / "deploy" / "policies")])
+                             str(cfg.kind.policies)])
 
 
 # ---- processes --------------------------------------------------------------------------------
@@ -198,8 +226,13 @@ def prom_value(prom: str, query: str) -> list[tuple[dict[str, str], float]]:
         return []
 
 
+def decision_dir(cfg: RunConfig) -> Path:
+    return cfg.run_dir / "twin-decision-log"
+
+
 def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
     logs = cfg.run_dir / "twin-logs"
+    subprocess.run(["rm", "-rf", str(decision_dir(cfg))], check=False)
     sim_port, prom_port, metrics_port = free_port(), free_port(), free_port()
     procs.sim, procs.prom = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{prom_port}"
     procs.metrics = f"http://127.0.0.1:{metrics_port}"
@@ -216,12 +249,13 @@ def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
                 logs / "prometheus.log").start()
     procs.list.append(prom)
     prom.wait_ready(lambda: bool(prom_value(procs.prom, DRAW_QUERY)), 90)
-    if cfg.baseline != "m2g":
+    if not cfg.kind.m2g:
         return
     m2g = Proc("m2g run", [str(M2G), "run", "--config", str(SITE_CONFIG),
                "--kubeconfig", str(kubeconfig), "--prometheus",
                procs.prom, "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
-               "--resync-seconds", "5", "--check-name", "m2g-policy", "--identity", "twin"],
+               "--resync-seconds", "5", "--check-name", "m2g-policy", "--identity", "twin",
+               "--decision-log", str(decision_dir(cfg)), *cfg.kind.m2g_args],
                logs / "m2g-run.log").start()
     procs.list.append(m2g)
     procs.m2g = m2g
@@ -295,63 +329,121 @@ def clear_faults(sim: str) -> None:
         opener.open(urllib.request.Request(f"{sim}/faults", method="DELETE"), timeout=5).read()
 
 
-def fire(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float) -> None:
+@dataclass
+class Firing:
+    """What a scenario's start (or end) hook gets: the run, its records and the cluster."""
+
+    cfg: RunConfig
+    data: RunData
+    kube: Kube
+    procs: Procs
+    start: int  # wall epoch of the event's start (whole seconds)
+    pre_kw: float  # mean site draw of the 60 wall s before it
+    name: str  # a name for the objects the scenario creates
+
+    def grid_event(self, spec: Obj) -> None:
+        self.kube.create_cluster_object("gridevents", {
+            "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent",
+            "metadata": {"name": self.name}, "spec": {"eventID": self.name, **spec}})
+
+    def note(self, what: str, at: float | None = None) -> None:
+        self.data.timeline.append((self.cfg.timeline.start_s if at is None else at, what))
+
+
+def _dr_srp(f: Firing) -> None:
+    tl, data = f.cfg.timeline, f.data
+    data.intervals = S.ramp_intervals(f.pre_kw, tl.depth, tl.ramp_s, tl.duration_s)
+    data.target_kw, data.ramp_s = data.intervals[-1].limit_kw, tl.ramp_s
+    f.grid_event({"programName": "twin-srp", "intervals": [
+        {"start": rfc3339(f.start + iv.offset_s), "duration": f"PT{int(iv.duration_s)}S",
+         "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": iv.limit_kw}}
+        for iv in data.intervals]})
+    f.note(f"GridEvent {f.name}: IMPORT_CAPACITY_LIMIT from {data.intervals[0].limit_kw:.0f} "
+           f"to {data.target_kw:.0f} kW over {tl.ramp_s:.0f} s (pre-event draw "
+           f"{f.pre_kw:.0f} kW)")
+
+
+def _dr_percent(f: Firing) -> None:
+    tl, data = f.cfg.timeline, f.data
+    pct = round(tl.depth * 100, 1)
+    data.target_kw, data.ramp_s = f.pre_kw * (1 - tl.depth), 30.0
+    data.intervals = [S.Interval(0, tl.duration_s, data.target_kw)]
+    f.grid_event({"programName": "twin-percent", "targetReductionPercent": pct, "intervals": [
+        {"start": rfc3339(f.start), "duration": f"PT{int(tl.duration_s)}S",
+         "payload": {"type": "SIMPLE", "value": 1}}]})
+    f.note(f"GridEvent {f.name}: {pct}% below baseline ({f.pre_kw:.0f} kW measured → target "
+           f"{data.target_kw:.0f} kW)")
+
+
+def _cooling(f: Firing) -> None:
+    post_fault(f.procs.sim, {"kind": "cooling-degraded", "rack": "rack-001", "deltaC": 12})
+    f.data.faults.append(("rack:rack-001", "cooling", f.cfg.timeline.start_s,
+                          f.cfg.timeline.end_s))
+    f.note("cooling degraded on rack-001 (+12 °C)")
+
+
+def _xid_storm(f: Firing) -> None:
+    for n in range(6):
+        node = f"twin-r002-n{n:02d}"
+        post_fault(f.procs.sim, {"kind": "tray-failed", "node": node, "xid": 79})
+        f.data.faults.append((node, "xid", f.cfg.timeline.start_s, f.cfg.timeline.end_s))
+    f.note("XID 79 on trays twin-r002-n00..n05")
+
+
+def _maintenance(f: Firing) -> None:
+    block = "block-01" if f.cfg.racks > 4 else "block-00"
+    f.kube.create_cluster_object("maintenancewindows", {
+        "apiVersion": "m2g.io/v1alpha1", "kind": "MaintenanceWindow",
+        "metadata": {"name": f.name},
+        "spec": {"start": rfc3339(f.start), "end": rfc3339(f.start + f.cfg.timeline.duration_s),
+                 "reason": "twin maintenance", "scope": {"blocks": [block]}}})
+    f.note(f"MaintenanceWindow on {block}")
+
+
+def _clear_faults(f: Firing) -> None:
+    clear_faults(f.procs.sim)
+
+
+@dataclass(frozen=True)
+class ScenarioHooks:
+    """A scenario's side effects: ``fire`` at the event's start, ``end`` (optional) at its
+    end. A grid scenario's ``fire`` sets ``data.target_kw`` / ``intervals`` / ``ramp_s``."""
+
+    fire: Callable[[Firing], None]
+    end: Callable[[Firing], None] | None = None
+
+
+#: The scenario registry (docs/twin.md "Extending the twin"): a new scenario is a member of
+#: ``scenarios.Scenario`` plus an entry here.
+SCENARIOS: dict[S.Scenario, ScenarioHooks] = {
+    S.Scenario.DR_SRP: ScenarioHooks(_dr_srp),
+    S.Scenario.DR_PERCENT: ScenarioHooks(_dr_percent),
+    S.Scenario.COOLING: ScenarioHooks(_cooling, _clear_faults),
+    S.Scenario.XID_STORM: ScenarioHooks(_xid_storm, _clear_faults),
+    S.Scenario.MAINTENANCE: ScenarioHooks(_maintenance),
+}
+
+
+def _firing(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs) -> Firing:
+    start = int(time.time())
+    return Firing(cfg, data, kube, procs, start, _baseline(data.samples, cfg.timeline.start_s),
+                  f"twin-{cfg.baseline}-{start}")
+
+
+def fire(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float) -> Firing:
     """Start the scenario's event now (wall ``t0 + timeline.start_s``)."""
-    tl, now = cfg.timeline, time.time()
+    tl = cfg.timeline
     data.event_start, data.event_end = tl.start_s, tl.end_s
-    start = int(now)
-    pre = _baseline(data.samples, tl.start_s)
-    data.baseline_kw = pre
-    name = f"twin-{cfg.baseline}-{start}"
-    if tl.scenario is S.Scenario.DR_SRP:
-        data.intervals = S.ramp_intervals(pre, tl.depth, tl.ramp_s, tl.duration_s)
-        data.target_kw, data.ramp_s = data.intervals[-1].limit_kw, tl.ramp_s
-        kube.create_cluster_object("gridevents", {
-            "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
-            "spec": {"programName": "twin-srp", "eventID": name, "intervals": [
-                {"start": rfc3339(start + iv.offset_s), "duration": f"PT{int(iv.duration_s)}S",
-                 "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": iv.limit_kw}}
-                for iv in data.intervals]}})
-        data.timeline.append((tl.start_s, f"GridEvent {name}: IMPORT_CAPACITY_LIMIT from "
-                              f"{data.intervals[0].limit_kw:.0f} to {data.target_kw:.0f} kW "
-                              f"over {tl.ramp_s:.0f} s (pre-event draw {pre:.0f} kW)"))
-    elif tl.scenario is S.Scenario.DR_PERCENT:
-        pct = round(tl.depth * 100, 1)
-        data.target_kw, data.ramp_s = pre * (1 - tl.depth), 30.0
-        data.intervals = [S.Interval(0, tl.duration_s, data.target_kw)]
-        kube.create_cluster_object("gridevents", {
-            "apiVersion": "m2g.io/v1alpha1", "kind": "GridEvent", "metadata": {"name": name},
-            "spec": {"programName": "twin-percent", "eventID": name,
-                     "targetReductionPercent": pct, "intervals": [
-                         {"start": rfc3339(start), "duration": f"PT{int(tl.duration_s)}S",
-                          "payload": {"type": "SIMPLE", "value": 1}}]}})
-        data.timeline.append((tl.start_s, f"GridEvent {name}: {pct}% below baseline "
-                              f"({pre:.0f} kW measured → target {data.target_kw:.0f} kW)"))
-    elif tl.scenario is S.Scenario.COOLING:
-        post_fault(procs.sim, {"kind": "cooling-degraded", "rack": "rack-001", "deltaC": 12})
-        data.faults.append(("rack:rack-001", "cooling", tl.start_s, tl.end_s))
-        data.timeline.append((tl.start_s, "cooling degraded on rack-001 (+12 °C)"))
-    elif tl.scenario is S.Scenario.XID_STORM:
-        for n in range(6):
-            node = f"twin-r002-n{n:02d}"
-            post_fault(procs.sim, {"kind": "tray-failed", "node": node, "xid": 79})
-            data.faults.append((node, "xid", tl.start_s, tl.end_s))
-        data.timeline.append((tl.start_s, "XID 79 on trays twin-r002-n00..n05"))
-    elif tl.scenario is S.Scenario.MAINTENANCE:
-        kube.create_cluster_object("maintenancewindows", {
-            "apiVersion": "m2g.io/v1alpha1", "kind": "MaintenanceWindow",
-            "metadata": {"name": name},
-            "spec": {"start": rfc3339(start), "end": rfc3339(start + tl.duration_s),
-                     "reason": "twin maintenance", "scope": {"blocks": ["block-01"
-                                                                       if cfg.racks > 4
-                                                                       else "block-00"]}}})
-        data.timeline.append((tl.start_s, "MaintenanceWindow on "
-                              + ("block-01" if cfg.racks > 4 else "block-00")))
+    f = _firing(cfg, data, kube, procs)
+    data.baseline_kw = f.pre_kw
+    SCENARIOS[tl.scenario].fire(f)
+    return f
 
 
-def end_scenario(cfg: RunConfig, data: RunData, procs: Procs) -> None:
-    if cfg.timeline.scenario in (S.Scenario.COOLING, S.Scenario.XID_STORM):
-        clear_faults(procs.sim)
+def end_scenario(cfg: RunConfig, data: RunData, procs: Procs, f: Firing | None = None) -> None:
+    hook = SCENARIOS[cfg.timeline.scenario].end
+    if hook is not None and f is not None:
+        hook(f)
     data.timeline.append((cfg.timeline.end_s, f"{cfg.timeline.scenario} ends"))
 
 
@@ -379,38 +471,61 @@ def replay(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float,
     i, fired, ended = 0, False, False
     last_sample, last_print = 0.0, 0.0
     quotas: dict[str, str] = {}
-    while True:
-        t = time.time() - t0
-        if t >= cfg.horizon_s:
-            break
-        budget = time.monotonic() + SUBMIT_BUDGET_S  # a lagging API server must not delay
-        while (i < len(pending) and pending[i].arrival / cfg.time_scale <= t  # the event
-               and time.monotonic() < budget):  # or the samples: the rest next round
-            try:
-                kube.create_job(J.manifest(pending[i], cfg.time_scale, model))
-                data.submitted += 1
-            except Exception as exc:  # one bad create must not stop the replay
-                log(f"create {pending[i].name} failed: {str(exc).splitlines()[0][:160]}")
-            i += 1
-        if not fired and t >= cfg.timeline.start_s:
-            fire(cfg, data, kube, procs, t0)
-            fired = True
-        if fired and not ended and t >= cfg.timeline.end_s:
-            end_scenario(cfg, data, procs)
-            ended = True
-        if t - last_sample >= SAMPLE_EVERY:
-            last_sample = t
-            _sample(data, kube, procs, t, quotas)
-        if t - last_print >= 30:
-            last_print = t
-            draw = data.samples[-1][1] if data.samples else float("nan")
-            q = data.queue[-1] if data.queue else (0, 0, 0)
-            progress(f"{cfg.baseline}: t={t:5.0f}/{cfg.horizon_s:.0f}s submitted {i}/"
-                     f"{len(pending)}, pending {q[1]}, admitted {q[2]}, site {draw:.0f} kW")
-        for p in procs.list:
-            if not p.alive():
-                raise p.failure("exited during the replay")
-        time.sleep(0.25)
+    pool = ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="twin-create")
+    inflight: set[Future[None]] = set()
+    try:
+        while True:
+            t = time.time() - t0
+            if t >= cfg.horizon_s:
+                break
+            inflight = {f for f in inflight if not f.done()}
+            while (i < len(pending) and pending[i].arrival / cfg.time_scale <= t
+                   and len(inflight) < CREATE_CONCURRENCY * 2):  # bounded: the rest next round
+                inflight.add(pool.submit(_create, kube, data, pending[i],
+                                         J.manifest(pending[i], cfg.time_scale, model)))
+                i += 1
+            fired, ended, last_sample, last_print = _round(
+                cfg, data, kube, procs, t0, t, (fired, ended, last_sample, last_print), quotas,
+                f"{i}/{len(pending)}", progress)
+            time.sleep(0.25)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _create(kube: Kube, data: RunData, job: TraceJob, body: Obj) -> None:
+    try:
+        kube.create_job(body)
+        data.submitted += 1  # one thread at a time holds the GIL on +=: good enough for a count
+    except Exception as exc:  # one bad create must not stop the replay
+        log(f"create {job.name} failed: {str(exc).splitlines()[0][:160]}")
+
+
+def _round(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float, t: float,
+           state: tuple[bool, bool, float, float], quotas: dict[str, str], submitted: str,
+           progress: Callable[[str], None]) -> tuple[bool, bool, float, float]:
+    """One round of the replay loop besides creations: the scenario, samples, the log line and
+    the processes' health. Returns the new (fired, ended, last_sample, last_print)."""
+    fired, ended, last_sample, last_print = state
+    if not fired and t >= cfg.timeline.start_s:
+        data.firing = fire(cfg, data, kube, procs, t0)
+        fired = True
+    if fired and not ended and t >= cfg.timeline.end_s:
+        end_scenario(cfg, data, procs, data.firing)
+        ended = True
+    if t - last_sample >= SAMPLE_EVERY:
+        last_sample = t
+        _sample(data, kube, procs, t, quotas)
+    if t - last_print >= 30:
+        last_print = t
+        draw = data.samples[-1][1] if data.samples else float("nan")
+        q = data.queue[-1] if data.queue else (0, 0, 0)
+        progress(f"{cfg.baseline}: t={t:5.0f}/{cfg.horizon_s:.0f}s due {submitted} "
+                 f"(created {data.submitted}), pending {q[1]}, admitted {q[2]}, "
+                 f"site {draw:.0f} kW")
+    for p in procs.list:
+        if not p.alive():
+            raise p.failure("exited during the replay")
+    return fired, ended, last_sample, last_print
 
 
 def _sample(data: RunData, kube: Kube, procs: Procs, t: float, quotas: dict[str, str]) -> None:
@@ -462,7 +577,7 @@ def run_baseline(cfg: RunConfig) -> RunData:
             labels = n["metadata"].get("labels") or {}
             data.nodes[n["metadata"]["name"]] = (labels.get("m2g.io/rack", ""),
                                                  labels.get("m2g.io/block", ""))
-        t0 = time.time() + 1.0
+        t0 = data.t0 = time.time() + 1.0
         plan_file = cfg.run_dir / "twin-plan.json"
         write_plan(cfg, t0, plan_file)
         driver_out = cfg.run_dir / "twin-driver.json"
@@ -493,5 +608,35 @@ def run_baseline(cfg: RunConfig) -> RunData:
         with contextlib.suppress(DemoError):
             localcp(cfg.run_dir, "down")
         data.wall_s, data.cpu_s = time.time() - wall0, children_cpu() - cpu0 + cp_cpu
+    write_decision_log(cfg, data)
     log(f"{cfg.baseline}: done in {data.wall_s:.0f} s wall")
     return data
+
+
+def write_decision_log(cfg: RunConfig, data: RunData) -> None:
+    """``<out>/<run>/decisions.*`` and ``lifecycle.*`` (twinkit.records), and the run's
+    ``m2g report`` summary in ``data.log_summary``."""
+    dest = cfg.out_dir / cfg.baseline
+    if cfg.kind.m2g:
+        if not Rec.copy_log(decision_dir(cfg), dest):
+            log(f"{cfg.baseline}: m2g run wrote no decision log")
+            return
+    else:
+        def limit(t: float) -> float | None:
+            got = S.limit_at(data.intervals, t - (data.event_start or 0.0))
+            return data.target_kw if got is None else got
+
+        event = data.firing.name if data.firing is not None and data.target_kw else None
+        node_rack = {n: rb[0] for n, rb in data.nodes.items()}
+        Rec.write(dest, Rec.grid_samples(data.samples, data.t0, event, data.event_start,
+                                         data.event_end, limit),
+                  Rec.lifecycle(data.driver.get("jobs") or [], data.t0, node_rack,
+                                cfg.horizon_s))
+    res = subprocess.run([str(M2G), "report", str(dest), "-o", "json", "--interval", "30"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    try:
+        data.log_summary = json.loads(res.stdout) if res.returncode == 0 else {}
+    except ValueError:
+        data.log_summary = {}
+    if not data.log_summary:
+        log(f"{cfg.baseline}: m2g report {dest} failed: {(res.stderr or '').strip()[:200]}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,12 @@ def alarm_check(data: RunData) -> Any:
     return is_alarmed
 
 
+#: Extra sections of a RUN (docs/twin.md "Extending the twin"): name → a function of the run's
+#: data giving the section, or None when it has nothing to say (the section is then left out).
+#: E.g. ``"forecast"`` for a scenario that compares m2g's forecast with what happened.
+SECTIONS: dict[str, Callable[[RunData], Obj | None]] = {}
+
+
 def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: float) -> Obj:
     jobs = data.driver.get("jobs") or []
     ev = grid_event(data)
@@ -55,7 +62,7 @@ def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: floa
                        "rssPeakMiB": None}
     if data.metrics_text:
         controller = {**M.reaction(metrics), "rssPeakMiB": M._r(data.rss_peak_mib, 1)}
-    return {
+    figures: Obj = {
         "grid": M.grid_figures(data.samples, ev),
         "workloads": M.workload_figures(jobs, time_scale, run_end, event_trace),
         "placement": M.placement_figures(jobs, node_rack, node_block,
@@ -66,6 +73,11 @@ def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: floa
         "actions": M.actions_from_metrics(metrics, data.quota_changes),
         "controller": controller,
     }
+    for name, section in SECTIONS.items():
+        got = section(data)
+        if got is not None:
+            figures[name] = got
+    return figures
 
 
 def report(scenario: str, trace: Obj, time_scale: float, runs: dict[str, Obj]) -> Obj:
@@ -96,7 +108,8 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
             lines.append(f"- {name}: t = {t:.0f} s — {what}")
     lines += ["", "## Figures", "", "| figure | " + " | ".join(names) + " |",
               "|---|" + "---|" * len(names)]
-    for section in ("grid", "workloads", "placement", "actions", "controller"):
+    for section in ("grid", "workloads", "placement", "actions", "controller",
+                    *(s for s in SECTIONS if all(s in runs[n] for n in names))):
         keys = list(runs[names[0]][section])
         for k in keys:
             vals = [runs[n][section].get(k) for n in names]
@@ -111,10 +124,38 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
                  + " |")
     lines += ["", "Run cost: " + "; ".join(
         f"{n} {datas[n].wall_s:.0f} s wall, {datas[n].cpu_s:.0f} s CPU (the control plane, "
-        f"simulator, Prometheus, driver, m2g run and the twin)" for n in names), "",
+        f"simulator, Prometheus, driver, m2g run and the twin; the job driver alone "
+        f"{_fmt(datas[n].driver.get('cpuSeconds'))} s over {_fmt(datas[n].driver.get('looks'))}"
+        f" looks)" for n in names), "",
         "Plots: site-kw.png, queue-gpus.png, tiers.png. Definitions: docs/twin.md and "
         "docs/twin-metrics.md.", ""]
+    lines += log_markdown(datas)
     return "\n".join(lines)
+
+
+def log_markdown(datas: dict[str, RunData]) -> list[str]:
+    """What ``m2g report`` says of each run's decision log (<run>/decisions.parquet,
+    <run>/lifecycle.parquet): the event's delivery per 30 s interval, actions, lifecycle."""
+    lines = ["## Decision logs (`m2g report <out>/<run>`)", ""]
+    for name, d in datas.items():
+        s = d.log_summary
+        if not s:
+            lines += [f"- {name}: no decision log summary", ""]
+            continue
+        records = ", ".join(f"{k} {v}" for k, v in
+                            ((s.get("lifecycle") or {}).get("records") or {}).items())
+        acts = ", ".join(f"{k} {v}" for k, v in (s.get("actions") or {}).items()) or "none"
+        lines.append(f"- **{name}**: {s['rows']['decisions']} decision rows, "
+                     f"{s['rows']['lifecycle']} lifecycle records ({records}); actions: {acts}")
+        for ev in s.get("events") or []:
+            ivs = ev.get("intervals") or []
+            lines.append(f"  - event {ev['event']}: target {_fmt(ev['targetKw'])} kW, "
+                         f"to target {_fmt(ev['secondsToTarget'])} s, above "
+                         f"{_fmt(ev['secondsAboveTarget'])} s, {_fmt(ev['kwhAboveTarget'])} kWh "
+                         f"above; compliant intervals {ev['compliantIntervals']}/{len(ivs)}: "
+                         + ", ".join(f"{_fmt(i['meanKw'])}/{_fmt(i['targetKw'])}" for i in ivs))
+        lines.append("")
+    return lines
 
 
 def exports(out: Path, datas: dict[str, RunData]) -> None:

@@ -11,6 +11,7 @@ actions m2g took during the event, and the lifecycle totals.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -31,10 +32,21 @@ def _num(value: Any) -> float | None:
     return None if out != out else out  # NaN (an empty CSV cell) is missing
 
 
+_INTERVAL = re.compile(r"^(.+)/(\d+)$")
+
+
+def grid_event_of(event_id: Any) -> str:
+    """The GridEvent an event id of the log belongs to: m2g logs each interval of a GridEvent
+    with several intervals as ``<eventID>/<n>``; the report gives the GridEvent's delivery."""
+    text = str(event_id or "")
+    m = _INTERVAL.match(text)
+    return m.group(1) if m else text
+
+
 def _samples(rows: Iterable[Row], event: str) -> list[tuple[datetime, float, float]]:
     out = [(r["time"], d, t) for r in rows
            if r.get("stage") == "Grid" and r.get("outcome") == "Sample"
-           and r.get("grid_event") == event
+           and grid_event_of(r.get("grid_event")) == event
            and (d := _num(r.get("site_draw_kw"))) is not None
            and (t := _num(r.get("grid_target_kw"))) is not None]
     return sorted(out)
@@ -71,7 +83,7 @@ def delivery(rows: Sequence[Row], event: str, start: datetime, end: datetime,
     actions = Counter(f"{r.get('stage')}/{r.get('outcome')}" for r in rows
                       if start <= r["time"] <= end and r.get("outcome") != "Sample"
                       and r.get("stage") != "Grid")
-    baseline = next((b for r in rows if r.get("grid_event") == event
+    baseline = next((b for r in rows if grid_event_of(r.get("grid_event")) == event
                      and (b := _num(r.get("grid_baseline_kw"))) is not None), None)
     return {
         "event": event, "start": start.isoformat(), "end": end.isoformat(),
@@ -89,12 +101,15 @@ def _round(value: float | None) -> float | None:
 
 
 def events(rows: Sequence[Row]) -> list[tuple[str, datetime, datetime]]:
-    """(id, start, end) of every grid event the log saw, by start."""
+    """(id, start, end) of every grid event the log saw, by start: a GridEvent's intervals
+    (``<eventID>/<n>``) are one event, from its first interval's start to its last's end."""
     seen: dict[str, tuple[datetime, datetime]] = {}
     for r in rows:
         ev, start, end = r.get("grid_event"), r.get("grid_event_start"), r.get("grid_event_end")
         if ev and isinstance(start, datetime) and isinstance(end, datetime):
-            seen.setdefault(str(ev), (start, end))
+            key = grid_event_of(ev)
+            old = seen.get(key)
+            seen[key] = (start, end) if old is None else (min(old[0], start), max(old[1], end))
     return sorted(((k, *v) for k, v in seen.items()), key=lambda e: (e[1], e[0]))
 
 
@@ -118,7 +133,7 @@ def summary(decisions: Sequence[Row], lifecycle: Sequence[Row], interval_seconds
         "actions": dict(sorted(actions.items())),
         "events": [delivery(decisions, ev, start, end, interval_seconds)
                    for ev, start, end in events(decisions)
-                   if only_event is None or ev == only_event],
+                   if only_event is None or ev == grid_event_of(only_event)],
         "lifecycle": {"records": dict(sorted(life.items())), "workloads": len(final),
                       "gpuHours": round(gpu_s / 3600, 3), "kwhEstimated": round(kwh, 3)},
     }
