@@ -16,7 +16,11 @@ machine. It reports, wall and CPU (``time.process_time``):
   the controller keeps its Evaluator, every reconcile brings a new snapshot);
 * make_plan: the whole reconcile on another fresh snapshot;
 * RSS: after the raw objects were generated, and the process's peak;
-* the growth exponent between consecutive sizes: d log(cost) / d log(workloads).
+* the growth exponent between consecutive sizes: d log(cost) / d log(workloads);
+* the plan's digest (sha256 of ``m2g.testing.scale.plan_record`` of the first plan, every
+  decision and message): ``--plans FILE`` records it per size on a first run and compares
+  on later ones (``same plan`` / ``PLAN DIFFERS``), so a speed-up is checked to decide the
+  same as the code that recorded the file, at sizes the unit test does not reach.
 
 Run: ``make bench-scale`` or ``.venv/bin/python bench/scale.py --sizes 100,400``. A script:
 it prints figures and asserts nothing about time.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import itertools
 import json
 import math
@@ -74,7 +79,7 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     from m2g.planner.nodes import drain_actions, taint_updates
     from m2g.planner.shedding import shed_actions
     from m2g.policy import Evaluator, load_dir
-    from m2g.testing.scale import NOW, generate
+    from m2g.testing.scale import NOW, generate, plan_record
 
     (objs, readings), out["generate_s"], _ = timed(lambda: generate(racks, workloads))
     gc.collect()
@@ -97,6 +102,8 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
         lambda: planner.make_plan(snap, ev, cfg))
     out["decisions"] = {"checks": len(first.checks), "quotas": len(first.quotas),
                         "sheds": len(first.sheds), "stops": len(first.stops)}
+    out["plan_sha256"] = hashlib.sha256(json.dumps(
+        plan_record(first), sort_keys=True, default=str).encode()).hexdigest()
     snap = snap_at(10)
     b = InputBuilder(snap)
     sheds: list[Any] = []
@@ -169,11 +176,29 @@ def report(results: list[dict[str, Any]]) -> None:
             print(f"| {r['racks']} racks | " + " | ".join(
                 f"{r['parts'][n]['wall']:.3f} / {r['parts'][n]['cpu']:.3f}" for n in names) + " |")
         for r in ok:
-            print(f"decisions at {r['racks']} racks: {r['decisions']}")
+            print(f"decisions at {r['racks']} racks: {r['decisions']}, plan "
+                  f"{r['plan_sha256'][:16]} {r.get('plan_check', '')}")
     for a, b in itertools.pairwise(ok):
         print(f"growth {a['racks']}→{b['racks']} racks (per ×workloads): make_plan CPU "
               f"{exponent(a, b, 'plan_cpu')}, snapshot warm CPU "
               f"{exponent(a, b, 'snapshot_warm_cpu')}, peak RSS {exponent(a, b, 'peak_rss_mib')}")
+
+
+def check_plans(path: Path, results: list[dict[str, Any]]) -> None:
+    """Compare each size's plan digest with ``path``'s (keyed by racks/workloads); record the
+    sizes it lacks."""
+    known: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    for r in results:
+        if "plan_sha256" not in r:
+            continue
+        key = f"{r['racks']}/{r['workloads']}"
+        if key in known:
+            r["plan_check"] = ("same plan" if known[key] == r["plan_sha256"]
+                               else "PLAN DIFFERS from " + str(path))
+        else:
+            known[key] = r["plan_sha256"]
+            r["plan_check"] = "recorded in " + str(path)
+    path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-limit-gib", type=float, default=8.0,
                     help="address-space limit of each size's subprocess")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--plans", type=Path,
+                    help="plan digests per size: recorded where missing, compared otherwise")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -204,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             results.append({"racks": size, "error": f"exit {proc.returncode}: {tail[:120]}"})
+    if args.plans:
+        check_plans(args.plans, results)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

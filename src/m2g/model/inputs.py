@@ -334,6 +334,9 @@ def facts_of(topology: TopologyView) -> FactsView:
                      cliques_fit=_count_fit(tuple(c for c in topology.cliques if c.total_gpus > 0)))
 
 
+_ITEM_FIELDS = frozenset({"workload", "queue"})
+
+
 class PolicyInput(CelModel):
     """Everything one evaluation reads. ``flavor`` and ``domain`` are set in the Capacity stage."""
 
@@ -363,6 +366,20 @@ class PolicyInput(CelModel):
         if self.now.tzinfo is None:
             object.__setattr__(self, "now", self.now.replace(tzinfo=UTC))
         return self
+
+    def with_workload(self, workload: WorkloadView, queue: QueueView) -> PolicyInput:
+        """A copy with ``workload`` and ``queue`` (validated models already), sharing every
+        other part: ``model_copy(update=...)`` without its general machinery, a third of its
+        cost, as a reconcile copies one input per workload (100,000 at 1,400 racks)."""
+        copied = PolicyInput.__new__(PolicyInput)
+        data = dict(self.__dict__)
+        data["workload"], data["queue"] = workload, queue
+        object.__setattr__(copied, "__dict__", data)
+        object.__setattr__(copied, "__pydantic_fields_set__",
+                           self.__pydantic_fields_set__ | _ITEM_FIELDS)
+        object.__setattr__(copied, "__pydantic_extra__", None)
+        object.__setattr__(copied, "__pydantic_private__", None)
+        return copied
 
     def cel_data(self) -> dict[str, Any]:
         """The plain-data projection handed to the CEL runtime (camelCase, enums as strings)."""

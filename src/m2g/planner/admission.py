@@ -18,6 +18,7 @@ still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from m2g.model.cluster import CheckState, Phase, WorkloadState
 from m2g.model.plan import CheckUpdate
@@ -81,18 +82,27 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     out: list[tuple[int, CheckUpdate]] = []
     for ev, waiting in groups.values():
         results = ev.admission_many([builder.for_workload(w) for _, w in waiting])
-        out += [(i, _update(w, res, config)) for (i, w), res in zip(waiting, results, strict=True)
-                if w.check_state is not CheckState.RETRY or res.decision is Decision.ADMIT]
+        answers: dict[int, dict[str, Any]] = {}  # workloads of one class share their result
+        for (i, w), res in zip(waiting, results, strict=True):
+            if w.check_state is CheckState.RETRY and res.decision is not Decision.ADMIT:
+                continue
+            answer = answers.get(id(res))
+            if answer is None:
+                answer = answers[id(res)] = _answer(res, config)
+            out.append((i, CheckUpdate(namespace=w.namespace, name=w.name, check=w.check,
+                                       **answer)))
     return [u for _, u in sorted(out, key=lambda x: x[0])]  # in the snapshot's order
 
 
-def _update(w: WorkloadState, res: AdmissionResult, config: PlannerConfig) -> CheckUpdate:
-    return CheckUpdate(
-        namespace=w.namespace, name=w.name, check=w.check,
-        state=check_state(res.decision), message=message(res),
-        requeue_after_seconds=None if res.requeue_after_seconds is None else min(
+def _answer(res: AdmissionResult, config: PlannerConfig) -> dict[str, Any]:
+    """The fields of a CheckUpdate that come from the decision (the same for every workload
+    that shares ``res``)."""
+    reasons = deciding(res)
+    return {
+        "state": check_state(res.decision), "message": message(res),
+        "requeue_after_seconds": None if res.requeue_after_seconds is None else min(
             res.requeue_after_seconds, config.max_retry_hold_seconds),
-        pod_set_updates=tuple(u.to_json() for u in res.pod_set_updates),
-        policy=next((r.policy for r in deciding(res)), ""),
-        rule=next((r.rule for r in deciding(res)), ""),
-    )
+        "pod_set_updates": tuple(u.to_json() for u in res.pod_set_updates),
+        "policy": reasons[0].policy if reasons else "",
+        "rule": reasons[0].rule if reasons else "",
+    }

@@ -88,13 +88,16 @@ class InputBuilder:
             self._qviews[name] = queue_view(self._queues.get(name), name)
         return self._qviews[name]
 
-    def for_workload(self, w: WorkloadState, view: WorkloadView | None = None) -> PolicyInput:
+    def base(self) -> PolicyInput:
+        """The snapshot's input without a workload or queue, validated once."""
         if self._base is None:
             self._base = PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.v.domains,
                                      now=self.snap.now)
-        return self._base.model_copy(update={
-            "workload": trusted_view(view or w.view, self.kw_floor),
-            "queue": self.queue(w.cluster_queue)})
+        return self._base
+
+    def for_workload(self, w: WorkloadState, view: WorkloadView | None = None) -> PolicyInput:
+        return self.base().with_workload(trusted_view(view or w.view, self.kw_floor),
+                                         self.queue(w.cluster_queue))
 
     def for_flavor(self, flavor: FlavorState, nominal: int) -> PolicyInput:
         domain_name = flavor.domain or self.snap.factory.site
@@ -132,5 +135,6 @@ class InputBuilder:
         return self._covered[name]
 
     def for_queue(self, q: QueueState) -> PolicyInput:
-        return PolicyInput(site=self.v.site, grid=self.v.grid, domains=self.v.domains,
-                           queue=self.queue(q.name), now=self.snap.now)
+        """A copy of ``base()`` with the queue (validating an input per ClusterQueue derived
+        ``topology`` and ``facts`` again: 1 s for 48 queues at 1,400 racks)."""
+        return self.base().model_copy(update={"queue": self.queue(q.name)})

@@ -49,19 +49,40 @@ from m2g.policy.batch.caches import (
     split_by_gates,
 )
 from m2g.policy.batch.cel_source import (
-    FIELD_ALIAS,
     combined_source,
     fused_source,
     workload_fields,
 )
-from m2g.policy.batch.decoding import batch_items, decode, item_classes, workload_data
+from m2g.policy.batch.decoding import (
+    batch_items,
+    decode,
+    item_classes,
+    view_classes,
+    workload_data,
+)
 from m2g.policy.compiler import CompiledPolicy
 from m2g.policy.fired import Err, Hit, walk_policy
 from m2g.policy.runtime import CelEvalError, Runtime
 
-__all__ = ["MAX_CHUNK", "Combined", "Fused", "FusedCache", "SnapshotCache", "SnapshotState",
-           "batch_items", "combined_source", "fired_many", "fused_source", "run_fused",
-           "snapshot_key", "split_by_gates", "workload_data", "workload_fields"]
+__all__ = [
+    "MAX_CHUNK",
+    "Combined",
+    "Fused",
+    "FusedCache",
+    "SnapshotCache",
+    "SnapshotState",
+    "batch_items",
+    "combined_source",
+    "fired_many",
+    "fused_source",
+    "item_classes",
+    "run_fused",
+    "snapshot_key",
+    "split_by_gates",
+    "view_classes",
+    "workload_data",
+    "workload_fields",
+]
 
 _ERRORS = (CelEvalError, TypeError, ValueError, IndexError)
 
@@ -72,7 +93,7 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
     """For each input (all sharing one snapshot, whose batch key is ``key`` when given), the
     hits and errors of every policy."""
     snap = cache.snapshots.get(inputs[0], key)
-    items = batch_items(cache, policies, inputs)
+    items = _Items(cache, policies, inputs)
     done: dict[str, list[list[Hit | Err]]] = {}
     idle, comb = split_by_gates(cache, snap, policies)
     for policy in idle:  # a match condition is false for the whole snapshot
@@ -85,7 +106,7 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
     for policy in policies:
         result = done.get(policy.name)
         if result is None:
-            result = run_fused(cache, policy, snap_act, items)
+            result = run_fused(cache, policy, snap_act, items.all())
         if result is None:
             result = []
             for i, inp in enumerate(inputs):
@@ -98,37 +119,53 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
     return per_item
 
 
-def _item_keys(cache: FusedCache, policy: CompiledPolicy) -> tuple[str, ...] | None:
-    """The item keys ``policy`` reads (None: all of them)."""
-    fields, queue = cache.reads((policy,))
-    if fields is None:
-        return None
-    return tuple(sorted(FIELD_ALIAS[f] for f in fields)) + (("m2g__q",) if queue else ())
+class _Items:
+    """A batch's items: every input's data only when some policy is evaluated over every
+    item (``all``); a policy group evaluated per class builds one item per class from the
+    inputs' workloads (``classes``)."""
+
+    def __init__(self, cache: FusedCache, policies: Sequence[CompiledPolicy],
+                 inputs: Sequence[PolicyInput]) -> None:
+        self.cache, self.policies, self.inputs = cache, policies, inputs
+        self._all: list[dict[str, Any]] | None = None
+
+    def all(self) -> list[dict[str, Any]]:
+        if self._all is None:
+            self._all = batch_items(self.cache, self.policies, self.inputs)
+        return self._all
+
+    def classes(self, policy: CompiledPolicy) -> tuple[tuple[str, ...], bool] | None:
+        """The reads of ``policy`` as a group key: (its workload fields, whether it reads the
+        queue); None when it reads all of the workload."""
+        fields, queue = self.cache.reads((policy,))
+        return None if fields is None else (tuple(sorted(fields)), queue)
 
 
 def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
-              policies: Sequence[CompiledPolicy], items: list[dict[str, Any]]
+              policies: Sequence[CompiledPolicy], items: _Items
               ) -> dict[str, list[list[Hit | Err]]]:
     """Hits of the live ``policies`` for every item, evaluated once per workload class.
 
-    Policies that read the same item keys form a group; a group whose items fall into at most
-    half as many classes is evaluated over one item per class (thermal-admission reads four
-    workload fields: 40,000 pending workloads are a few hundred classes), the others together
-    over every item. A group whose evaluation raises is left out (the caller evaluates those
-    policies on their own)."""
-    groups: dict[tuple[str, ...] | None, list[CompiledPolicy]] = {}
+    Policies that read the same workload fields (and the queue or not) form a group; a group
+    whose items fall into at most half as many classes is evaluated over one item per class
+    (thermal-admission reads four workload fields: 40,000 pending workloads are a few hundred
+    classes), the others together over every item. A group whose evaluation raises is left
+    out (the caller evaluates those policies on their own)."""
+    groups: dict[tuple[tuple[str, ...], bool] | None, list[CompiledPolicy]] = {}
     for p in policies:
-        groups.setdefault(_item_keys(cache, p), []).append(p)
+        groups.setdefault(items.classes(p), []).append(p)
     dense: list[CompiledPolicy] = []
     runs: list[tuple[list[CompiledPolicy], list[dict[str, Any]], list[int] | None]] = []
-    for keys, members in groups.items():
-        found = None if keys is None else item_classes(items, keys, len(items) // 2)
+    n = len(items.inputs)
+    for reads, members in groups.items():
+        found = None if reads is None else view_classes(items.inputs, reads[0], reads[1],
+                                                         n // 2)
         if found is None:
             dense += members
         else:
             runs.append((members, *found))
     if dense:
-        runs.append((dense, items, None))
+        runs.append((dense, items.all(), None))
     done: dict[str, list[list[Hit | Err]]] = {}
     for members, rows_in, of in runs:
         comb = cache.combined(members, {p.name: snap.hoist(cache, p) for p in members})

@@ -176,10 +176,24 @@ def snapshot_key(inp: PolicyInput, domain_ids: dict[int, tuple[int, ...]] | None
     an id is not reused meanwhile)."""
     ids = None if domain_ids is None else domain_ids.get(id(inp.domains))
     if ids is None:
-        ids = tuple(map(id, inp.domains.values()))
+        ids = _Ids(map(id, inp.domains.values()))
         if domain_ids is not None:
             domain_ids[id(inp.domains)] = ids
     return (id(inp.site), id(inp.grid), id(inp.flavor), id(inp.domain), inp.now, ids)
+
+
+class _Ids(tuple[int, ...]):
+    """A tuple of ids that hashes once: a 1,400-rack factory has ~3,100 domains, and hashing
+    their ids again for each of 100,000 inputs (grouping them by snapshot) took ~3 s."""
+
+    _hash: int
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = super().__hash__()
+            return self._hash
 
 
 class SnapshotCache:
