@@ -17,7 +17,7 @@ from typing import Any
 
 from m2g.policy import Evaluator, PolicySet, PolicySetError, Problem, build, read_dir, read_texts
 from m2g.policy.loader import yaml_files
-from m2g.policy.objects import policy_texts
+from m2g.policy.objects import narrow_tenants, policy_texts
 from m2g.policy.runtime import Runtime
 
 
@@ -104,7 +104,7 @@ class PolicyStore:
         its last good version (or left out). Raises the first build's error when a problem
         is not an object's own or the fallback does not build either."""
         try:
-            return build(read_texts(texts), self._runtime), texts, ()
+            return build(narrow_tenants(read_texts(texts)), self._runtime), texts, ()
         except PolicySetError as exc:
             bad = {p.file for p in exc.problems}
             if not bad <= texts.keys():
@@ -112,7 +112,8 @@ class PolicyStore:
             kept = {n: self._good[n] if n in bad else t for n, t in texts.items()
                     if n not in bad or n in self._good}
             try:
-                return build(read_texts(kept), self._runtime), kept, tuple(exc.problems)
+                return (build(narrow_tenants(read_texts(kept)), self._runtime), kept,
+                        tuple(exc.problems))
             except PolicySetError:
                 raise exc from None
 

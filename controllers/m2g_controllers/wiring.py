@@ -50,6 +50,7 @@ class K8sCluster:
         self.caches = {name: WatchCache(kube, res, params=params(name))
                        for name, res in WATCHED.items()}
         self.policies = WatchCache(kube, k.POLICIES)
+        self.tenant_policies = WatchCache(kube, k.TENANT_POLICIES)  # tenants' own, namespaced
         # the manager's clock: what m2g writes (shed-at, condition times) matches what it reads
         self.applier = Applier(kube, instance=instance, background_events=True, clock=clock)
         self.kai = KaiSync(kube)  # KAI Scheduler's caches, only when its CRDs are served
@@ -61,7 +62,7 @@ class K8sCluster:
         self.draw_history = DrawHistory()  # site-draw samples: percentage events' baselines
 
     def all_caches(self) -> list[WatchCache]:
-        return [*self.caches.values(), self.policies, *self.kai.caches()]
+        return [*self.caches.values(), self.policies, self.tenant_policies, *self.kai.caches()]
 
     async def start(self, on_change: Callable[..., None], timeout: float = 60.0) -> None:
         for cache in self.all_caches():
@@ -112,7 +113,9 @@ class K8sCluster:
         return placements(self.caches["pods"].view().values(), workloads)
 
     def policy_objects(self) -> list[dict[str, Any]]:
-        return list(self.policies.view().values())
+        tenants = [{**o, "kind": k.TENANT_POLICIES.kind}
+                   for o in self.tenant_policies.view().values()]
+        return [*self.policies.view().values(), *tenants]
 
     async def apply(self, plan: Plan, *, shadow: bool) -> list[str]:
         self.applier.dry_run = shadow
@@ -128,20 +131,24 @@ class K8sCluster:
         return lines
 
     async def policy_status(self, result: LoadResult) -> None:
-        bad = {p.file.removeprefix("Policy/") for p in result.problems}
+        bad = {p.file for p in result.problems}
         message = result.summary()
         for obj in self.policy_objects():
-            name = str((obj.get("metadata") or {}).get("name", ""))
-            mine = [p.render() for p in result.problems if p.file == f"Policy/{name}"]
-            ok = result.accepted and name not in bad
-            reason = "Accepted" if ok else ("Invalid" if name in bad else "SetRejected")
+            meta = obj.get("metadata") or {}
+            name, ns = str(meta.get("name", "")), meta.get("namespace")
+            tenant = obj.get("kind") == k.TENANT_POLICIES.kind
+            source = f"TenantPolicy/{ns}/{name}" if tenant else f"Policy/{name}"
+            mine = [p.render() for p in result.problems if p.file == source]
+            ok = result.accepted and source not in bad
+            reason = "Accepted" if ok else ("Invalid" if source in bad else "SetRejected")
             text = "; ".join(mine) if mine else message
             if mine and result.accepted:
                 text += " (this object's last good version stays in force, if it had one)"
             try:
-                await self.applier.set_policy_status(name, accepted=name not in bad,
-                                                     ready=ok, reason=reason, message=text)
-                if name in bad:
+                await self.applier.set_policy_status(
+                    name, accepted=source not in bad, ready=ok, reason=reason, message=text,
+                    namespace=str(ns) if tenant and ns else None)
+                if source in bad:
                     await self.applier.emit_event(obj, "PolicyRejected", text, "Warning",
                                                   action="LoadPolicies")
             except k.KubeError as exc:

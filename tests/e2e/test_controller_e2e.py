@@ -467,3 +467,47 @@ async def test_thermal_alarm_keeps_new_work_off_the_rack_and_derates(
             p for p in cluster.core.list_namespaced_pod(namespace).items
             if p.spec.node_name] or None)
         assert all(racks[p.spec.node_name] != hot for p in pods)
+
+
+async def test_a_tenant_policy_tightens_only_its_own_namespace(
+        kubeconfig: Path, cluster: Cluster, namespace: str, m2g_crds: None) -> None:
+    """A TenantPolicy in one namespace rejects that namespace's 8-GPU job; the same job in
+    another namespace is admitted; its status says it is Accepted."""
+    other = unique("e2e-other")
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+        name=other, labels={"m2g.io/e2e": "true"})))
+    cluster.cleanup.append(lambda: cluster.core.delete_namespace(
+        other, propagation_policy="Background"))
+    flavor = factory_flavor(cluster)
+    make_queue(cluster, namespace, flavor, 64)
+    make_queue(cluster, other, flavor, 64)
+    platform = yaml.safe_load(POLICIES["dr.yaml"])
+    platform["metadata"]["name"] = good = unique("e2e-platform")
+    cluster.custom.create_cluster_custom_object("m2g.io", "v1alpha1", "policies", platform)
+    cluster.cleanup.append(lambda: _delete(cluster, "policies", good))
+    cluster.custom.create_namespaced_custom_object("m2g.io", "v1alpha1", namespace,
+                                                   "tenantpolicies", {
+        "apiVersion": "m2g.io/v1alpha1", "kind": "TenantPolicy",
+        "metadata": {"name": "team-cap"},
+        "spec": {"stage": "Admission", "rules": [{
+            "name": "at-most-4", "when": "workload.gpus > 4", "decision": "Reject",
+            "message": "this team runs at most 4 GPUs a job"}]}})
+
+    def tenant_accepted() -> bool:
+        obj = cluster.custom.get_namespaced_custom_object("m2g.io", "v1alpha1", namespace,
+                                                          "tenantpolicies", "team-cap")
+        return any(c.get("type") == "Accepted" and c.get("status") == "True"
+                   for c in (obj.get("status") or {}).get("conditions") or [])
+
+    async with running_m2g(kubeconfig, None) as manager:
+        await until("the TenantPolicy to be Accepted", tenant_accepted)
+        assert sorted(manager.store.policy_set.names()) == sorted(
+            [good, f"tenant.{namespace}.team-cap"])
+        for ns in (namespace, other):
+            cluster.batch.create_namespaced_job(ns, job("big", 8, tier=0))
+        rejected = await until("the tenant's own job to be rejected", lambda: (
+            (wl := workload_of(cluster, namespace, "big")) and check_state(wl) == "Rejected"
+            and wl))
+        assert "at most 4 GPUs" in str(rejected["status"])
+        await until("the other namespace's job to be admitted", lambda: admitted(
+            cluster, other) == 1)

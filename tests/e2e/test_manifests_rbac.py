@@ -69,9 +69,11 @@ ALLOWED = [
     *[(v, "admissionchecks.kueue.x-k8s.io", None) for v in ("get", "list", "watch", "create")],
     *[(v, "admissionchecks.kueue.x-k8s.io/status", None) for v in ("patch", "update")],
     *[(v, f"{r}.m2g.io", None) for v in ("get", "list", "watch")
-      for r in ("gridevents", "maintenancewindows", "powerdomains", "policies")],
+      for r in ("gridevents", "maintenancewindows", "powerdomains", "policies",
+                "tenantpolicies")],
     *[(v, f"{r}.m2g.io/status", None) for v in ("patch", "update")
-      for r in ("gridevents", "maintenancewindows", "powerdomains", "policies")],
+      for r in ("gridevents", "maintenancewindows", "powerdomains", "policies",
+                "tenantpolicies")],
     ("create", "leases.coordination.k8s.io", NS),
     ("get", "leases.coordination.k8s.io/m2g-controller", NS),
     ("update", "leases.coordination.k8s.io/m2g-controller", NS),
@@ -100,6 +102,7 @@ DENIED = [
     ("patch", "localqueues.kueue.x-k8s.io", "default"),
     ("patch", "cohorts.kueue.x-k8s.io", None),
     ("create", "policies.m2g.io", None), ("patch", "policies.m2g.io", None),
+    ("create", "tenantpolicies.m2g.io", "default"), ("patch", "tenantpolicies.m2g.io", "default"),
     ("delete", "gridevents.m2g.io", None),
     ("create", "leases.coordination.k8s.io", "default"),
     ("get", "leases.coordination.k8s.io/kube-scheduler", "kube-system"),

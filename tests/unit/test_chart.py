@@ -236,9 +236,13 @@ def test_user_roles_aggregate_to_view_and_edit() -> None:
     assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert user["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert "rbac.authorization.k8s.io/aggregate-to-view" not in user["metadata"]["labels"]
-    for role in (viewer, user):
-        verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    for role in (viewer, user):  # read-only, but for a tenant's own TenantPolicies
+        verbs = {v for rule in role["rules"] for v in rule["verbs"]
+                 if rule["resources"] != ["tenantpolicies"]}
         assert verbs == {"get", "list", "watch"}, role["metadata"]["name"]
+    (tenant,) = (r for r in user["rules"] if r["resources"] == ["tenantpolicies"])
+    assert "create" in tenant["verbs"] and "tenantpolicies" not in str(
+        [r for r in viewer["rules"] if set(r["verbs"]) - {"get", "list", "watch"}])
 
 
 def test_flux_and_argocd_examples_order_the_pieces() -> None:

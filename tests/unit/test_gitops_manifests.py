@@ -272,7 +272,7 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
         ("kai.scheduler", "topologies"): read | {"create", "patch"},
         ("scheduling.run.ai", "queues"): read | {"patch"},
     }
-    for res in ("gridevents", "maintenancewindows", "powerdomains", "policies"):
+    for res in ("gridevents", "maintenancewindows", "powerdomains", "policies", "tenantpolicies"):
         want[("m2g.io", res)] = read
         want[("m2g.io", f"{res}/status")] = {"patch", "update"}
     assert grants == want

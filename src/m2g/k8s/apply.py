@@ -54,6 +54,7 @@ from m2g.k8s.client import (
     GRID_EVENTS,
     NODES,
     POLICIES,
+    TENANT_POLICIES,
     WORKLOADS,
     Conflict,
     Kube,
@@ -505,11 +506,13 @@ class Applier:
 
     async def set_policy_status(self, name: str, *, accepted: bool, ready: bool,
                                 reason: str, message: str,
-                                observed_generation: int | None = None) -> bool:
-        """Set a Policy CR's ``Accepted`` and ``Ready`` conditions (status SSA); False when
-        they already say this."""
+                                observed_generation: int | None = None,
+                                namespace: str | None = None) -> bool:
+        """Set a Policy CR's (with ``namespace``: a TenantPolicy's) ``Accepted`` and ``Ready``
+        conditions (status SSA); False when they already say this."""
+        res = TENANT_POLICIES if namespace else POLICIES
         try:
-            policy = await self.kube.get(POLICIES, name)
+            policy = await self.kube.get(res, name, namespace=namespace)
         except NotFound:
             return False
         generation = observed_generation if observed_generation is not None else \
@@ -529,8 +532,9 @@ class Applier:
         if not self._record(None, "policy-status", name, f"{reason}: {message[:120]}",
                             not same):
             return False
-        await self.kube.apply(POLICIES, name, {
-            "apiVersion": POLICIES.api_version, "kind": POLICIES.kind, "metadata": {"name": name},
+        meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+        await self.kube.apply(res, name, {
+            "apiVersion": res.api_version, "kind": res.kind, "metadata": meta,
             "status": {"observedGeneration": generation, "conditions": conds}},
-            subresource="status", field_manager=self.field_manager)
+            namespace=namespace, subresource="status", field_manager=self.field_manager)
         return True

@@ -111,6 +111,7 @@ GRID_EVENTS = Resource(M2G, "v1alpha1", "gridevents", "GridEvent", False)
 MAINTENANCE_WINDOWS = Resource(M2G, "v1alpha1", "maintenancewindows", "MaintenanceWindow",
                                False)
 POLICIES = Resource(M2G, "v1alpha1", "policies", "Policy", False)
+TENANT_POLICIES = Resource(M2G, "v1alpha1", "tenantpolicies", "TenantPolicy", True)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", True)
 
