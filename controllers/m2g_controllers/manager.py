@@ -271,21 +271,28 @@ class Manager:
                 return
         self._reported = {(r.kind, r.name): r.reason for r in snap.rejected}
 
-    def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
+    def _count_actions(self, plan: Plan) -> None:
+        """The decision and action counters (the leader's; in shadow mode what it would do,
+        as ``m2g_shadow_mode`` says)."""
         m = self.metrics
-        self._report_rejected(snap)
         for c in plan.checks:
             m.decisions.labels(c.state.value, c.policy or "none").inc()
-        for q in plan.quotas:
-            m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
         for s in plan.sheds:
             m.shed_actions.labels("restore" if s.active else ("drain" if s.drain else "shed")).inc()
         for t in plan.taints:
             m.taint_changes.labels(t.key, "add" if t.add else "remove").inc()
-        for kq in plan.kai_queues:
-            m.kai_gpu_limit.labels(kq.queue).set(kq.limit)
         for kt in plan.kai_topologies:
             m.kai_topology_updates.labels("replace" if kt.replace else "create").inc()
+
+    def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
+        m = self.metrics
+        self._report_rejected(snap)
+        if self.is_leader():  # a follower decides too, but only what the leader does counts
+            self._count_actions(plan)
+        for q in plan.quotas:
+            m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
+        for kq in plan.kai_queues:
+            m.kai_gpu_limit.labels(kq.queue).set(kq.limit)
         draw = snap.factory.site_draw_kw()
         if draw.value is not None:
             m.site_draw_kw.set(draw.value)

@@ -410,3 +410,16 @@ async def test_objects_left_out_get_one_event_from_the_leader_only() -> None:
     c.rejected = (Rejected("GridEvent", "far", "ValueError: other"),)
     await m.reconcile()
     assert len(c.reported) == 3
+
+
+async def test_only_the_leader_counts_decisions() -> None:
+    """Followers decide (to be warm) but count nothing: two replicas' counters summed in
+    Prometheus would double every decision."""
+    leading = False
+    c = FakeCluster()
+    m = manager(c, is_leader=lambda: leading)
+    await m.reconcile()
+    assert m.metrics.decisions.labels("Rejected", "size")._value.get() == 0
+    leading = True
+    await m.reconcile()
+    assert m.metrics.decisions.labels("Rejected", "size")._value.get() == 1
