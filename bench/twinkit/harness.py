@@ -383,11 +383,12 @@ def _cooling(f: Firing) -> None:
 
 
 def _xid_storm(f: Firing) -> None:
+    rack = f"r{min(2, f.cfg.racks - 1):03d}"  # rack-002, or the last rack of a smaller factory
     for n in range(6):
-        node = f"twin-r002-n{n:02d}"
+        node = f"twin-{rack}-n{n:02d}"
         post_fault(f.procs.sim, {"kind": "tray-failed", "node": node, "xid": 79})
         f.data.faults.append((node, "xid", f.cfg.timeline.start_s, f.cfg.timeline.end_s))
-    f.note("XID 79 on trays twin-r002-n00..n05")
+    f.note(f"XID 79 on trays twin-{rack}-n00..n05")
 
 
 def _maintenance(f: Firing) -> None:

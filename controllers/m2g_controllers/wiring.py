@@ -8,6 +8,7 @@ the writes and their Events are m2g.k8s.writer.apply_plan's. This module only co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -34,6 +35,10 @@ from m2g_controllers.policies import LoadResult
 
 log = logging.getLogger("m2g.wiring")
 
+#: Signals are read in the background this often (wall seconds) and each snapshot takes the
+#: latest reading, so a reconcile never waits for Prometheus (docs/controllers.md "Signals").
+SIGNAL_REFRESH_SECONDS = 2.0
+
 class ApplyFailed(Exception):
     """Some writes of a plan failed; the next reconcile retries (level-triggered)."""
 
@@ -45,7 +50,8 @@ class K8sCluster:
                  signal_config: SignalConfig | None = None, instance: str = "m2g",
                  http: httpx.AsyncClient | None = None,
                  readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 signal_refresh_seconds: float = SIGNAL_REFRESH_SECONDS) -> None:
         self.kube = kube
         self.caches = {name: WatchCache(kube, res, params=params(name))
                        for name, res in WATCHED.items()}
@@ -60,6 +66,10 @@ class K8sCluster:
         self._read_override = readings  # another signal source (tests, replay); else Prometheus
         self._memo = SnapshotMemo()  # unchanged nodes and workloads are not converted again
         self.draw_history = DrawHistory()  # site-draw samples: percentage events' baselines
+        self._refresh = signal_refresh_seconds  # 0: read on every snapshot
+        self._latest: Readings | None = None
+        self._read_once: asyncio.Event | None = None
+        self._poller: asyncio.Task[None] | None = None
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies, self.tenant_policies, *self.kai.caches()]
@@ -74,6 +84,11 @@ class K8sCluster:
         await self.kai.probe(on_change)
 
     async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
         await self.applier.drain(timeout=10)
         for cache in self.all_caches():
             await cache.stop()
@@ -88,8 +103,33 @@ class K8sCluster:
                         memo=self._memo, history=self.draw_history)
 
     async def _readings(self) -> Readings | None:
+        """The latest signal readings. With a refresh period, a background task reads every
+        ``signal_refresh_seconds`` and a snapshot takes the newest (waiting only for the very
+        first): reading Prometheus took ~2 s a reconcile on a loaded 16-rack twin, and every
+        reconcile — each new workload's admission check — waited for it. Readings then are up
+        to one period older than the snapshot (their freshness is judged when they were read)."""
         if self._read_override is not None:
             return await self._read_override(self)
+        if not self._prometheus:
+            return None
+        if self._refresh <= 0:
+            return await self._read_now()
+        if self._poller is None or self._poller.done():
+            self._read_once = self._read_once or asyncio.Event()
+            self._poller = asyncio.create_task(self._poll(), name="m2g-signals")
+        if self._latest is None and self._read_once is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._read_once.wait(), 12)
+        return self._latest
+
+    async def _poll(self) -> None:
+        while True:
+            self._latest = await self._read_now()
+            if self._read_once is not None:
+                self._read_once.set()
+            await asyncio.sleep(self._refresh)
+
+    async def _read_now(self) -> Readings | None:
         if not self._prometheus:
             return None
         if self._http is None:
