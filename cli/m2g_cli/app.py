@@ -8,7 +8,16 @@ from typing import Annotated
 import typer
 
 from m2g import __version__
-from m2g_cli import ops_cmd, policy_cmd, report_cmd, run_cmd, simulate_cmd, templates_cmd, term
+from m2g_cli import (
+    nodeagent_cmd,
+    ops_cmd,
+    policy_cmd,
+    report_cmd,
+    run_cmd,
+    simulate_cmd,
+    templates_cmd,
+    term,
+)
 
 app = typer.Typer(
     name="m2g",
@@ -22,6 +31,7 @@ app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(templates_cmd.app, name="templates")
 app.command("submit")(templates_cmd.submit)
 app.command("simulate")(simulate_cmd.simulate)
+app.command("node-agent")(nodeagent_cmd.node_agent)
 ops_cmd.register(app)
 app.command("run", context_settings=run_cmd.SETTINGS)(run_cmd.run)
 app.command("report")(report_cmd.report)

@@ -125,6 +125,9 @@ def decision_rows(snap: ClusterSnapshot, plan: Plan) -> list[Row]:
             "Restore" if s.active else "Shed")
         add("Maintenance" if s.drain else "Preemption", "Workload",
             f"{s.namespace}/{s.name}", kind, s.reason, s.kw)
+    for cap in plan.caps:
+        add("Preemption", "Workload", f"{cap.namespace}/{cap.name}",
+            "LiftCap" if cap.fraction >= 1.0 else "Cap", cap.reason, cap.fraction)
     for q in plan.quotas:
         add("Capacity", "ClusterQueue", q.cluster_queue, "Quota",
             f"{q.flavor} {q.resource} {q.nominal} of {q.base}: {q.reason}", q.nominal)

@@ -279,6 +279,10 @@ class Manager:
             m.decisions.labels(c.state.value, c.policy or "none").inc()
         for s in plan.sheds:
             m.shed_actions.labels("restore" if s.active else ("drain" if s.drain else "shed")).inc()
+        for cap in plan.caps:
+            m.power_cap_actions.labels("lift" if cap.fraction >= 1.0 else "cap").inc()
+        m.capped_gpus.set(sum(w.view.gpus for w in snap.workloads
+                              if w.power_cap < 1.0 and w.phase.value == "Admitted"))
         for t in plan.taints:
             m.taint_changes.labels(t.key, "add" if t.add else "remove").inc()
         for kt in plan.kai_topologies:

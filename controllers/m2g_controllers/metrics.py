@@ -34,6 +34,12 @@ class Metrics:
         self.shed_actions = Counter(
             "m2g_shed_actions_total", "Workloads shed, drained (maintenance) or restored",
             ["action"], registry=r)
+        self.power_cap_actions = Counter(
+            "m2g_power_cap_actions_total",
+            "Per-GPU power caps decided on workloads (cap) or lifted (lift)", ["action"],
+            registry=r)
+        self.capped_gpus = Gauge(
+            "m2g_capped_gpus", "GPUs of running workloads under an m2g power cap", registry=r)
         self.taint_changes = Counter(
             "m2g_node_taint_changes_total", "m2g's own node taints decided, by key and action",
             ["key", "action"], registry=r)

@@ -2,7 +2,8 @@
 
 Thin wiring around ``m2g.sim`` (docs/signals.md):
 
-* every ``interval`` seconds it lists Nodes carrying ``m2g.io/rack`` and Running pods through
+* every ``interval`` seconds it lists Nodes carrying ``m2g.io/rack``, Running pods and the
+  GPUPowerLimits (the limit m2g's node agent reports in force caps that node's GPUs) through
   m2g.k8s's client (async), turns them into ``NodeInfo`` / ``PodLoad`` (pod label
   ``m2g.io/workload-kind``, GPUs from the containers' ``nvidia.com/gpu`` limits or requests) and
   calls ``m2g.sim.model.step``
@@ -36,6 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from m2g.k8s import client as k
 from m2g.model import labels as L
 from m2g.model.inputs import WorkloadKind
+from m2g.model.powerlimit import node_limit_state
 from m2g.sim.exposition import FactoryCollector
 from m2g.sim.faults import Fault, FaultSpecError, parse_fault
 from m2g.sim.model import (
@@ -128,6 +130,25 @@ class KubeSource:
         found = await self.kube.list(k.PODS, params={"fieldSelector": "status.phase=Running"})
         return list(found.get("items") or [])
 
+    async def power_limits(self) -> list[Obj]:
+        """GPUPowerLimits (m2g's node agents report the limit in force); none if not served."""
+        try:
+            found = await self.kube.list(k.GPU_POWER_LIMITS)
+        except k.ResourceMissing:
+            return []
+        return list(found.get("items") or [])
+
+
+def node_caps(limits: Iterable[Obj]) -> dict[str, float]:
+    """Node → the per-GPU limit in force / default, from the agents' status (not the spec: a
+    cap counts once the agent reports it applied, as on real hardware)."""
+    out: dict[str, float] = {}
+    for obj in limits:
+        state = node_limit_state(obj)
+        if state is not None and state.applied_fraction is not None:
+            out[state.node] = min(1.0, max(0.0, state.applied_fraction))
+    return out
+
 
 @dataclass
 class Simulator:
@@ -140,6 +161,7 @@ class Simulator:
     _state: FactoryState | None = None
     _faults: list[Fault] = field(default_factory=list)
     _pods: dict[str, list[PodLoad]] = field(default_factory=dict)
+    _caps: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -174,13 +196,19 @@ class Simulator:
         else:
             nodes = [n for n in (node_info(o) for o in node_objs) if n is not None]
             self._pods = group_pods(pod_objs)
+        limits = getattr(self.source, "power_limits", None)
+        if limits is not None:
+            try:
+                self._caps = node_caps(await limits())
+            except Exception as exc:  # keep the last caps: the GPUs keep their limits
+                self.log(f"simulator: listing GPUPowerLimits failed ({type(exc).__name__})")
         with self._lock:
             state, faults = self._state, tuple(self._faults)
         if state is None:
             state = initial_state(nodes or (), now, self.params, faults)
         elif nodes is not None:
             state = with_nodes(state, nodes, self.params)
-        state = step(with_faults(state, faults), self._pods, now, self.params)
+        state = step(with_faults(state, faults), self._pods, now, self.params, self._caps)
         with self._lock:
             self._state = state
         return state

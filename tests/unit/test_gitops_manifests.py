@@ -271,6 +271,8 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
         ("events.k8s.io", "events"): {"create", "patch"},
         ("kai.scheduler", "topologies"): read | {"create", "patch"},
         ("scheduling.run.ai", "queues"): read | {"patch"},
+        # the power-cap lever: the spec of GPUPowerLimits (the node agent writes their status)
+        ("m2g.io", "gpupowerlimits"): read | {"create", "patch", "delete"},
     }
     for res in ("gridevents", "maintenancewindows", "powerdomains", "policies", "tenantpolicies"):
         want[("m2g.io", res)] = read

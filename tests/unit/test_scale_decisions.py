@@ -57,7 +57,9 @@ def test_100_racks_same_plan_as_before() -> None:
     objs, readings = generate(100, 2000)
     evaluator = Evaluator(load_dir(ROOT / "deploy" / "policies", "cel-expr-python"))
     snap = build_snapshot(objs, readings, NOW)
-    got = json.loads(json.dumps(plan_record(make_plan(snap, evaluator, PlannerConfig())),
+    # pauses only: the recording predates graded curtailment (issue 12; test_curtail.py)
+    got = json.loads(json.dumps(plan_record(make_plan(snap, evaluator, PlannerConfig(
+        power_caps=False))),
                                 sort_keys=True, default=str))
     want = _expected()
     problems = [p for k in want for p in _diff(want[k], got[k], k)]

@@ -23,7 +23,7 @@ import difflib
 from pathlib import Path
 from typing import Any, Final, Literal, get_args, get_origin
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from m2g.config.checks import AdmissionCheckSettings
 from m2g.planner.config import PlannerConfig
@@ -77,6 +77,31 @@ class PlannerSettings(BaseModel):
     baseline_window_seconds: float | None = Field(default=None, gt=0)
     #: Site-draw samples the controller keeps for baselines, seconds.
     draw_history_seconds: float | None = Field(default=None, gt=0)
+
+    #: Graded curtailment (docs/curtailment.md): false = pauses only.
+    power_caps: bool | None = None
+    #: The cap ladder, fractions of the default GPU power limit, mildest first.
+    cap_levels: tuple[float, ...] | None = Field(default=None, min_length=1, max_length=16)
+    #: Throughput a job may lose over its life, by flex tier 0–3.
+    flex_allowance: tuple[float, float, float, float] | None = None
+    cap_horizon_seconds: float | None = Field(default=None, gt=0)
+    #: The lease on a node's GPUPowerLimit (the agent restores after lease + its grace).
+    cap_lease_seconds: float | None = Field(default=None, gt=0)
+
+    @field_validator("cap_levels")
+    @classmethod
+    def _levels(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is not None and (any(not 0.1 <= c < 1 for c in v) or list(v) != sorted(v,
+                                                                                  reverse=True)):
+            raise ValueError("capLevels: fractions in [0.1, 1), mildest (largest) first")
+        return v
+
+    @field_validator("flex_allowance")
+    @classmethod
+    def _allowance(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is not None and any(not 0 <= a <= 1 for a in v):
+            raise ValueError("flexAllowance: four fractions in [0, 1]")
+        return v
 
     def apply_to(self, base: PlannerConfig) -> PlannerConfig:
         """``base`` with every field this section sets."""

@@ -3,6 +3,7 @@ lowers and hands back (pure: no I/O).
 
 On Workloads (a shed or drain): ``m2g.io/shed-at``, ``m2g.io/shed-reason``, ``m2g.io/drained-for``
 (with shed-at: evicted off nodes for maintenance, not for power). All removed on restore.
+A power cap: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``.
 
 Values m2g lowers and gives back — a ClusterQueue flavor's ``nominalQuota`` (``owned_quota``)
 and a KAI Queue's ``spec.resources.gpu.limit`` (``GPU_LIMIT``) — are ``Owned``: three
@@ -31,6 +32,12 @@ Obj = Mapping[str, Any]
 SHED_AT = "m2g.io/shed-at"
 SHED_REASON = "m2g.io/shed-reason"
 DRAINED_FOR = "m2g.io/drained-for"  # with SHED_AT: evicted off nodes (maintenance), not for power
+# Graded curtailment (docs/curtailment.md): the per-GPU cap m2g set on a Workload, since when,
+# and the throughput-seconds its earlier caps cost (its flex allowance spent). Lifting a cap
+# removes the first two and keeps the third.
+POWER_CAP = "m2g.io/power-cap"
+POWER_CAP_AT = "m2g.io/power-cap-at"
+FLEX_USED = "m2g.io/flex-used-seconds"
 BASE_QUOTA_PREFIX = "m2g.io/base-quota."
 SET_QUOTA_PREFIX = "m2g.io/quota-set."  # the nominalQuota m2g itself last wrote
 QUOTA_CHANGED_AT = "m2g.io/quota-changed-at"

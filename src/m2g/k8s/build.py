@@ -51,6 +51,7 @@ from m2g.model import labels as L
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.collector import collector_paused
 from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
+from m2g.model.powerlimit import node_limit_state
 from m2g.signals.readings import Readings, SignalReading
 
 
@@ -68,6 +69,7 @@ class ClusterObjects:
     power_domains: Mapping[str, Obj] = field(default_factory=dict)
     grid_events: Mapping[str, Obj] = field(default_factory=dict)
     maintenance_windows: Mapping[str, Obj] = field(default_factory=dict)
+    gpu_power_limits: Mapping[str, Obj] = field(default_factory=dict)
 
 
 def reading(sig: SignalReading | None) -> Reading:
@@ -150,7 +152,13 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     workloads = _workloads(objs, now, memo, iso)
     # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
     # bench/node_levers.py) while there is no window and no drained workload
-    needed = bool(factory.maintenance) or any(w.drained_for for w in workloads)
+    # ... and power caps: while any cap or node limit exists, or the site is near its limit
+    # (a cap goes only to a job alone on its nodes)
+    limits = {n: x for n, x in ((s.node, s) for s in _each(
+        iso, "GPUPowerLimit", objs.gpu_power_limits, node_limit_state) if s is not None)}
+    needed = bool(factory.maintenance) or any(w.drained_for or w.power_cap < 1.0
+                                              for w in workloads) or bool(limits) \
+        or _near_limit(factory)
     return ClusterSnapshot(
         factory=factory, workloads=workloads,
         grid_event_states=_each(iso, "GridEvent", objs.grid_events, checked_event_state),
@@ -159,7 +167,15 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
         placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: placements(
             objs.pods.values(), objs.workloads.values(), _hosts(objs.nodes.values(), iso)))
             or {}) if needed else {},
-        rejected=iso.unique())
+        rejected=iso.unique(), node_limits=limits)
+
+
+def _near_limit(factory: FactorySnapshot) -> bool:
+    """The site draw within 10 % of its limit (or no fresh reading): a shortfall is near."""
+    draw, limit = factory.site_draw_kw(), factory.effective_budget_kw()
+    if limit <= 0:
+        return False
+    return draw.stale or draw.value is None or draw.value > 0.9 * limit
 
 
 def _hosts(nodes: Iterable[Obj], iso: Isolator) -> dict[str, str]:

@@ -112,6 +112,7 @@ MAINTENANCE_WINDOWS = Resource(M2G, "v1alpha1", "maintenancewindows", "Maintenan
                                False)
 POLICIES = Resource(M2G, "v1alpha1", "policies", "Policy", False)
 TENANT_POLICIES = Resource(M2G, "v1alpha1", "tenantpolicies", "TenantPolicy", True)
+GPU_POWER_LIMITS = Resource(M2G, "v1alpha1", "gpupowerlimits", "GPUPowerLimit", False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", True)
 

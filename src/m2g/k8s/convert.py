@@ -51,9 +51,18 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
-from m2g.k8s.annotations import DRAINED_FOR, QUOTA_CHANGED_AT, SHED_AT, quota_base
+from m2g.k8s.annotations import (
+    DRAINED_FOR,
+    FLEX_USED,
+    POWER_CAP,
+    POWER_CAP_AT,
+    QUOTA_CHANGED_AT,
+    SHED_AT,
+    quota_base,
+)
 from m2g.k8s.parse import (
     int_of,
     nonneg_float,
@@ -81,7 +90,7 @@ from m2g.model.factory import (
     Node,
     PowerDomain,
 )
-from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
+from m2g.model.inputs import Checkpoint, PodSetView, PowerCap, WorkloadKind, WorkloadView
 
 Obj = Mapping[str, Any]
 
@@ -511,11 +520,44 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     shed_at = parse_time(own.get(SHED_AT))
     if shed_at is not None and shed_at > now:  # a stamp from the future would pause pacing
         shed_at = now
+    cap = power_cap(own.get(POWER_CAP))
+    cap_at = parse_time(own.get(POWER_CAP_AT)) if cap < 1.0 else None
+    used = nonneg_float(own.get(FLEX_USED))
+    if cap < 1.0 or used > 0:
+        view = view.model_copy(update={"power_cap": PowerCap(
+            capped=cap < 1.0, fraction=cap if cap < 1.0 else 0.0, flex_used_seconds=used)})
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,
         check_state=state, check_message=message, shed_by_m2g=SHED_AT in own,
         shed_at=shed_at, holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
-        drained_for=own.get(DRAINED_FOR, ""), checkpoint_reported_at=reported)
+        drained_for=own.get(DRAINED_FOR, ""), checkpoint_reported_at=reported,
+        power_cap=cap, power_cap_at=min(cap_at, now) if cap_at else None,
+        flex_used_seconds=used,
+        cap_curve=cap_curve(fact(L.POWER_CURVE)))
+
+
+def power_cap(value: str | None) -> float:
+    """m2g's ``m2g.io/power-cap`` record: a fraction in [0.1, 1]; anything else reads 1 (none)."""
+    try:
+        f = float(value) if value is not None else 1.0
+    except ValueError:
+        return 1.0
+    return f if 0.1 <= f <= 1.0 else 1.0
+
+
+def cap_curve(value: str | None) -> tuple[tuple[float, float], ...]:
+    """``m2g.io/power-curve`` ("cap:throughput,...") → points sorted by cap; a curve with a bad
+    point, or with throughput rising as the cap falls, reads as none (its kind's curve)."""
+    if not value:
+        return ()
+    try:
+        pts = sorted((float(c), float(t)) for c, t in (
+            p.split(":") for p in value.split(",")[:32] if p.strip()))
+    except ValueError:
+        return ()
+    ok = len(pts) >= 2 and all(0 < c <= 1 and 0 <= t <= 1 for c, t in pts) and all(
+        a[1] <= b[1] for a, b in pairwise(pts))
+    return tuple(pts) if ok else ()
 
 
 def checkpoint(interval: int, reported: datetime | None, started: datetime | None,

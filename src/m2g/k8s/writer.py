@@ -2,7 +2,8 @@
 the admission answers.
 
 ``apply_plan`` runs, in order: the Kueue and Node writes (``Applier.apply_core``: quotas, stops,
-taints, sheds, checks, weights), the KAI writes (``KaiApplier``: Topologies, Queue limits), and
+taints, sheds, checks, weights), the power caps (``m2g.k8s.caps``: Workload records, node
+GPUPowerLimits), the KAI writes (``KaiApplier``: Topologies, Queue limits), and
 one Event per AdmissionCheck answer written (in dry-run/shadow mode: per answer decided), on its
 Workload. Errors of one write never stop the others: they are in ``ApplyResult.errors``.
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from functools import partial
 
 from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.caps import apply_caps
 from m2g.k8s.client import WORKLOADS, KubeError, Obj
 from m2g.k8s.kai import KaiApplier
 from m2g.model.cluster import CheckState
@@ -33,6 +35,7 @@ async def apply_plan(applier: Applier, plan: Plan, *, known: Known | None = None
     """Apply ``plan`` through ``applier`` (its dry-run flag, records, background Events).
     ``known(namespace, name)``: the Workload as the caller's watch cache has it (None: read)."""
     result = await applier.apply_core(plan, known=known)
+    await apply_caps(applier, plan, result, known)
     await KaiApplier(applier).apply(plan, result)
     await check_events(applier, plan, result, known)
     return result

@@ -16,6 +16,7 @@ from typing import Any
 
 from m2g.model.factory import FactorySnapshot
 from m2g.model.inputs import WorkloadView
+from m2g.model.powerlimit import NodeLimitState
 
 CHECK_CONTROLLER = "m2g.io/policy"  # AdmissionCheck.spec.controllerName m2g answers for
 
@@ -61,6 +62,16 @@ class WorkloadState:
     #: The newest checkpoint time the Workload itself reports (``m2g.io/last-checkpoint-time``);
     #: reports on its pods are merged in when the snapshot is built (``view.checkpoint``).
     checkpoint_reported_at: datetime | None = None
+    #: The per-GPU power cap m2g set on it (fraction of each GPU's default limit; 1.0: none),
+    #: since when, and the throughput-seconds its earlier caps cost (Workload annotations
+    #: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``: m2g's
+    #: bookkeeping of its flex allowance, docs/curtailment.md).
+    power_cap: float = 1.0
+    power_cap_at: datetime | None = None
+    flex_used_seconds: float = 0.0
+    #: Its own throughput at a cap, ((cap, throughput), …) by cap, from ``m2g.io/power-curve``
+    #: (the template's ``power.capCurve``); empty: its kind's measured curve.
+    cap_curve: tuple[tuple[float, float], ...] = ()
 
     @property
     def key(self) -> str:
@@ -191,6 +202,9 @@ class ClusterSnapshot:
     draw_history: tuple[tuple[datetime, float], ...] = ()
     #: Objects left out of this snapshot, and why (reported; everything else is decided).
     rejected: tuple[Rejected, ...] = ()
+    #: Node name → its GPUPowerLimit (m2g.model.powerlimit): the caps m2g asked for and the
+    #: limits the node agents report in force.
+    node_limits: Mapping[str, NodeLimitState] = field(default_factory=dict)
 
     @property
     def now(self) -> datetime:

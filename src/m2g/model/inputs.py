@@ -79,6 +79,16 @@ class Checkpoint(CelModel):
     reported: bool = False
 
 
+class PowerCap(CelModel):
+    """The per-GPU power cap m2g has set on the workload (an extension; docs/curtailment.md):
+    ``capped``, ``fraction`` of each GPU's default limit (0 when not capped) and the
+    throughput-seconds its earlier caps cost (``flexUsedSeconds``, its flex allowance spent)."""
+
+    capped: bool = False
+    fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+    flex_used_seconds: float = Field(default=0.0, ge=0.0)
+
+
 class WorkloadView(CelModel):
     """A Kueue Workload as policies see it."""
 
@@ -99,6 +109,7 @@ class WorkloadView(CelModel):
     requeue_count: int = Field(default=0, ge=0)
     estimated_kw: float = Field(default=0.0, ge=0.0)
     checkpoint: Checkpoint = Checkpoint()
+    power_cap: PowerCap = PowerCap()
     #: Kueue TAS has assigned its nodes (``status.admission`` has a topologyAssignment): a
     #: nodeSelector in podSetUpdates can no longer steer it (it may only conflict).
     topology_assigned: bool = False

@@ -35,6 +35,8 @@ CHECKPOINT_INTERVAL: Final = "m2g.io/checkpoint-interval-seconds"
 LAST_CHECKPOINT: Final = "m2g.io/last-checkpoint-time"  # RFC 3339, written by the job
 TEMPLATE: Final = "m2g.io/template"  # label: the WorkloadTemplate a workload was rendered from
 TEMPLATE_VALUES: Final = "m2g.io/template-values"  # annotation: its resolved parameters (JSON)
+#: annotation: throughput at per-GPU power caps, "cap:throughput,..." (the template's capCurve)
+POWER_CURVE: Final = "m2g.io/power-curve"
 
 # Kueue
 QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"

@@ -123,6 +123,34 @@ class GridEventStatusUpdate:
 
 
 @dataclass(frozen=True)
+class CapAction:
+    """Set (or lift: ``fraction`` 1.0) the per-GPU power cap of a Workload: m2g's record on the
+    Workload (annotations ``m2g.io/power-cap``, ``-at``, ``m2g.io/flex-used-seconds``); the
+    nodes follow through ``NodeLimitUpdate``. ``kw``: the draw it saves (negative: adds)."""
+
+    namespace: str
+    name: str
+    fraction: float
+    kw: float
+    reason: str
+    #: Throughput-seconds its caps have cost up to now (carried into the new record).
+    flex_used_seconds: float = 0.0
+    throughput: float = 1.0  # its throughput at ``fraction`` (the curve's)
+
+
+@dataclass(frozen=True)
+class NodeLimitUpdate:
+    """Server-side apply the spec of a node's GPUPowerLimit (``fraction`` < 1, with a lease
+    until ``expires_at``), or delete it (``fraction`` None: released)."""
+
+    node: str
+    fraction: float | None
+    expires_at: datetime | None
+    workloads: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class Plan:
     """The changes one reconcile wants; applying the same plan twice changes nothing more."""
 
@@ -138,8 +166,10 @@ class Plan:
     event_statuses: tuple[GridEventStatusUpdate, ...] = ()
     #: Reconcile again by then even if nothing changes (a grid event starts or ends).
     wake_at: datetime | None = None
+    caps: tuple[CapAction, ...] = ()
+    node_limits: tuple[NodeLimitUpdate, ...] = ()
 
     def empty(self) -> bool:
         return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
                     or self.kai_topologies or self.kai_queues or self.taints
-                    or self.event_statuses)
+                    or self.event_statuses or self.caps or self.node_limits)

@@ -66,6 +66,19 @@ class PlannerConfig:
     #: In the last this-many seconds before a window, evict everything still on its nodes at
     #: once (until then evictions are paced by the ramp, like shedding).
     drain_deadline_seconds: float = 300.0
+    #: Graded curtailment (docs/curtailment.md): cap the GPUs of flexible jobs before pausing
+    #: any. False: pauses only (the ``pause-only`` baseline of the twin).
+    power_caps: bool = True
+    #: The per-GPU caps m2g steps through, as fractions of each GPU's default limit, mildest
+    #: first. Below 0.5 the measured throughput collapses (0.19–0.23 at 0.25: dvfs_sweep.csv).
+    cap_levels: tuple[float, ...] = (0.875, 0.75, 0.625, 0.5)
+    #: Throughput a job may lose over its life, by flex tier 0–3 (Emerald Conductor's tiers).
+    flex_allowance: tuple[float, float, float, float] = (0.0, 0.10, 0.25, 0.50)
+    #: How long a cap is planned to last when no grid event says (its flex is spent over it).
+    cap_horizon_seconds: float = 1800.0
+    #: The lease m2g writes on a node's GPUPowerLimit (renewed at half of it); the node agent
+    #: restores full power after lease + its grace (60 s) without a renewal.
+    cap_lease_seconds: float = 120.0
     #: A thermal taint stays until the rack's inlet is this far under its limit (hysteresis:
     #: an inlet hovering at the limit does not flap the taint).
     thermal_clear_margin_c: float = 1.0

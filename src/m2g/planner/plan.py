@@ -12,12 +12,13 @@ from m2g.model.plan import Plan
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
+from m2g.planner.curtail import node_limit_updates
 from m2g.planner.fairness import weight_updates
 from m2g.planner.gridstatus import event_statuses, next_boundary
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
-from m2g.planner.shedding import shed_actions
+from m2g.planner.shedding import power_actions
 from m2g.policy import Evaluator
 
 
@@ -39,7 +40,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     snap = with_baselines(snap, baselines)
     builder = InputBuilder(snap, config.default_kw_per_gpu)
     quotas, stops = capacity_updates(evaluator, builder, config)
-    sheds, why = shed_actions(evaluator, builder, config)
+    sheds, caps, why = power_actions(evaluator, builder, config)
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
     drains = drain_actions(builder, config, frozenset(f"{a.namespace}/{a.name}" for a in sheds))
     return Plan(
@@ -54,6 +55,8 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
         taints=tuple(taint_updates(builder, config)),
         event_statuses=tuple(statuses),
         wake_at=next_boundary(snap),
+        caps=tuple(caps),
+        node_limits=tuple(node_limit_updates(snap, config, caps)),
     )
 
 

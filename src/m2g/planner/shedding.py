@@ -24,15 +24,24 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from m2g.model.cluster import Phase, WorkloadState
-from m2g.model.plan import ShedAction
+from m2g.model.plan import CapAction, ShedAction
 from m2g.planner.config import PlannerConfig
+from m2g.planner.curtail import lift_caps, plan_caps, settling_cap_kw
+from m2g.planner.curves import curve_of
 from m2g.planner.inputs import InputBuilder
-from m2g.policy import Evaluator
+from m2g.policy import Evaluator, PreemptionResult
+
+#: Rounds of "pause for what the caps cannot cover" per reconcile (each pause removes that
+#: job's cap from the potential; the rest shrinks geometrically, and what is left over after
+#: the last round waits for the next reconcile).
+MAX_PAUSE_ROUNDS = 4
 
 
 def workload_kw(w: WorkloadState, config: PlannerConfig) -> float:
-    """The workload's draw when running (its estimate, else GPUs × the default)."""
-    return w.view.estimated_kw or w.view.gpus * config.default_kw_per_gpu
+    """The workload's draw when running (its estimate, else GPUs × the default), under its
+    power cap if m2g set one (m2g.planner.curves)."""
+    full = w.view.estimated_kw or w.view.gpus * config.default_kw_per_gpu
+    return full * curve_of(w).power(w.power_cap) if w.power_cap < 1.0 else full
 
 
 def saving_kw(w: WorkloadState, config: PlannerConfig) -> float:
@@ -74,35 +83,102 @@ def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
 def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
     now = builder.snap.now
     return sum(saving_kw(w, config) for w in builder.snap.workloads
-               if settling(w, now, config))
+               if settling(w, now, config)) + settling_cap_kw(builder.snap, config)
 
 
 def last_action(builder: InputBuilder) -> datetime | None:
-    times = [w.shed_at for w in builder.snap.workloads if w.shed_at is not None]
+    """The last shed, restore or cap change (the ramp counts from it)."""
+    times = [t for w in builder.snap.workloads for t in (w.shed_at, w.power_cap_at)
+             if t is not None]
     return max(times) if times else None
 
 
 def shed_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
                  last: datetime | None = None) -> tuple[list[ShedAction], str]:
-    """Sheds or restores for this reconcile, and a one-line account of why."""
+    """Sheds or restores for this reconcile, and a one-line account of why (the caps of
+    ``power_actions`` left out)."""
+    sheds, _, why = power_actions(evaluator, builder, config, last)
+    return sheds, why
+
+
+def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
+                  last: datetime | None = None
+                  ) -> tuple[list[ShedAction], list[CapAction], str]:
+    """Sheds, restores, caps and cap lifts for this reconcile (m2g.planner.curtail: caps
+    first, pauses for the rest; restores in the reverse order), and why, in one line."""
     factory = builder.snap.factory
     draw = factory.site_draw_kw()
     limit = factory.effective_budget_kw()
     if draw.stale or draw.value is None:
-        return [], "site power is stale or missing: no shedding or restoring on stale data"
+        return [], [], "site power is stale or missing: no shedding or restoring on stale data"
     if limit <= 0:
-        return [], "no site budget or grid limit known"
+        return [], [], "no site budget or grid limit known"
     last = last if last is not None else last_action(builder)
     step = _budget_kw(builder, config, last)
     shortfall = draw.value - _settling_kw(builder, config) - limit
     if shortfall > 0:
-        return _shed(evaluator, builder, config, shortfall, step), (
-            f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit by {shortfall:.0f} kW")
+        why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit by "
+               f"{shortfall:.0f} kW")
+        sheds, caps = _curtail(evaluator, builder, config, shortfall, step)
+        if caps:
+            why += f": {len(caps)} cap(s) save {sum(c.kw for c in caps):.0f} kW"
+        return sheds, caps, why
     event = factory.grid_event()
     if event is not None and event.active(factory.now):
-        return [], f"grid event {event.id} is active: shed work returns after it ends"
-    return _restore(builder, config, limit - draw.value, limit, step), (
-        f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit")
+        return [], [], f"grid event {event.id} is active: shed work returns after it ends"
+    room = limit - draw.value
+    restores = _restore(builder, config, room, limit, step)
+    waiting = any(w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
+                  for w in builder.snap.workloads)
+    lifts: list[CapAction] = []
+    if not waiting:  # the reverse order: paused work first, then the caps
+        lifts = lift_caps(builder, config, room, limit, step)
+    return restores, lifts, f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit"
+
+
+def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, PreemptionResult]:
+    """The Preemption stage for every admitted workload, once per reconcile (one batch)."""
+    running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
+    if not running:
+        return {}
+    results = evaluator.preemption_many([builder.for_workload(w) for w in running])
+    return {w.key: r for w, r in zip(running, results, strict=True)}
+
+
+def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
+             shortfall: float, step: float) -> tuple[list[ShedAction], list[CapAction]]:
+    """Caps first; pauses only for what the allowed caps of the jobs left running cannot
+    cover (a paused job's cap no longer counts: a few rounds, each pausing in the Preemption
+    stage's order for the rest), then the caps on the jobs not paused for what is left.
+    The Preemption stage's ``minCap`` bounds each job's caps."""
+    results = _preemption(evaluator, builder)
+    if not config.power_caps:
+        return _shed(builder, config, shortfall, step, results), []
+    min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
+    pauses: list[ShedAction] = []  # what the event needs paused, whatever the ramp
+    paused: frozenset[str] = frozenset()
+    for _ in range(MAX_PAUSE_ROUNDS):
+        potential = sum(c.kw for c in plan_caps(builder, config, float("inf"), float("inf"),
+                                                min_caps, exclude=paused))
+        need = shortfall - sum(a.kw for a in pauses) - potential
+        if need <= 0:
+            break
+        more = _shed(builder, config, need, float("inf"), results, exclude=paused)
+        if not more:
+            break
+        pauses += more
+        paused |= {f"{a.namespace}/{a.name}" for a in more}
+    left = shortfall - sum(a.kw for a in pauses)
+    caps = plan_caps(builder, config, left, step, min_caps, exclude=paused) if left > 0 else []
+    # the ramp: this reconcile's kW go to the caps first (fast, cheap, reversible), then to
+    # the pauses in the Preemption stage's order
+    used, sheds = sum(c.kw for c in caps), list[ShedAction]()
+    for a in pauses:
+        if not _fits(used + a.kw, step, bool(sheds) or bool(caps), config):
+            break
+        used += a.kw
+        sheds.append(a)
+    return sheds, caps
 
 
 def _fits(total: float, step: float, has_any: bool, config: PlannerConfig) -> bool:
@@ -148,15 +224,16 @@ def choose_victims(candidates: Iterable[Candidate], shortfall: float, step: floa
     return out
 
 
-def _shed(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
-          shortfall: float, step: float) -> list[ShedAction]:
-    running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
-    if not running or step <= 0:
+def _shed(builder: InputBuilder, config: PlannerConfig, shortfall: float, step: float,
+          results: dict[str, PreemptionResult], exclude: frozenset[str] = frozenset()
+          ) -> list[ShedAction]:
+    """Pauses for ``shortfall`` among the eligible (``results``: the Preemption stage's;
+    ``exclude``: already paused in this plan)."""
+    if not results or step <= 0:
         return []
-    results = evaluator.preemption_many([builder.for_workload(w) for w in running])
-    by_key = {w.key: w for w in running}
-    chosen = choose_victims((Candidate(r.score, w.key, saving_kw(w, config))
-                             for w, r in zip(running, results, strict=True) if r.eligible),
+    by_key = {w.key: w for w in builder.snap.workloads if w.key in results}
+    chosen = choose_victims((Candidate(r.score, k, saving_kw(by_key[k], config))
+                             for k, r in results.items() if r.eligible and k not in exclude),
                             shortfall, step, config)
     return [ShedAction(by_key[c.key].namespace, by_key[c.key].name, False, c.kw,
                        f"shed {c.kw:.0f} kW (score {c.score:.1f}) to cover a "

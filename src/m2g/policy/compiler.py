@@ -59,6 +59,7 @@ class CompiledRule:
     stop_policy: StopPolicy | None = None
     eligible: Program | None = None
     score: Program | None = None
+    min_cap: Program | None = None
     weight: Program | None = None
     topology_level: Program | None = None
 
@@ -244,6 +245,7 @@ def _compile_rule(ctx: _Ctx, i: int, rule: RuleSpec) -> CompiledRule | None:
         stop_policy=rule.stop_policy,
         eligible=opt("eligible", "eligible", ExpectedType.BOOL),
         score=opt("score", "score", ExpectedType.DOUBLE),
+        min_cap=opt("min_cap", "minCap", ExpectedType.DOUBLE),
         weight=opt("weight", "weight", ExpectedType.DOUBLE),
         topology_level=opt("topology_level", "topologyLevel", ExpectedType.STRING),
     )

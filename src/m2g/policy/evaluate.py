@@ -178,10 +178,13 @@ def combine_capacity(fired: Fired) -> CapacityResult:
 
 
 def combine_preemption(fired: Fired) -> PreemptionResult:
-    """Preemption: eligible if some fired rule says so and none vetoes; scores add up.
-    An error under failurePolicy Fail vetoes: m2g never sheds on an error."""
+    """Preemption: eligible if some fired rule says so and none vetoes; scores add up;
+    ``minCap`` is the largest of the fired rules' (the most protective; None: none said).
+    An error under failurePolicy Fail vetoes: m2g never sheds on an error — and never caps
+    (minCap 1.0)."""
     yes = veto = False
     score = 0.0
+    min_cap: float | None = None
     reasons: list[Reason] = []
     errors: list[EvalIssue] = []
     for item in fired:
@@ -192,9 +195,14 @@ def combine_preemption(fired: Fired) -> PreemptionResult:
         ok = True if item.payload.eligible is None else item.payload.eligible
         yes, veto = yes or ok, veto or not ok
         score += item.payload.score or 0.0
+        if item.payload.min_cap is not None:
+            cap = min(1.0, max(0.0, item.payload.min_cap))
+            min_cap = cap if min_cap is None else max(min_cap, cap)
         reasons.append(Reason(item.policy.name, item.rule.name,
                               "Eligible" if ok else "Protected", item.payload.message))
-    return PreemptionResult(yes and not veto, score, tuple(reasons), tuple(errors))
+    if any(e.fails for e in fired if isinstance(e, Err)):
+        min_cap = 1.0
+    return PreemptionResult(yes and not veto, score, tuple(reasons), tuple(errors), min_cap)
 
 
 def combine_fairness(fired: Fired) -> FairnessResult:

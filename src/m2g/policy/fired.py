@@ -40,6 +40,7 @@ class Payload:
     quota: int | None = None
     eligible: bool | None = None
     score: float | None = None
+    min_cap: float | None = None
     weight: float | None = None
     level: str | None = None
 
@@ -74,7 +75,7 @@ def slots(rule: CompiledRule) -> list[tuple[SlotKey, Program]]:
     """The rule's payload expressions in a fixed order (the batch path relies on it)."""
     out: list[tuple[SlotKey, Program]] = []
     for name in ("message_expr", "requeue_after", "quota", "eligible", "score", "weight",
-                 "topology_level"):
+                 "topology_level", "min_cap"):
         prog = getattr(rule, name)
         if prog is not None:
             out.append(((name,), prog))
@@ -124,6 +125,7 @@ def payload(policy: CompiledPolicy, rule: CompiledRule, values: dict[SlotKey, An
         quota=opt("quota", int, "quota"),
         eligible=opt("eligible", bool, "eligible"),
         score=opt("score", float, "score"),
+        min_cap=opt("min_cap", float, "minCap"),
         weight=opt("weight", float, "weight"),
         level=opt("topology_level", str, "topologyLevel"),
     )

@@ -148,10 +148,16 @@ class PreemptionResult:
     score: float
     reasons: tuple[Reason, ...]
     errors: tuple[EvalIssue, ...] = ()
+    #: The lowest per-GPU power cap (fraction of the default limit) m2g may set on it, from
+    #: the fired rules' ``minCap`` (the largest); None: no rule said (its flex allowance
+    #: alone bounds it). An extension of the contract; in JSON only when set.
+    min_cap: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"eligible": self.eligible, "score": self.score,
                                "reasons": [r.to_json() for r in self.reasons]}
+        if self.min_cap is not None:
+            out["minCap"] = self.min_cap
         if self.errors:
             out["errors"] = [e.to_json() for e in self.errors]
         return out

@@ -110,6 +110,7 @@ class RuleSpec(SpecModel):
     # Preemption
     eligible: str | None = None
     score: str | None = None
+    min_cap: str | None = None  # the lowest per-GPU power cap m2g may set (extension)
     # Fairness
     weight: str | None = None
     # Placement
@@ -120,7 +121,7 @@ class RuleSpec(SpecModel):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
 
-    @field_validator("when", "requeue_after", "quota", "eligible", "score", "weight",
+    @field_validator("when", "requeue_after", "quota", "eligible", "score", "min_cap", "weight",
                      "topology_level", "message_expression", mode="before")
     @classmethod
     def _expression_text(cls, value: Any) -> Any:
@@ -135,7 +136,7 @@ class RuleSpec(SpecModel):
 STAGE_FIELDS: dict[Stage, frozenset[str]] = {
     Stage.ADMISSION: frozenset({"decision", "requeue_after", "pod_set_updates"}),
     Stage.CAPACITY: frozenset({"quota", "stop_policy"}),
-    Stage.PREEMPTION: frozenset({"eligible", "score"}),
+    Stage.PREEMPTION: frozenset({"eligible", "score", "min_cap"}),
     Stage.FAIRNESS: frozenset({"weight"}),
     Stage.PLACEMENT: frozenset({"topology_level", "pod_set_updates"}),
 }
@@ -229,6 +230,7 @@ class TestExpect(SpecModel):
     stop_policy: StopPolicy | None = None
     eligible: bool | None = None
     score: float | None = None
+    min_cap: float | None = None
     weight: float | None = None
     errors: int | None = None
     message_contains: str | None = None  # some fired rule's message contains this text

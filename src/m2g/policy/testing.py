@@ -81,6 +81,8 @@ def _compare(expect: TestExpect, result: StageResult) -> list[str]:
             failures.append(f"{key}: expected {want!r}, got {got[key]!r}")
     if expect.score is not None and not _close(got.get("score"), expect.score):
         failures.append(f"score: expected {expect.score!r}, got {got.get('score')!r}")
+    if expect.min_cap is not None and not _close(got.get("minCap"), expect.min_cap):
+        failures.append(f"minCap: expected {expect.min_cap!r}, got {got.get('minCap')!r}")
     if expect.topology_level is not None:
         level = got.get("topologyLevel", (got.get("placement") or {}).get("topologyLevel"))
         if level != expect.topology_level:

@@ -127,9 +127,13 @@ def with_faults(state: FactoryState, faults: Sequence[Fault]) -> FactoryState:
 
 
 def step(state: FactoryState, pods_by_node: Mapping[str, Sequence[PodLoad]], now: float,
-         params: SimParams | None = None) -> FactoryState:
-    """Advance the factory to ``now`` with these pods running (unknown nodes are ignored)."""
-    return _advance(state, pods_by_node, now, params or SimParams())
+         params: SimParams | None = None,
+         node_caps: Mapping[str, float] | None = None) -> FactoryState:
+    """Advance the factory to ``now`` with these pods running (unknown nodes are ignored).
+    ``node_caps``: node → the per-GPU power limit in force as a fraction of the default (what
+    m2g's node agent reports in its GPUPowerLimit status); with a power-cap fault the tighter
+    one holds."""
+    return _advance(state, pods_by_node, now, params or SimParams(), node_caps or {})
 
 
 def _assign(pods: Sequence[PodLoad], count: int) -> list[PodLoad | None]:
@@ -141,7 +145,7 @@ def _assign(pods: Sequence[PodLoad], count: int) -> list[PodLoad | None]:
 
 
 def _advance(state: FactoryState, pods_by_node: Mapping[str, Sequence[PodLoad]], now: float,
-             p: SimParams) -> FactoryState:
+             p: SimParams, node_caps: Mapping[str, float] | None = None) -> FactoryState:
     dt = max(0.0, now - state.time)
     th, pm = p.thermal, p.power
     faults = state.faults
@@ -158,7 +162,7 @@ def _advance(state: FactoryState, pods_by_node: Mapping[str, Sequence[PodLoad]],
     rack_w: dict[str, float] = {}
     for name, node in sorted(state.nodes.items()):
         xid = failed_xid(faults, name)
-        cap = cap_fraction(faults, name, node.rack)
+        cap = min(cap_fraction(faults, name, node.rack), (node_caps or {}).get(name, 1.0))
         slots = _assign(pods_by_node.get(name, ()), node.gpus)
         prev = {g.index: g for g in state.gpus.get(name, ())}
         out = []

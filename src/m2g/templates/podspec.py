@@ -90,6 +90,10 @@ def m2g_facts(ctx: Context) -> dict[str, str]:
     out = {L.ESTIMATED_KW: f"{s.kw:g}", L.EXPECTED_RUNTIME: str(v.expected_runtime)}
     if v.checkpoint_interval:
         out[L.CHECKPOINT_INTERVAL] = str(v.checkpoint_interval)
+    curve = ctx.template.spec.power.cap_curve
+    if len(curve) >= 2:  # the planner's curtailment reads it (docs/curtailment.md)
+        out[L.POWER_CURVE] = ",".join(f"{p.cap:g}:{p.throughput:g}"
+                                      for p in sorted(curve, key=lambda p: p.cap))
     return out
 
 

@@ -15,6 +15,9 @@ from typing import Any, Protocol
 from m2g.k8s.convert import allocated_gpus
 from m2g.k8s.parse import format_time
 from m2g.model import labels as L
+from m2g.model.inputs import WorkloadKind
+from m2g.model.powerlimit import node_limit_state
+from m2g.planner.curves import kind_curve
 from m2g.signals.readings import RackReadings, Readings, SignalReading
 
 Obj = dict[str, Any]
@@ -132,12 +135,30 @@ class HasCaches(Protocol):
     caches: Mapping[str, _View]
 
 
+def _applied_caps(cluster: HasCaches) -> dict[str, float]:
+    limits = cluster.caches.get("gpu_power_limits")
+    if limits is None:
+        return {}
+    out = {}
+    for obj in limits.view().values():
+        state = node_limit_state(obj)
+        if state is not None and state.applied_fraction is not None:
+            out[state.node] = state.applied_fraction
+    return out
+
+
+def _power_at(cap: float) -> float:
+    return kind_curve(WorkloadKind.TRAINING).power(cap) if cap < 1.0 else 1.0
+
+
 def modelled_power(rack_of_node: Mapping[str, str] | None = None,
                    inlet: Mapping[str, float] | None = None
                    ) -> Callable[[Any], Awaitable[Readings]]:
     """A signal source for the controller (``K8sCluster(readings=...)``): rack kW = IDLE_KW +
-    KW_PER_GPU per GPU of the pods bound to the rack, inlet 24 °C unless ``inlet`` says
-    otherwise, all fresh. ``rack_of_node``: node → rack; by default from the nodes' labels."""
+    KW_PER_GPU per GPU of the pods bound to the rack — on a node whose GPUPowerLimit status
+    reports a limit in force (m2g's node agent), times the pre-training curve's power at that
+    cap — inlet 24 °C unless ``inlet`` says otherwise, all fresh. ``rack_of_node``: node →
+    rack; by default from the nodes' labels."""
     racks_of: dict[str, str] = dict(rack_of_node or {})
     seen_generation = -1
 
@@ -152,9 +173,10 @@ def modelled_power(rack_of_node: Mapping[str, str] | None = None,
                 if rack:
                     racks_of[name] = str(rack)
         racks = dict.fromkeys(set(racks_of.values()), IDLE_KW)
+        caps = _applied_caps(cluster)
         for node, gpus in allocated_gpus(cluster.caches["pods"].view().values()).items():
             if node in racks_of:
-                racks[racks_of[node]] += gpus * KW_PER_GPU
+                racks[racks_of[node]] += gpus * KW_PER_GPU * _power_at(caps.get(node, 1.0))
         fresh = {r: RackReadings(r, SignalReading.of(kw, 1.0, 120.0),
                                  SignalReading.of((inlet or {}).get(r, 24.0), 1.0, 120.0),
                                  SignalReading.missing(120.0)) for r, kw in racks.items()}

@@ -1,0 +1,236 @@
+"""Graded curtailment: meet a shortfall with the cheapest kilowatts — GPU power caps first,
+pauses last (docs/curtailment.md).
+
+For each flexible job m2g may cap (admitted, flex tier ≥ 1, alone on its nodes, so a cap
+never slows a neighbour), each step down its cap ladder (``cap_levels``: 0.875, 0.75, 0.625,
+0.5 of the default limit) saves ``kW × (power(a) − power(b))`` and costs
+``GPUs × (throughput(a) − throughput(b))`` (m2g.planner.curves: its template's curve, else its
+kind's measured one). The steps are taken cheapest throughput-per-kW first across all jobs
+(a heap: O(jobs · levels · log jobs) once per snapshot), within the ramp, until the shortfall
+is covered — but never a step dearer than pausing that job outright (GPUs × its throughput +
+the work since its last checkpoint spread over the horizon, per kW its pause saves), and never
+deeper than:
+
+* its **flex allowance as an average over its life** (Conductor's accounting): a job of tier
+  f may lose ``allowance[f] × life`` throughput-seconds (life: its expected runtime, at least
+  the time it has run plus the horizon). What its caps already cost (``flex_used_seconds`` +
+  the current cap since it was set) is spent; the rest, spread over the horizon (the grid
+  event's remaining time, else ``cap_horizon_seconds``), bounds the loss rate of a new cap;
+* the Preemption stage's ``minCap`` (the most protective of the fired rules), when a policy
+  gives one.
+
+What the caps leave uncovered goes to pauses (m2g.planner.shedding). Restoring is the reverse:
+paused work returns first; caps are lifted only once nothing m2g paused is still waiting, the
+most recent cap first, as the room and the ramp allow.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.plan import CapAction, NodeLimitUpdate
+from m2g.planner.config import PlannerConfig
+from m2g.planner.curves import curve_of
+from m2g.planner.inputs import InputBuilder
+
+
+def _full_kw(w: WorkloadState, config: PlannerConfig) -> float:
+    return w.view.estimated_kw or w.view.gpus * config.default_kw_per_gpu
+
+
+def cap_saving_kw(w: WorkloadState, config: PlannerConfig, frm: float, to: float) -> float:
+    """kW saved by moving its cap from ``frm`` to ``to`` (negative: lifting adds)."""
+    c = curve_of(w)
+    return _full_kw(w, config) * (c.power(frm) - c.power(to))
+
+
+def flex_used(w: WorkloadState, now: datetime) -> float:
+    """Throughput-seconds its caps have cost so far (the current one included)."""
+    used = w.flex_used_seconds
+    if w.power_cap < 1.0 and w.power_cap_at is not None:
+        loss = 1.0 - curve_of(w).throughput(w.power_cap)
+        used += loss * max(0.0, (now - w.power_cap_at).total_seconds())
+    return used
+
+
+def running_seconds(w: WorkloadState, now: datetime) -> float:
+    return max(0.0, (now - w.admitted_at).total_seconds()) if w.admitted_at else 0.0
+
+
+def flex_budget(w: WorkloadState, now: datetime, horizon: float,
+                config: PlannerConfig) -> float:
+    """Throughput-seconds its tier allows over its life."""
+    life = max(float(w.view.expected_runtime_seconds), running_seconds(w, now) + horizon)
+    return config.flex_allowance[w.view.flex_tier] * life
+
+
+def horizon_seconds(snap: ClusterSnapshot, config: PlannerConfig) -> float:
+    """How long the caps decided now are planned to last: the active grid event's rest."""
+    ev = snap.factory.grid_event()
+    if ev is not None and ev.active(snap.now) and ev.end > snap.now:
+        return max(60.0, (ev.end - snap.now).total_seconds())
+    return config.cap_horizon_seconds
+
+
+def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
+    """Admitted workloads whose nodes host no other admitted workload (one pass)."""
+    admitted = {w.key for w in snap.workloads if w.phase is Phase.ADMITTED}
+    on_node: dict[str, set[str]] = {}
+    for key, nodes in snap.placements.items():
+        if key in admitted:
+            for n in nodes:
+                on_node.setdefault(n, set()).add(key)
+    shared = {k for ks in on_node.values() if len(ks) > 1 for k in ks}
+    return frozenset(k for k in admitted if snap.placements.get(k) and k not in shared)
+
+
+@dataclass(order=True)
+class _Step:
+    cost: float  # throughput (GPU-equivalents) lost per kW saved
+    key: str
+    to: float
+    kw: float
+
+
+def _pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float) -> float:
+    """Throughput per kW of pausing it instead: all its throughput, plus the work since its
+    last checkpoint spread over the horizon."""
+    kw = _full_kw(w, config) * curve_of(w).power(w.power_cap) * config.shed_saving_fraction
+    if kw <= 0:
+        return float("inf")
+    lost = 1.0 + w.view.checkpoint.last_age_seconds / horizon
+    return w.view.gpus * curve_of(w).throughput(w.power_cap) * lost / kw
+
+
+def _levels(w: WorkloadState, now: datetime, horizon: float, config: PlannerConfig,
+            min_cap: float) -> list[float]:
+    """The caps below its current one that its flex and the policies allow, mildest first."""
+    curve = curve_of(w)
+    rate = max(0.0, flex_budget(w, now, horizon, config) - flex_used(w, now)) / horizon
+    return [c for c in config.cap_levels
+            if c < w.power_cap and c >= min_cap and 1.0 - curve.throughput(c) <= rate + 1e-9]
+
+
+def _next_step(w: WorkloadState, frm: float, levels: list[float],
+               config: PlannerConfig) -> _Step | None:
+    below = [c for c in levels if c < frm]
+    if not below:
+        return None
+    to = below[0]
+    kw = cap_saving_kw(w, config, frm, to)
+    if kw <= 0:
+        return None
+    curve = curve_of(w)
+    lost = w.view.gpus * (curve.throughput(frm) - curve.throughput(to))
+    return _Step(lost / kw, w.key, to, kw)
+
+
+def plan_caps(builder: InputBuilder, config: PlannerConfig, shortfall: float, step: float,
+              min_caps: Mapping[str, float], exclude: frozenset[str] = frozenset()
+              ) -> list[CapAction]:
+    """The caps that cover as much of ``shortfall`` as is cheaper than pausing, within
+    ``step`` kW (the ramp). ``min_caps``: key → the lowest cap the policies allow (absent: no
+    policy limit); ``exclude``: workloads not to cap (paused in this plan)."""
+    snap = builder.snap
+    now, horizon = snap.now, horizon_seconds(snap, config)
+    alone = exclusive_workloads(snap)
+    by_key: dict[str, WorkloadState] = {}
+    levels: dict[str, list[float]] = {}
+    heap: list[_Step] = []
+    for w in snap.workloads:
+        if w.key not in alone or w.key in exclude or w.view.flex_tier <= 0 or w.view.gpus <= 0:
+            continue
+        ok = _levels(w, now, horizon, config, min_caps.get(w.key, 0.0))
+        first = _next_step(w, w.power_cap, ok, config) if ok else None
+        if first is not None:
+            by_key[w.key], levels[w.key] = w, ok
+            heap.append(first)
+    heapq.heapify(heap)
+    pause = {k: _pause_cost(w, config, horizon) for k, w in by_key.items()}
+    chosen: dict[str, _Step] = {}
+    covered = 0.0
+    while heap and covered < shortfall:
+        s = heapq.heappop(heap)
+        if s.cost >= pause[s.key] or covered + s.kw > step:
+            continue  # pausing it is as cheap, or the ramp is used: this job stops here
+        covered += s.kw
+        prev = chosen.get(s.key)
+        chosen[s.key] = _Step(s.cost, s.key, s.to, s.kw + (prev.kw if prev else 0.0))
+        nxt = _next_step(by_key[s.key], s.to, levels[s.key], config)
+        if nxt is not None:
+            heapq.heappush(heap, nxt)
+    return [_cap(by_key[k], s.to, s.kw, now, f"cap to {s.to:g} of the default limit: "
+                 f"{s.kw:.0f} kW at {s.cost:.2f} throughput/kW, for a {shortfall:.0f} kW "
+                 "shortfall") for k, s in sorted(chosen.items())]
+
+
+def _cap(w: WorkloadState, to: float, kw: float, now: datetime, reason: str) -> CapAction:
+    return CapAction(w.namespace, w.name, to, kw, reason, round(flex_used(w, now), 1),
+                     round(curve_of(w).throughput(to), 4))
+
+
+def lift_caps(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
+              step: float) -> list[CapAction]:
+    """Caps lifted (most recent first) while the site stays ``restore_margin`` under its
+    limit with their kW added, within the ramp."""
+    snap = builder.snap
+    capped = sorted((w for w in snap.workloads if w.power_cap < 1.0),
+                    key=lambda w: (w.power_cap_at or snap.now, w.key), reverse=True)
+    out: list[CapAction] = []
+    used, margin = 0.0, limit * config.restore_margin
+    for w in capped:
+        running = w.phase is Phase.ADMITTED
+        kw = cap_saving_kw(w, config, w.power_cap, 1.0) if running else 0.0  # < 0: adds
+        add = -kw
+        if running and (used + add > room - margin or used + add > step):
+            break
+        used += add
+        out.append(_cap(w, 1.0, kw, snap.now,
+                        f"lift the {w.power_cap:g} cap: {add:.0f} kW back, "
+                        f"{room - used:.0f} kW headroom remains"))
+    return out
+
+
+def settling_cap_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
+    """kW of caps set within ``settle_seconds``: the agents and the meter may not show them."""
+    return sum(cap_saving_kw(w, config, 1.0, w.power_cap) for w in snap.workloads
+               if w.phase is Phase.ADMITTED and w.power_cap < 1.0 and w.power_cap_at
+               and (snap.now - w.power_cap_at).total_seconds() < config.settle_seconds)
+
+
+def node_limit_updates(snap: ClusterSnapshot, config: PlannerConfig,
+                       caps: tuple[CapAction, ...] | list[CapAction]) -> list[NodeLimitUpdate]:
+    """Each node's GPUPowerLimit as the caps (after ``caps``) want it: a node whose admitted
+    workloads are all capped gets the mildest of their caps, with a lease; any other node has
+    none (deleted). Leases are renewed at half their length."""
+    fraction = {w.key: w.power_cap for w in snap.workloads if w.phase is Phase.ADMITTED}
+    fraction.update({f"{c.namespace}/{c.name}": c.fraction for c in caps
+                     if f"{c.namespace}/{c.name}" in fraction})
+    on_node: dict[str, list[str]] = {}
+    for key, nodes in snap.placements.items():
+        if key in fraction:
+            for n in nodes:
+                on_node.setdefault(n, []).append(key)
+    want: dict[str, tuple[float, tuple[str, ...]]] = {}
+    for node, on in on_node.items():
+        f = max(fraction[k] for k in on)
+        if f < 1.0:
+            want[node] = (f, tuple(sorted(on)))
+    now = snap.now
+    expires = now + timedelta(seconds=config.cap_lease_seconds)
+    renew_by = now + timedelta(seconds=config.cap_lease_seconds / 2)
+    out: list[NodeLimitUpdate] = []
+    for node, (f, keys) in sorted(want.items()):
+        have = snap.node_limits.get(node)
+        spec = have.spec if have is not None else None
+        if spec is None or abs(spec.fraction - f) > 1e-6 or spec.workloads != keys or \
+                spec.expires_at is None or spec.expires_at <= renew_by:
+            out.append(NodeLimitUpdate(node, f, expires, keys,
+                                       f"cap {', '.join(keys)} to {f:g} of the default limit"))
+    for node in sorted(set(snap.node_limits) - set(want)):
+        out.append(NodeLimitUpdate(node, None, None, (), "released: no capped workload here"))
+    return out

@@ -1,0 +1,199 @@
+"""Graded curtailment (m2g.planner.curtail): caps before pauses, ranked by throughput lost per
+kW saved, within each job's flex allowance over its life, the ramp, and the policies; restore
+in the reverse order; the nodes' GPUPowerLimits with their lease."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
+from m2g.model.inputs import Checkpoint, WorkloadKind, WorkloadView
+from m2g.model.powerlimit import LimitSpec, NodeLimitState
+from m2g.planner.config import PlannerConfig
+from m2g.planner.curtail import cap_saving_kw, flex_used, node_limit_updates, plan_caps
+from m2g.planner.curves import curve_of, kind_curve
+from m2g.planner.inputs import InputBuilder
+from m2g.planner.plan import make_plan
+from m2g.policy import Evaluator
+from tests.unit.policy_helpers import evaluator, policy
+
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+CFG = PlannerConfig(check_name="m2g", ramp_kw_per_second=100.0, max_step_kw=1000.0)
+POLICIES = {"shed.yaml": policy("shed", "Preemption", """
+        - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
+    """)}
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory: pytest.TempPathFactory) -> Evaluator:
+    return evaluator(Path(tmp_path_factory.mktemp("p")), "cel-expr-python", POLICIES)
+
+
+def factory(draw_kw: float, limit_kw: float = 300.0, event_minutes: int = 60) -> FactorySnapshot:
+    nodes = tuple(Node(f"n{i}", "rack-0") for i in range(18))
+    racks = (Rack("rack-0", "b0", "pd-0", power_kw=Reading(draw_kw, 5.0), cap_kw=1000.0),)
+    events = (GridEvent("dr", NOW - timedelta(minutes=1),
+                        NOW + timedelta(minutes=event_minutes), target_kw=limit_kw),)
+    return FactorySnapshot(now=NOW, site_budget_kw=1000.0, power_domains=(PowerDomain("pd-0"),),
+                           racks=racks, nodes=nodes, grid_events=events)
+
+
+def job(name: str, tier: int, gpus: int = 16, kind: WorkloadKind = WorkloadKind.TRAINING,
+        runtime: int = 4 * 3600, **kw: object) -> WorkloadState:
+    view = WorkloadView(name=name, namespace="t", flex_tier=tier, gpus=gpus, kind=kind,
+                        estimated_kw=gpus * 1.34, expected_runtime_seconds=runtime,
+                        checkpoint=Checkpoint(last_age_seconds=600))
+    return WorkloadState("t", name, view, Phase.ADMITTED, admitted_at=NOW - timedelta(hours=1),
+                         **kw)  # type: ignore[arg-type]
+
+
+def snap(f: FactorySnapshot, *ws: WorkloadState, shared: bool = False,
+         limits: dict[str, NodeLimitState] | None = None) -> ClusterSnapshot:
+    placements = {w.key: tuple(f"n{i}" for i in range(j * 4, j * 4 + 4))
+                  for j, w in enumerate(ws)}
+    if shared and len(ws) > 1:
+        placements[ws[1].key] = placements[ws[0].key]
+    return ClusterSnapshot(f, ws, placements=placements, node_limits=limits or {})
+
+
+def test_curves_are_the_measured_ones_and_saving_follows_power() -> None:
+    c = kind_curve(WorkloadKind.TRAINING)
+    assert c.throughput(0.75) == pytest.approx(0.867, abs=1e-3)  # pt_* rows of dvfs_sweep.csv
+    assert c.power(0.75) == pytest.approx(0.728 / 0.955, abs=2e-3)
+    w = job("a", 2)
+    assert cap_saving_kw(w, CFG, 1.0, 0.75) == pytest.approx(16 * 1.34 * (1 - c.power(0.75)))
+    own = replace(w, cap_curve=((0.5, 0.9), (1.0, 1.0)))
+    assert curve_of(own).throughput(0.75) == pytest.approx(0.95)  # the template's own curve
+
+
+def test_a_small_shortfall_is_met_by_caps_without_pausing(ev: Evaluator) -> None:
+    s = snap(factory(draw_kw=310.0), job("a", 2), job("b", 2, kind=WorkloadKind.INFERENCE))
+    plan = make_plan(s, ev, CFG)
+    assert plan.sheds == ()
+    assert sum(c.kw for c in plan.caps) >= 10.0
+    assert all(c.fraction < 1.0 for c in plan.caps)
+    # the nodes of each capped job get a limit, with the lease
+    limited = {u.node: u for u in plan.node_limits}
+    for c in plan.caps:
+        for n in s.placements[f"t/{c.name}"]:
+            assert limited[n].fraction == c.fraction
+            assert limited[n].expires_at == NOW + timedelta(seconds=CFG.cap_lease_seconds)
+
+
+def test_the_cheapest_kilowatts_go_first() -> None:
+    """Per kW, inference loses less throughput than pre-training at the first steps: with a
+    shortfall one step covers, inference is capped and training is not."""
+    train, infer = job("train", 2), job("infer", 2, kind=WorkloadKind.INFERENCE)
+    caps = plan_caps(InputBuilder(snap(factory(305.0), train, infer)), CFG, 2.0, 1000.0, {})
+    assert [c.name for c in caps] == ["infer"]
+    t, i = kind_curve(WorkloadKind.TRAINING), kind_curve(WorkloadKind.INFERENCE)
+    cost = [(1 - c.throughput(0.875)) / (1 - c.power(0.875)) for c in (t, i)]
+    assert cost[1] < cost[0]
+
+
+def test_flex_zero_and_shared_nodes_are_never_capped(ev: Evaluator) -> None:
+    firm = job("firm", 0)
+    assert plan_caps(InputBuilder(snap(factory(320.0), firm)), CFG, 20.0, 1000.0, {}) == []
+    a, b = job("a", 2), job("b", 2)
+    assert plan_caps(InputBuilder(snap(factory(320.0), a, b, shared=True)), CFG, 20.0, 1000.0,
+                     {}) == []
+
+
+def test_the_flex_allowance_is_an_average_over_the_life() -> None:
+    """Flex 1 (10 %) on a 4 h job: 1,440 s of throughput to lose. Fresh, over a 60 min event
+    it may lose 0.4 of its rate: deep caps allowed. Having spent 1,400 s, only a cap whose
+    loss fits 40 s over the hour (rate 0.011): none on the ladder."""
+    fresh = job("a", 1)
+    deep = plan_caps(InputBuilder(snap(factory(400.0), fresh)), CFG, 100.0, 1000.0, {})
+    assert deep and deep[0].fraction == 0.5
+    spent = replace(fresh, flex_used_seconds=1400.0)
+    assert plan_caps(InputBuilder(snap(factory(400.0), spent)), CFG, 100.0, 1000.0, {}) == []
+    # the current cap is counted as it runs: 0.75 (loss 0.133) for 10 min = 80 s
+    capped = replace(fresh, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=10))
+    assert flex_used(capped, NOW) == pytest.approx(0.133 * 600, rel=0.01)
+
+
+def test_caps_first_then_pauses_for_the_rest(ev: Evaluator) -> None:
+    """A shortfall larger than every allowed cap can cover: the caps and the pauses for the
+    remainder in the same plan; the paused job is not also capped."""
+    s = snap(factory(draw_kw=400.0), *(job(f"j{i}", 2) for i in range(8)))
+    plan = make_plan(s, ev, CFG)
+    capped = {c.name for c in plan.caps}
+    paused = {a.name for a in plan.sheds}
+    assert capped and paused and not capped & paused
+    assert sum(c.kw for c in plan.caps) + sum(a.kw for a in plan.sheds) >= 100.0
+
+
+def test_pause_only_levers(ev: Evaluator) -> None:
+    s = snap(factory(draw_kw=310.0), job("a", 2))
+    plan = make_plan(s, ev, replace(CFG, power_caps=False))
+    assert plan.caps == () and [a.name for a in plan.sheds] == ["a"]
+
+
+def test_the_ramp_bounds_caps_too() -> None:
+    caps = plan_caps(InputBuilder(snap(factory(400.0), job("a", 2), job("b", 2))), CFG,
+                     100.0, 3.0, {})
+    assert sum(c.kw for c in caps) <= 3.0
+
+
+def test_policy_min_cap_is_respected() -> None:
+    a = job("a", 3)
+    caps = plan_caps(InputBuilder(snap(factory(400.0), a)), CFG, 100.0, 1000.0, {a.key: 0.75})
+    assert caps and min(c.fraction for c in caps) >= 0.75
+
+
+def test_restore_in_reverse_order_paused_work_first(ev: Evaluator) -> None:
+    old = job("old", 2, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=30))
+    new = job("new", 2, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=20))
+    paused = replace(job("p", 2), phase=Phase.INACTIVE, shed_by_m2g=True,
+                     shed_at=NOW - timedelta(minutes=25))
+    over = replace(factory(200.0, event_minutes=-1), grid_events=())
+    # a paused job waits: caps stay (it comes back first)
+    plan = make_plan(snap(over, old, new, paused), ev, CFG)
+    assert [a.name for a in plan.sheds] == ["p"] and plan.caps == ()
+    # nothing paused any more: caps lifted, the most recent first, as room allows
+    room = CFG.restore_margin * 1000.0 + cap_saving_kw(new, CFG, 1.0, 0.75) + 0.5
+    tight = replace(over, racks=(replace(over.racks[0], power_kw=Reading(
+        1000.0 - room, 5.0)),))
+    plan = make_plan(snap(tight, old, new), ev, CFG)
+    assert [(c.name, c.fraction) for c in plan.caps] == [("new", 1.0)]
+    assert plan.caps[0].flex_used_seconds == pytest.approx(flex_used(new, NOW), abs=0.1)
+
+
+def test_node_limits_are_renewed_at_half_lease_and_released() -> None:
+    a = job("a", 2, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=5))
+    f = factory(250.0)
+    fresh = LimitSpec("n0", 0.75, None, NOW + timedelta(seconds=100), ("t/a",))
+    stale = replace(fresh, expires_at=NOW + timedelta(seconds=50))
+    limits = {f"n{i}": NodeLimitState(f"n{i}", fresh) for i in range(4)}
+    assert node_limit_updates(snap(f, a, limits=limits), CFG, []) == []  # in force
+    limits["n2"] = NodeLimitState("n2", stale)
+    [renew] = node_limit_updates(snap(f, a, limits=limits), CFG, [])
+    assert renew.node == "n2" and renew.expires_at == NOW + timedelta(seconds=120)
+    lifted = replace(a, power_cap=1.0, power_cap_at=None)
+    released = node_limit_updates(snap(f, lifted, limits=limits), CFG, [])
+    assert sorted(u.node for u in released) == ["n0", "n1", "n2", "n3"]
+    assert all(u.fraction is None for u in released)
+
+
+def test_a_preemption_policy_bounds_caps_with_min_cap(tmp_path: Path) -> None:
+    """``minCap`` (an extension of the Preemption stage): the most protective fired rule
+    wins; the planner never caps below it."""
+    files = {"shed.yaml": policy("shed", "Preemption", """
+        - {name: flexible, when: "workload.flexTier >= 1", score: "1.0"}
+        - {name: training-gently, when: "workload.kind == 'training'", minCap: "0.75"}
+        - {name: tier3-deep, when: "workload.flexTier == 3", minCap: 0.5}
+    """)}
+    ev = evaluator(tmp_path, "cel-expr-python", files)
+    s = snap(factory(draw_kw=314.0), job("a", 3), job("b", 3, kind=WorkloadKind.INFERENCE))
+    results = ev.preemption_many([InputBuilder(s).for_workload(w) for w in s.workloads])
+    assert [r.min_cap for r in results] == [0.75, 0.5]
+    assert results[0].to_json()["minCap"] == 0.75
+    plan = make_plan(s, ev, CFG)
+    by = {c.name: c.fraction for c in plan.caps}
+    assert by["a"] >= 0.75 and by["b"] >= 0.5 and by["b"] < 0.75
