@@ -19,7 +19,7 @@ CLIQUE, BLOCK = "nvidia.com/gpu.clique", "m2g.io/block"
 
 def placement(meta: dict[str, Any]) -> dict[str, str]:
     """A pod template's scheduling annotations (m2g's own facts checked separately)."""
-    facts = {L.ESTIMATED_KW, L.EXPECTED_RUNTIME, L.CHECKPOINT_INTERVAL}
+    facts = {L.ESTIMATED_KW, L.EXPECTED_RUNTIME, L.CHECKPOINT_INTERVAL, L.POWER_CURVE}
     assert L.ESTIMATED_KW in meta["annotations"], "Kueue copies only pod-template metadata"
     return {k: v for k, v in meta["annotations"].items() if k not in facts}
 
@@ -234,3 +234,29 @@ def test_priority_kai_queue_and_checkpoint_annotations() -> None:
     assert all(t["metadata"]["labels"][L.KAI_QUEUE] == "team-a" for t in pods(w))
     assert L.CHECKPOINT_INTERVAL not in rendered("agentic-coder").workload["metadata"][
         "annotations"]
+
+
+def test_the_cap_curve_travels_to_the_workload() -> None:
+    """The template's power.capCurve, as m2g.io/power-curve on the pod template (what Kueue
+    copies into the Workload), sorted by cap; the planner's curtailment reads it back."""
+    from m2g.k8s.convert import cap_curve
+    r = rendered("llama31-405b-pretrain")
+    meta = next(o for o in r.objects if o["kind"] in ("JobSet", "Job"))
+    found = [m for m in _metadatas(meta) if L.POWER_CURVE in (m.get("annotations") or {})]
+    assert found
+    text = found[0]["annotations"][L.POWER_CURVE]
+    assert text == "0.25:0.186,0.5:0.629,0.625:0.784,0.75:0.867,0.875:0.923,1:1"
+    assert cap_curve(text)[3] == (0.75, 0.867)
+
+
+def _metadatas(obj: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if isinstance(obj, dict):
+        if isinstance(obj.get("metadata"), dict):
+            out.append(obj["metadata"])
+        for v in obj.values():
+            out += _metadatas(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += _metadatas(v)
+    return out
