@@ -69,6 +69,8 @@ class RunKind:
 RUNS: dict[str, RunKind] = {
     "kueue": RunKind(False, "plain Kueue: no m2g check, no m2g run"),
     "m2g": RunKind(True, "m2g: the shipped check, deploy/policies and m2g run"),
+    "m2g-pause-only": RunKind(True, "m2g with pauses as its only power lever (no GPU caps)",
+                              ("--levers", "pause")),
 }
 
 

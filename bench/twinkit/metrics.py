@@ -215,6 +215,9 @@ def actions_from_metrics(metrics: Mapping[str, list[tuple[dict[str, str], float]
             "sheds": total("m2g_shed_actions_total", action="shed"),
             "restores": total("m2g_shed_actions_total", action="restore"),
             "drains": total("m2g_shed_actions_total", action="drain"),
+            "powerCaps": total("m2g_power_cap_actions_total", action="cap"),
+            "capLifts": total("m2g_power_cap_actions_total", action="lift"),
+            "resizes": 0,  # right-sizing is not built (docs/curtailment.md)
             "quotaChanges": quota_changes}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -65,6 +66,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    "$KUBECONFIG, then ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context to use")
     p.add_argument("--shadow", action="store_true", help="decide and record, write nothing")
+    p.add_argument("--levers", choices=("all", "pause"), default=None,
+                   help="power levers under a shortfall: all (GPU power caps first, then "
+                        "pauses; the default) or pause (pauses only); overrides "
+                        "planner.powerCaps of --config (docs/curtailment.md)")
     p.add_argument("--policies", type=Path,
                    help="policy folder (default: the cluster's Policy objects)")
     p.add_argument("--prometheus", default=os.environ.get("M2G_PROMETHEUS_URL"),
@@ -166,6 +171,8 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     checks = settings.site.admission_checks
     planner = settings.site.planner_config(PlannerConfig(
         check_name=args.check_name or checks.name))
+    if args.levers is not None:
+        planner = dataclasses.replace(planner, power_caps=args.levers == "all")
     cluster.draw_history.keep_seconds = planner.draw_history_seconds
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
                       config=planner, shadow=args.shadow, check_configs=checks.configs,

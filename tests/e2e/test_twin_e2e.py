@@ -25,7 +25,8 @@ GRID = {"targetKw", "secondsToTarget", "secondsAboveTarget", "secondsAboveTarget
 WORKLOADS = {"weightedPerformance", "perTier", "queueWaitSeconds", "jctSeconds", "completed",
              "preemptions", "restarts", "lostGpuSeconds"}
 PLACEMENT = {"inOneNvlinkDomainPct", "onAlarmedRacks", "fragmentation", "topologyViolations"}
-ACTIONS = {"admits", "defers", "sheds", "restores", "drains", "quotaChanges"}
+ACTIONS = {"admits", "defers", "sheds", "restores", "drains", "powerCaps", "capLifts", "resizes",
+           "quotaChanges"}
 CONTROLLER = {"reactionSecondsP50", "reactionSecondsP99", "rssPeakMiB"}
 RUN = {"grid", "workloads", "placement", "gpuAllocationPctOutsideEvent", "actions",
        "controller"}
