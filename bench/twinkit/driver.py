@@ -36,7 +36,17 @@ if __package__ in (None, ""):  # run as a script: make bench/ importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from m2g.k8s.cache import WatchCache
-from m2g.k8s.client import NODES, PODS, WORKLOADS, KubeError, NotFound, Resource, connect
+from m2g.k8s.client import (
+    GPU_POWER_LIMITS,
+    NODES,
+    PODS,
+    WORKLOADS,
+    KubeError,
+    NotFound,
+    Resource,
+    connect,
+)
+from m2g.model.powerlimit import node_limit_state
 from m2g.sim.power import PowerModel
 from twinkit.kube import TWIN_LABEL, condition, job_of
 from twinkit.metrics import fragmentation
@@ -290,6 +300,17 @@ WRITE_CONCURRENCY = 8
 REDELETE_AFTER_S = 10.0  # a finished Job whose pods still show is deleted again after this
 
 
+def agent_caps(limits: Iterable[Obj]) -> list[Obj]:
+    """The GPU power limits m2g's node agents report in force, as power-cap faults: a job on a
+    capped node runs at its cap's throughput, as under a simulator fault."""
+    out: list[Obj] = []
+    for obj in limits:
+        s = node_limit_state(obj)
+        if s is not None and s.applied_fraction is not None and s.applied_fraction < 1.0:
+            out.append({"kind": "power-cap", "node": s.node, "fraction": s.applied_fraction})
+    return out
+
+
 def _faults(sim: str) -> list[Obj]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -347,13 +368,14 @@ async def arun(driver: Driver, kubeconfig: Path, sim: str, out: Path,
     kube = await connect(kubeconfig)
     pods = WatchCache(kube, PODS, params={"labelSelector": TWIN_LABEL})
     workloads = WatchCache(kube, WORKLOADS)
+    limits = WatchCache(kube, GPU_POWER_LIMITS)  # m2g's GPU caps, as the node agent applies them
     try:
         nodes = await kube.list(NODES, params={"labelSelector": "m2g.io/rack"})
         for n in nodes.get("items") or []:
             rack = (n["metadata"].get("labels") or {}).get("m2g.io/rack", "")
             driver.node_rack[n["metadata"]["name"]] = rack
             driver.rack_trays[rack] = driver.rack_trays.get(rack, 0) + 1
-        for c in (pods, workloads):
+        for c in (pods, workloads, limits):
             c.start()
         for c in (pods, workloads):
             await c.wait_synced(120)
@@ -361,7 +383,7 @@ async def arun(driver: Driver, kubeconfig: Path, sim: str, out: Path,
         driver.watch_stats["startupCpuMs"] = round(time.process_time() * 1000)
         while not stop.is_set():
             began = time.time()
-            faults = await asyncio.to_thread(_faults, sim)
+            faults = await asyncio.to_thread(_faults, sim) + agent_caps(limits.view().values())
             writes = driver.observe(time.time(), pods.view().values(),
                                     workloads.view().values(), faults)
             await writer.apply(writes, time.time())
@@ -371,7 +393,7 @@ async def arun(driver: Driver, kubeconfig: Path, sim: str, out: Path,
                                   watches=pods.watches + workloads.watches,
                                   writeFailures=writer.failures)
     finally:
-        for c in (pods, workloads):
+        for c in (pods, workloads, limits):
             await c.stop()
         await kube.close()
         out.write_text(json.dumps(driver.result()))

@@ -253,6 +253,11 @@ def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
     prom.wait_ready(lambda: bool(prom_value(procs.prom, DRAW_QUERY)), 90)
     if not cfg.kind.m2g:
         return
+    # the GPU power-limit lever: one fake-NVML agent per node (docs/node-agent.md)
+    agent = Proc("node agent", [str(M2G), "node-agent", "--kubeconfig", str(kubeconfig),
+                 "--all-nodes", "--nvml", "fake", "--interval", "2"],
+                 logs / "node-agent.log").start()
+    procs.list.append(agent)
     m2g = Proc("m2g run", [str(M2G), "run", "--config", str(SITE_CONFIG),
                "--kubeconfig", str(kubeconfig), "--prometheus",
                procs.prom, "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),

@@ -131,3 +131,12 @@ def test_warm_start_jobs_count_in_performance_not_in_waits() -> None:
     w = M.workload_figures(jobs, 60.0, 30.0, 100.0)
     assert w["queueWaitSeconds"]["p99"] == 60.0 and w["jctSeconds"]["p95"] == 120.0
     assert w["completed"] == 2 and w["perTier"]["2"] == pytest.approx(0.5)
+
+
+def test_the_driver_reads_m2g_caps_as_the_agents_apply_them() -> None:
+    from twinkit.driver import _fault_maps, agent_caps
+    limits = [{"metadata": {"name": "n1"}, "spec": {"nodeName": "n1", "fraction": 0.75},
+               "status": {"gpus": [{"limitWatts": 1050, "defaultWatts": 1400}] * 4}},
+              {"metadata": {"name": "n2"}, "spec": {"nodeName": "n2", "fraction": 0.5}}]
+    caps, failed = _fault_maps(agent_caps(limits))
+    assert caps == {"n1": 0.75} and not failed  # n2: not applied yet, full speed
