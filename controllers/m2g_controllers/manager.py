@@ -281,8 +281,6 @@ class Manager:
             m.shed_actions.labels("restore" if s.active else ("drain" if s.drain else "shed")).inc()
         for cap in plan.caps:
             m.power_cap_actions.labels("lift" if cap.fraction >= 1.0 else "cap").inc()
-        m.capped_gpus.set(sum(w.view.gpus for w in snap.workloads
-                              if w.power_cap < 1.0 and w.phase.value == "Admitted"))
         for t in plan.taints:
             m.taint_changes.labels(t.key, "add" if t.add else "remove").inc()
         for kt in plan.kai_topologies:
@@ -297,6 +295,8 @@ class Manager:
             m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
         for kq in plan.kai_queues:
             m.kai_gpu_limit.labels(kq.queue).set(kq.limit)
+        m.capped_gpus.set(sum(w.view.gpus for w in snap.workloads
+                              if w.power_cap < 1.0 and w.phase.value == "Admitted"))
         draw = snap.factory.site_draw_kw()
         if draw.value is not None:
             m.site_draw_kw.set(draw.value)
