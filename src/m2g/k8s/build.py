@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +51,7 @@ from m2g.model import labels as L
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.collector import collector_paused
 from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
+from m2g.model.inputs import shallow_copy
 from m2g.model.powerlimit import node_limit_state
 from m2g.signals.readings import Readings, SignalReading
 
@@ -108,7 +109,7 @@ def _waited(w: WorkloadState, created: datetime | None, now: datetime) -> Worklo
     wait = max(0, int((now - created).total_seconds()))
     if wait == w.view.wait_seconds:
         return w
-    return replace(w, view=w.view.model_copy(update={"wait_seconds": wait}))
+    return w.with_view(shallow_copy(w.view, wait_seconds=wait))
 
 
 def _name(obj: Obj) -> str:

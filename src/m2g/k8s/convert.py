@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -90,7 +90,14 @@ from m2g.model.factory import (
     Node,
     PowerDomain,
 )
-from m2g.model.inputs import Checkpoint, PodSetView, PowerCap, WorkloadKind, WorkloadView
+from m2g.model.inputs import (
+    Checkpoint,
+    PodSetView,
+    PowerCap,
+    WorkloadKind,
+    WorkloadView,
+    shallow_copy,
+)
 
 Obj = Mapping[str, Any]
 
@@ -601,11 +608,12 @@ def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
     """``w`` with its checkpoint age at ``now``, counting its pods' report as well."""
     reports = [t for t in (w.checkpoint_reported_at, pod_report) if t is not None]
     started = w.admitted_at if w.phase is Phase.ADMITTED else None
-    ckpt = checkpoint(w.view.checkpoint.interval_seconds, max(reports, default=None), started,
-                      now)
-    if ckpt == w.view.checkpoint:
+    had = w.view.checkpoint
+    ckpt = checkpoint(had.interval_seconds, max(reports, default=None), started, now)
+    if (ckpt.interval_seconds, ckpt.last_age_seconds, ckpt.reported) == (
+            had.interval_seconds, had.last_age_seconds, had.reported):
         return w
-    return replace(w, view=w.view.model_copy(update={"checkpoint": ckpt}))
+    return w.with_view(shallow_copy(w.view, checkpoint=ckpt))
 
 
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:

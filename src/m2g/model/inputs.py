@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -345,7 +345,25 @@ def facts_of(topology: TopologyView) -> FactsView:
                      cliques_fit=_count_fit(tuple(c for c in topology.cliques if c.total_gpus > 0)))
 
 
-_ITEM_FIELDS = frozenset({"workload", "queue"})
+M = TypeVar("M", bound=CelModel)
+
+
+def shallow_copy(model: M, **updates: Any) -> M:
+    """``model.model_copy(update=updates)`` without its general machinery (a third of its
+    cost): a CelModel has no extra fields and no private attributes. The updates must be valid
+    values of their fields (nothing is validated, as with model_copy). The pure core copies
+    one input per workload per reconcile, 100,000 at 1,400 racks, and the snapshot a view per
+    running workload (its checkpoint age)."""
+    cls = type(model)
+    copied = cls.__new__(cls)
+    data = dict(model.__dict__)
+    data.update(updates)
+    object.__setattr__(copied, "__dict__", data)
+    object.__setattr__(copied, "__pydantic_fields_set__",
+                       model.__pydantic_fields_set__ | updates.keys())
+    object.__setattr__(copied, "__pydantic_extra__", None)
+    object.__setattr__(copied, "__pydantic_private__", None)
+    return copied
 
 
 class PolicyInput(CelModel):
@@ -382,15 +400,7 @@ class PolicyInput(CelModel):
         """A copy with ``workload`` and ``queue`` (validated models already), sharing every
         other part: ``model_copy(update=...)`` without its general machinery, a third of its
         cost, as a reconcile copies one input per workload (100,000 at 1,400 racks)."""
-        copied = PolicyInput.__new__(PolicyInput)
-        data = dict(self.__dict__)
-        data["workload"], data["queue"] = workload, queue
-        object.__setattr__(copied, "__dict__", data)
-        object.__setattr__(copied, "__pydantic_fields_set__",
-                           self.__pydantic_fields_set__ | _ITEM_FIELDS)
-        object.__setattr__(copied, "__pydantic_extra__", None)
-        object.__setattr__(copied, "__pydantic_private__", None)
-        return copied
+        return shallow_copy(self, workload=workload, queue=queue)
 
     def cel_data(self) -> dict[str, Any]:
         """The plain-data projection handed to the CEL runtime (camelCase, enums as strings)."""
