@@ -9,6 +9,7 @@ import typer
 
 from m2g import __version__
 from m2g_cli import (
+    forecast_cmd,
     nodeagent_cmd,
     ops_cmd,
     policy_cmd,
@@ -35,6 +36,7 @@ app.command("node-agent")(nodeagent_cmd.node_agent)
 ops_cmd.register(app)
 app.command("run", context_settings=run_cmd.SETTINGS)(run_cmd.run)
 app.command("report")(report_cmd.report)
+app.command("forecast")(forecast_cmd.forecast_cmd)
 
 
 def _print_version(value: bool) -> None:

@@ -143,6 +143,9 @@ def decision_rows(snap: ClusterSnapshot, plan: Plan) -> list[Row]:
         target = e.status.get("targetKw")
         add("Grid", "GridEvent", e.name, str(e.status.get("phase", "")),
             str(e.status.get("message", "")), float(target) if target is not None else None)
+    for r in plan.reservation_statuses:
+        add("Reservation", "Reservation", r.name, str(r.status.get("phase", "")),
+            str(r.status.get("message", "")), float(r.status.get("heldGpus") or 0))
     return out
 
 

@@ -24,6 +24,7 @@ from m2g.config.checks import CheckConfig, CheckSetup, resolve_checks
 from m2g.model.cluster import ClusterSnapshot, Rejected
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
+from m2g.planner.forecast import ForecastConfig, forecast
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
 from m2g_controllers.decisionlog import DecisionLog
@@ -78,6 +79,10 @@ class Cluster(Protocol):
         ...
 
 
+#: The forecast metrics are recomputed this often (seconds of the manager's clock).
+FORECAST_PERIOD_SECONDS = 300.0
+
+
 @dataclass
 class LoopState:
     """What the loop remembers between reconciles (for readiness and metrics only)."""
@@ -114,6 +119,7 @@ class Manager:
         self.state = LoopState()
         self._rejected: dict[tuple[str, str], str] = {}
         self._reported: dict[tuple[str, str], str] = {}  # what the leader has emitted Events for
+        self._forecast_at: datetime | None = None  # the metrics' last forecast
         self.unready_failing_seconds = unready_failing_seconds
         self.unready_stale_seconds = unready_stale_seconds
         metrics.shadow.set(1 if shadow else 0)
@@ -286,9 +292,30 @@ class Manager:
         for kt in plan.kai_topologies:
             m.kai_topology_updates.labels("replace" if kt.replace else "create").inc()
 
+    def _forecast(self, snap: ClusterSnapshot) -> None:
+        """The forecast metrics, at most once per FORECAST_PERIOD_SECONDS (not per reconcile:
+        a forecast simulates every workload over the horizon)."""
+        last = self._forecast_at
+        if last is not None and (snap.now - last).total_seconds() < FORECAST_PERIOD_SECONDS:
+            return
+        self._forecast_at = snap.now
+        fc = forecast(snap, ForecastConfig(
+            default_runtime_seconds=self.config.default_runtime_seconds,
+            reservation_lead_seconds=self.config.reservation_lead_seconds))
+        m = self.metrics
+        for h, i in enumerate(fc.intervals):
+            ahead = str(h)
+            for bound, kw in (("central", i.site_kw), ("low", i.low_kw), ("high", i.high_kw)):
+                m.forecast_kw.labels(fc.site, ahead, bound).set(kw)
+            for d, kw in i.domains.items():
+                m.forecast_kw.labels(d, ahead, "central").set(kw)
+            for tier, kw in i.flex_kw.items():
+                m.forecast_flex_kw.labels(str(tier), ahead).set(kw)
+
     def _observe(self, snap: ClusterSnapshot, plan: Plan) -> None:
         m = self.metrics
         self._report_rejected(snap)
+        self._forecast(snap)
         if self.is_leader():  # a follower decides too, but only what the leader does counts
             self._count_actions(plan)
         for q in plan.quotas:

@@ -55,6 +55,15 @@ class Metrics:
         self.rejected = Gauge(
             "m2g_rejected_objects", "Objects left out of the snapshot as unusable, by kind",
             ["kind"], registry=r)
+        self.forecast_kw = Gauge(
+            "m2g_forecast_kilowatts",
+            "Day-ahead forecast: mean kW in the interval starting hours_ahead from the forecast "
+            "(domain: the site or a power domain; bound: central, low, high; docs/forecast.md)",
+            ["domain", "hours_ahead", "bound"], registry=r)
+        self.forecast_flex_kw = Gauge(
+            "m2g_forecast_flexible_kilowatts",
+            "Day-ahead forecast: kW of flexible work per flex tier in the interval",
+            ["tier", "hours_ahead"], registry=r)
         self.ready = Gauge("m2g_ready", "1 while /readyz succeeds (see docs/controllers.md)",
                            registry=r)
         self.kai_gpu_limit = Gauge(

@@ -40,6 +40,17 @@ def window(start: str, end: str) -> dict[str, Any]:
             "spec": {"start": start, "end": end, "scope": {"racks": ["rack-0"]}}}
 
 
+def reservation(start: str, end: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "m2g.io/v1alpha1", "kind": "Reservation",
+            "metadata": {"name": "bounds"},
+            "spec": {"start": start, "end": end, "tenant": {"namespace": "team-a"}, **spec}}
+
+
+def plan(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "m2g.io/v1alpha1", "kind": "CapacityPlan",
+            "metadata": {"name": "bounds"}, "spec": {"start": "2026-12-01T00:00:00Z", **spec}}
+
+
 def dry_run(kubeconfig: Path, obj: dict[str, Any]) -> tuple[int, str]:
     out = kubectl(kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(obj),
                   check=False)
@@ -53,6 +64,13 @@ def dry_run(kubeconfig: Path, obj: dict[str, Any]) -> tuple[int, str]:
     (grid_event("2026-12-01T10:00:00Z", "PT99999999H"), "should match"),
     (window("0001-01-01T00:00:00Z", "2026-12-01T00:00:00Z"), "between 1970 and 2200"),
     (window("2026-12-01T00:00:00Z", "9999-12-31T00:00:00Z"), "between 1970 and 2200"),
+    (reservation("2026-12-01T02:00:00Z", "2026-12-01T01:00:00Z", gpus=8), "end must be after"),
+    (reservation("2026-12-01T00:00:00Z", "9999-12-01T01:00:00Z", gpus=8), "between 1970"),
+    (reservation("2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z"), "asks for gpus or cliques"),
+    (reservation("2026-12-01T00:00:00Z", "2026-12-01T01:00:00Z", gpus=10**9), "less than or"),
+    (plan(gpus=[8], kw=[100]), "exactly one of gpus or kw"),
+    (plan(gpus=[]), "should have at least 1"),
+    (plan(kw=[-5]), "greater than or equal to -1"),
 ])
 def test_unusable_objects_are_refused(crds: Path, obj: dict[str, Any], needle: str) -> None:
     code, err = dry_run(crds, obj)
@@ -64,6 +82,9 @@ def test_unusable_objects_are_refused(crds: Path, obj: dict[str, Any], needle: s
     grid_event("2026-12-01T10:00:00Z", "P2DT12H"),
     grid_event("2199-12-31T00:00:00Z", "P9999W"),
     window("2026-12-01T00:00:00Z", "2026-12-01T06:00:00Z"),
+    reservation("2026-12-01T00:00:00Z", "2026-12-01T06:00:00Z", cliques=1),
+    plan(gpus=[72, 72, 36, -1]),
+    plan(kw=[120.5] * 24, domain="pd-a"),
 ])
 def test_ordinary_objects_are_accepted(crds: Path, obj: dict[str, Any]) -> None:
     code, err = dry_run(crds, obj)

@@ -70,10 +70,10 @@ ALLOWED = [
     *[(v, "admissionchecks.kueue.x-k8s.io/status", None) for v in ("patch", "update")],
     *[(v, f"{r}.m2g.io", None) for v in ("get", "list", "watch")
       for r in ("gridevents", "maintenancewindows", "powerdomains", "policies",
-                "tenantpolicies")],
+                "tenantpolicies", "reservations", "capacityplans")],
     *[(v, f"{r}.m2g.io/status", None) for v in ("patch", "update")
       for r in ("gridevents", "maintenancewindows", "powerdomains", "policies",
-                "tenantpolicies")],
+                "tenantpolicies", "reservations")],
     ("create", "leases.coordination.k8s.io", NS),
     ("get", "leases.coordination.k8s.io/m2g-controller", NS),
     ("update", "leases.coordination.k8s.io/m2g-controller", NS),

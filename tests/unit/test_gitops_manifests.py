@@ -226,6 +226,7 @@ def test_shadow_overlay_adds_the_flag() -> None:
 def test_deploy_contains_crds_and_every_policy(deploy_objs: list[Obj]) -> None:
     crds = by_kind(deploy_objs, "CustomResourceDefinition")
     assert {"gridevents.m2g.io", "maintenancewindows.m2g.io", "powerdomains.m2g.io",
+            "reservations.m2g.io", "capacityplans.m2g.io",
             "policies.m2g.io"} <= set(crds)
     sources = [p for p in sorted((REPO / "policies").glob("*/*.yaml"))
                if not p.name.endswith("_test.yaml")]
@@ -274,9 +275,11 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
         # the power-cap lever: the spec of GPUPowerLimits (the node agent writes their status)
         ("m2g.io", "gpupowerlimits"): read | {"create", "patch", "delete"},
     }
-    for res in ("gridevents", "maintenancewindows", "powerdomains", "policies", "tenantpolicies"):
+    for res in ("gridevents", "maintenancewindows", "powerdomains", "policies", "tenantpolicies",
+                "reservations", "capacityplans"):
         want[("m2g.io", res)] = read
-        want[("m2g.io", f"{res}/status")] = {"patch", "update"}
+        if res != "capacityplans":
+            want[("m2g.io", f"{res}/status")] = {"patch", "update"}
     assert grants == want
     lease = next(d for d in docs if d["kind"] == "Role")
     assert lease["metadata"]["namespace"] == "m2g-system"

@@ -39,7 +39,7 @@ def test_policy_crd_spec_matches_the_policy_model() -> None:
 
 
 @pytest.mark.parametrize("name", ["gridevents", "maintenancewindows", "powerdomains",
-                                  "policies"])
+                                  "policies", "reservations", "capacityplans"])
 def test_crd_basics(name: str) -> None:
     c = crd(name)
     assert c["metadata"]["name"] == f"{name}.m2g.io"

@@ -423,3 +423,23 @@ async def test_only_the_leader_counts_decisions() -> None:
     leading = True
     await m.reconcile()
     assert m.metrics.decisions.labels("Rejected", "size")._value.get() == 1
+
+
+async def test_forecast_metrics_are_set_once_per_period() -> None:
+    clock = [NOW]
+    c = FakeCluster()
+    m = Manager(c, PolicyStore(make_runtime("cel-expr-python")), Metrics(),
+                clock=lambda: clock[0])
+    await m.reconcile()
+    reg = m.metrics.registry
+    labels = {"domain": "site", "hours_ahead": "0", "bound": "central"}
+    assert reg.get_sample_value("m2g_forecast_kilowatts", labels) == 0.0  # no nodes, no draw
+    m.metrics.forecast_kw.labels("site", "0", "central").set(-1)
+    clock[0] = NOW + timedelta(seconds=60)
+    await m.reconcile()
+    assert reg.get_sample_value("m2g_forecast_kilowatts", labels) == -1  # not recomputed yet
+    clock[0] = NOW + timedelta(seconds=301)
+    await m.reconcile()
+    assert reg.get_sample_value("m2g_forecast_kilowatts", labels) == 0.0
+    assert reg.get_sample_value("m2g_forecast_kilowatts",
+                                {**labels, "hours_ahead": "23"}) is not None

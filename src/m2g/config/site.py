@@ -73,6 +73,10 @@ class PlannerSettings(BaseModel):
     maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0)
     drain_deadline_seconds: float | None = Field(default=None, ge=0)
     thermal_clear_margin_c: float | None = Field(default=None, ge=0)
+    #: Reservations: hold lead, expected runtime without an annotation, Retry interval.
+    reservation_lead_seconds: float | None = Field(default=None, ge=0)
+    default_runtime_seconds: float | None = Field(default=None, gt=0)
+    reservation_retry_seconds: int | None = Field(default=None, ge=1)
     #: A percentage grid event's baseline: mean site draw over this many seconds before start.
     baseline_window_seconds: float | None = Field(default=None, gt=0)
     #: Site-draw samples the controller keeps for baselines, seconds.

@@ -54,6 +54,7 @@ from m2g.k8s.client import (
     GRID_EVENTS,
     NODES,
     POLICIES,
+    RESERVATIONS,
     TENANT_POLICIES,
     WORKLOADS,
     Conflict,
@@ -235,6 +236,9 @@ class Applier:
         for e in plan.event_statuses:
             await step(f"status gridevent {e.name}",
                        self.apply_status(GRID_EVENTS, e.name, e.status, result=result))
+        for r in plan.reservation_statuses:
+            await step(f"status reservation {r.name}",
+                       self.apply_status(RESERVATIONS, r.name, r.status, result=result))
         return result
 
     async def _bounded(self, step: Callable[[str, Awaitable[bool]], Awaitable[None]],

@@ -45,6 +45,7 @@ from m2g.k8s.convert import (
     with_pod_checkpoint,
     workload,
 )
+from m2g.k8s.convert_schedule import capacity_plan, reservation
 from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
 from m2g.k8s.parse import parse_time
 from m2g.model import labels as L
@@ -71,6 +72,8 @@ class ClusterObjects:
     grid_events: Mapping[str, Obj] = field(default_factory=dict)
     maintenance_windows: Mapping[str, Obj] = field(default_factory=dict)
     gpu_power_limits: Mapping[str, Obj] = field(default_factory=dict)
+    reservations: Mapping[str, Obj] = field(default_factory=dict)
+    capacity_plans: Mapping[str, Obj] = field(default_factory=dict)
 
 
 def reading(sig: SignalReading | None) -> Reading:
@@ -154,11 +157,12 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
     # bench/node_levers.py) while there is no window and no drained workload
     # ... and power caps: while any cap or node limit exists, or the site is near its limit
-    # (a cap goes only to a job alone on its nodes)
+    # (a cap goes only to a job alone on its nodes); and reservations
     limits = {n: x for n, x in ((s.node, s) for s in _each(
         iso, "GPUPowerLimit", objs.gpu_power_limits, node_limit_state) if s is not None)}
-    needed = bool(factory.maintenance) or any(w.drained_for or w.power_cap < 1.0
-                                              for w in workloads) or bool(limits) \
+    reservations = _each(iso, "Reservation", objs.reservations, reservation)
+    needed = bool(factory.maintenance or reservations) or any(
+        w.drained_for or w.power_cap < 1.0 for w in workloads) or bool(limits) \
         or _near_limit(factory)
     return ClusterSnapshot(
         factory=factory, workloads=workloads,
@@ -168,6 +172,8 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
         placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: placements(
             objs.pods.values(), objs.workloads.values(), _hosts(objs.nodes.values(), iso)))
             or {}) if needed else {},
+        reservations=reservations,
+        capacity_plans=_each(iso, "CapacityPlan", objs.capacity_plans, capacity_plan),
         rejected=iso.unique(), node_limits=limits)
 
 

@@ -110,6 +110,8 @@ POWER_DOMAINS = Resource(M2G, "v1alpha1", "powerdomains", "PowerDomain", False)
 GRID_EVENTS = Resource(M2G, "v1alpha1", "gridevents", "GridEvent", False)
 MAINTENANCE_WINDOWS = Resource(M2G, "v1alpha1", "maintenancewindows", "MaintenanceWindow",
                                False)
+RESERVATIONS = Resource(M2G, "v1alpha1", "reservations", "Reservation", False)
+CAPACITY_PLANS = Resource(M2G, "v1alpha1", "capacityplans", "CapacityPlan", False)
 POLICIES = Resource(M2G, "v1alpha1", "policies", "Policy", False)
 TENANT_POLICIES = Resource(M2G, "v1alpha1", "tenantpolicies", "TenantPolicy", True)
 GPU_POWER_LIMITS = Resource(M2G, "v1alpha1", "gpupowerlimits", "GPUPowerLimit", False)

@@ -540,7 +540,9 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         drained_for=own.get(DRAINED_FOR, ""), checkpoint_reported_at=reported,
         power_cap=cap, power_cap_at=min(cap_at, now) if cap_at else None,
         flex_used_seconds=used,
-        cap_curve=cap_curve(fact(L.POWER_CURVE)))
+        cap_curve=cap_curve(fact(L.POWER_CURVE)),
+        owners=tuple(str(r.get("name")) for r in meta.get("ownerReferences") or []
+                     if isinstance(r, Mapping) and r.get("name")))
 
 
 def power_cap(value: str | None) -> float:

@@ -31,10 +31,11 @@ WATCHED: dict[str, k.Resource] = {
     "resource_flavors": k.RESOURCE_FLAVORS, "admission_checks": k.ADMISSION_CHECKS,
     "power_domains": k.POWER_DOMAINS, "grid_events": k.GRID_EVENTS,
     "maintenance_windows": k.MAINTENANCE_WINDOWS, "gpu_power_limits": k.GPU_POWER_LIMITS,
+    "reservations": k.RESERVATIONS, "capacity_plans": k.CAPACITY_PLANS,
 }
 #: m2g's own CRDs: a snapshot without them is still a snapshot (no budgets, events, windows).
 OPTIONAL = frozenset({"power_domains", "grid_events", "maintenance_windows",
-                      "gpu_power_limits"})
+                      "gpu_power_limits", "reservations", "capacity_plans"})
 #: Pods that hold GPUs: not finished. (A field selector keeps the pod watch small.)
 POD_SELECTOR = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
 

@@ -17,6 +17,7 @@ from typing import Any
 from m2g.model.factory import FactorySnapshot
 from m2g.model.inputs import WorkloadView
 from m2g.model.powerlimit import NodeLimitState
+from m2g.model.schedule import CapacityPlan, Reservation
 
 CHECK_CONTROLLER = "m2g.io/policy"  # AdmissionCheck.spec.controllerName m2g answers for
 
@@ -72,6 +73,8 @@ class WorkloadState:
     #: Its own throughput at a cap, ((cap, throughput), …) by cap, from ``m2g.io/power-curve``
     #: (the template's ``power.capCurve``); empty: its kind's measured curve.
     cap_curve: tuple[tuple[float, float], ...] = ()
+    #: The names of the objects it belongs to (its Job, JobSet...: metadata.ownerReferences).
+    owners: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -84,6 +87,10 @@ class WorkloadState:
         copied.__dict__.update(self.__dict__)
         copied.__dict__["view"] = view
         return copied
+
+    def names(self) -> frozenset[str]:
+        """"ns/name" of the Workload and of each owner: what a user may call it by."""
+        return frozenset((self.key, *(f"{self.namespace}/{o}" for o in self.owners)))
 
 
 @dataclass(frozen=True)
@@ -213,6 +220,9 @@ class ClusterSnapshot:
     #: Node name → its GPUPowerLimit (m2g.model.powerlimit): the caps m2g asked for and the
     #: limits the node agents report in force.
     node_limits: Mapping[str, NodeLimitState] = field(default_factory=dict)
+    #: Reservations and CapacityPlans (m2g.model.schedule), by name.
+    reservations: tuple[Reservation, ...] = ()
+    capacity_plans: tuple[CapacityPlan, ...] = ()
 
     @property
     def now(self) -> datetime:

@@ -151,6 +151,14 @@ class NodeLimitUpdate:
 
 
 @dataclass(frozen=True)
+class ReservationStatusUpdate:
+    """Server-side apply these ``status`` fields of a Reservation (m2g owns them)."""
+
+    name: str
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Plan:
     """The changes one reconcile wants; applying the same plan twice changes nothing more."""
 
@@ -164,6 +172,7 @@ class Plan:
     kai_queues: tuple[KaiQueueUpdate, ...] = ()
     taints: tuple[NodeTaintUpdate, ...] = ()
     event_statuses: tuple[GridEventStatusUpdate, ...] = ()
+    reservation_statuses: tuple[ReservationStatusUpdate, ...] = ()
     #: Reconcile again by then even if nothing changes (a grid event starts or ends).
     wake_at: datetime | None = None
     caps: tuple[CapAction, ...] = ()
@@ -172,4 +181,5 @@ class Plan:
     def empty(self) -> bool:
         return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
                     or self.kai_topologies or self.kai_queues or self.taints
-                    or self.event_statuses or self.caps or self.node_limits)
+                    or self.event_statuses or self.caps or self.node_limits
+                    or self.reservation_statuses)

@@ -24,6 +24,7 @@ from m2g.model.cluster import CheckState, Phase, WorkloadState
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
+from m2g.planner.reservations import ReservationBook
 from m2g.policy import Decision, Evaluator
 from m2g.policy.results import AdmissionResult, Reason
 
@@ -66,13 +67,14 @@ def message(result: AdmissionResult) -> str:
 
 
 def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
-                  check_evaluators: Mapping[str, Evaluator | None] | None = None
-                  ) -> list[CheckUpdate]:
+                  check_evaluators: Mapping[str, Evaluator | None] | None = None,
+                  book: ReservationBook | None = None) -> list[CheckUpdate]:
     """A CheckUpdate for every workload whose m2g check is Pending, and a Ready for every
     deferred one (``deferred``) whose decision is now Admit. Every AdmissionCheck with
     controllerName m2g.io/policy is answered, by ``evaluator`` or by its own entry of
     ``check_evaluators`` (a policy selection, from the check's parameters); a check mapped to
-    None (its parameters are broken: it is not Active) is not answered."""
+    None (its parameters are broken: it is not Active) is not answered. ``book``: the
+    reservations, which hold back (Retry) workloads their policies would admit."""
     own = check_evaluators or {}
     groups: dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]] = {}
     for i, w in enumerate(builder.snap.workloads):
@@ -80,10 +82,17 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
         if ev is not None:
             groups.setdefault(id(ev), (ev, []))[1].append((i, w))
     out: list[tuple[int, CheckUpdate]] = []
+    order = sorted((iw for _, ws in groups.values() for iw in ws), key=lambda iw: iw[0])
+    gates = book.gates(w for _, w in order) if book is not None and order else {}
     for ev, waiting in groups.values():
         results = ev.admission_many([builder.for_workload(w) for _, w in waiting])
         answers: dict[int, dict[str, Any]] = {}  # workloads of one class share their result
         for (i, w), res in zip(waiting, results, strict=True):
+            held = gates.get(w.key)
+            if held and res.decision is Decision.ADMIT:
+                if w.check_state is not CheckState.RETRY:
+                    out.append((i, _held(w, *held, config)))
+                continue
             if w.check_state is CheckState.RETRY and res.decision is not Decision.ADMIT:
                 continue
             answer = answers.get(id(res))
@@ -92,6 +101,17 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
             out.append((i, CheckUpdate(namespace=w.namespace, name=w.name, check=w.check,
                                        **answer)))
     return [u for _, u in sorted(out, key=lambda x: x[0])]  # in the snapshot's order
+
+
+def _held(w: WorkloadState, why: str, pending: bool, config: PlannerConfig) -> CheckUpdate:
+    """A reservation holds this workload back: Retry (it would take the reservation's
+    capacity), or Pending (``pending``: the reservation's own, early: it keeps its quota)."""
+    return CheckUpdate(namespace=w.namespace, name=w.name, check=w.check,
+                       state=CheckState.PENDING if pending else CheckState.RETRY,
+                       message=why[:MAX_MESSAGE],
+                       requeue_after_seconds=None if pending else min(
+                           config.reservation_retry_seconds, config.max_retry_hold_seconds),
+                       policy="reservation", rule="hold")
 
 
 def _answer(res: AdmissionResult, config: PlannerConfig) -> dict[str, Any]:

@@ -12,6 +12,8 @@ never evicts in Kueue; draining is the stopPolicy's (HoldAndDrain) or the sheddi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from m2g.model.cluster import QueueState
 from m2g.model.labels import GPU_RESOURCE
 from m2g.model.plan import QuotaUpdate, StopUpdate
@@ -42,12 +44,37 @@ def _worth_it(q: QueueState, current: int, target: int, builder: InputBuilder,
         config.quota_raise_dwell_seconds
 
 
-def capacity_updates(evaluator: Evaluator, builder: InputBuilder,
-                     config: PlannerConfig) -> tuple[list[QuotaUpdate], list[StopUpdate]]:
-    """Quota and stopPolicy changes for every ClusterQueue on a flavor m2g knows."""
+def cap_shares(builder: InputBuilder, caps: Mapping[str, tuple[float, str]]
+               ) -> dict[str, tuple[float, str]]:
+    """Flavor → (the fraction of its base quotas a capacity plan allows now, why): a domain's
+    GPU cap over the base quotas of every flavor on it ("" = the site: every flavor)."""
+    if not caps:
+        return {}
+    site = builder.snap.factory.site
+    base: dict[str, int] = {}
+    for f in builder.snap.flavors:
+        b = sum(x for _, _, x in _gpu_quotas(builder.snap.queues, f.name))
+        for key in {"", "" if f.domain in ("", site) else f.domain}:
+            base[key] = base.get(key, 0) + b
+    out: dict[str, tuple[float, str]] = {}
+    for f in builder.snap.flavors:
+        for key in ("", "" if f.domain in ("", site) else f.domain):
+            if key in caps and base.get(key):
+                share = min(1.0, caps[key][0] / base[key])
+                if f.name not in out or share < out[f.name][0]:
+                    out[f.name] = (share, caps[key][1])
+    return out
+
+
+def capacity_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
+                     caps: Mapping[str, tuple[float, str]] | None = None
+                     ) -> tuple[list[QuotaUpdate], list[StopUpdate]]:
+    """Quota and stopPolicy changes for every ClusterQueue on a flavor m2g knows. ``caps``:
+    GPU caps of the capacity plans in force (m2g.planner.caps.gpu_caps)."""
     quotas: list[QuotaUpdate] = []
     stops: dict[str, tuple[str, str]] = {}
     queues = builder.snap.queues
+    planned = cap_shares(builder, caps or {})
     for flavor in builder.snap.flavors:
         members = _gpu_quotas(queues, flavor.name)
         if not members:
@@ -58,6 +85,8 @@ def capacity_updates(evaluator: Evaluator, builder: InputBuilder,
         if not result.failed:
             share = 1.0 if result.quota is None or total_base == 0 else min(
                 1.0, result.quota / total_base)
+            if flavor.name in planned and planned[flavor.name][0] < share:
+                share, why = planned[flavor.name][0], planned[flavor.name][1]
             for q, nominal, base in members:
                 target = int(base * share)
                 if _worth_it(q, nominal, target, builder, config):

@@ -82,3 +82,11 @@ class PlannerConfig:
     #: A thermal taint stays until the rack's inlet is this far under its limit (hysteresis:
     #: an inlet hovering at the limit does not flap the taint).
     thermal_clear_margin_c: float = 1.0
+    #: A Reservation keeps its capacity free from this long before its start (its
+    #: ``spec.leadSeconds`` overrides it): work admitted then must finish before the start.
+    reservation_lead_seconds: float = 3600.0
+    #: Expected runtime of a workload without ``m2g.io/expected-runtime-seconds`` (the
+    #: templates' default), for reservations and the forecast.
+    default_runtime_seconds: float = 3600.0
+    #: A workload a reservation holds back is asked again after this long (Retry).
+    reservation_retry_seconds: int = 30

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from m2g.model.cluster import ClusterSnapshot
 from m2g.model.collector import collector_paused
 from m2g.model.plan import Plan
+from m2g.planner import caps as hourly
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
@@ -18,6 +19,7 @@ from m2g.planner.gridstatus import event_statuses, next_boundary
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
+from m2g.planner.reservations import ReservationBook
 from m2g.planner.shedding import power_actions
 from m2g.policy import Evaluator
 
@@ -37,14 +39,19 @@ def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
 def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfig,
                check_evaluators: Mapping[str, Evaluator | None] | None = None) -> Plan:
     statuses, baselines = event_statuses(snap, config, format_api_time(snap.now))
-    snap = with_baselines(snap, baselines)
+    snap = hourly.with_kw_caps(with_baselines(snap, baselines))
     builder = InputBuilder(snap, config.default_kw_per_gpu)
-    quotas, stops = capacity_updates(evaluator, builder, config)
+    book = ReservationBook(snap, config)
+    quotas, stops = capacity_updates(evaluator, builder, config,
+                                     hourly.gpu_caps(snap, config))
     sheds, caps, why = power_actions(evaluator, builder, config)
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
-    drains = drain_actions(builder, config, frozenset(f"{a.namespace}/{a.name}" for a in sheds))
+    acted = frozenset(f"{a.namespace}/{a.name}" for a in sheds)
+    drains = drain_actions(builder, config, acted)
+    drains += book.drains(acted | {f"{a.namespace}/{a.name}" for a in drains})
+    wake = [t for t in (next_boundary(snap), *book.boundaries(), *hourly.boundaries(snap)) if t]
     return Plan(
-        checks=tuple(check_updates(evaluator, builder, config, check_evaluators)),
+        checks=tuple(check_updates(evaluator, builder, config, check_evaluators, book)),
         quotas=tuple(quotas),
         stops=tuple(stops),
         sheds=tuple(sheds) + tuple(drains),
@@ -54,7 +61,8 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
         kai_queues=tuple(kai_queues),
         taints=tuple(taint_updates(builder, config)),
         event_statuses=tuple(statuses),
-        wake_at=next_boundary(snap),
+        reservation_statuses=tuple(book.statuses()),
+        wake_at=min(wake, default=None),
         caps=tuple(caps),
         node_limits=tuple(node_limit_updates(snap, config, caps)),
     )

@@ -1,0 +1,58 @@
+"""``m2g forecast``: site and power-domain kW for the next hours (m2g.planner.forecast), from
+the snapshot the controller decides on (m2g_cli.cluster.read), optionally with a proposed
+MaintenanceWindow (``--with-window FILE``) to compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from m2g.model.factory import MaintenanceWindow
+from m2g.planner.forecast import ForecastConfig, forecast
+from m2g_cli import term
+from m2g_cli.forecast_view import ForecastOutput, plot, render
+from m2g_cli.ops_cmd import Context, Kubeconfig, Prom, _view
+
+
+def load_window(path: Path) -> MaintenanceWindow:
+    """A MaintenanceWindow manifest (YAML or JSON) → model; exits 2 with one line if unusable."""
+    from m2g.k8s.isolate import checked_window
+
+    try:
+        obj = yaml.safe_load(path.read_text())
+        if not isinstance(obj, dict) or obj.get("kind") != "MaintenanceWindow":
+            raise ValueError("not a MaintenanceWindow manifest")
+        w = checked_window(obj)
+        assert w is not None
+        return w
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        term.fail(f"--with-window {path}: {exc}", term.USAGE)
+
+
+def forecast_cmd(
+    hours: Annotated[float, typer.Option("--hours", min=1, max=168,
+                                         help="Horizon in hours")] = 24.0,
+    interval: Annotated[int, typer.Option("--interval", min=300, max=86400,
+                                          help="Interval length, seconds")] = 3600,
+    output: Annotated[ForecastOutput, typer.Option("--output", "-o",
+                                                   help="table | json | csv")] = (
+        ForecastOutput.TABLE),
+    png: Annotated[Path | None, typer.Option("--png", help="Also plot it to this PNG")] = None,
+    with_window: Annotated[Path | None, typer.Option(
+        "--with-window", help="A proposed MaintenanceWindow manifest: show its effect")] = None,
+    kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
+) -> None:
+    """Day-ahead forecast: kW per interval for the site and each power domain, with bands,
+    limits and the flexible kW per flex tier (docs/forecast.md)."""
+    window = load_window(with_window) if with_window else None
+    snap = _view(kubeconfig, context, prometheus).snapshot
+    cfg = ForecastConfig(horizon_hours=hours, interval_seconds=interval)
+    fc = forecast(snap, cfg)
+    other = forecast(snap, cfg, extra_windows=(window,)) if window else None
+    typer.echo(render(fc, output, other), nl=False)
+    if png is not None:
+        plot(fc, png, other)
+        typer.echo(f"wrote {png}", err=True)

@@ -1,0 +1,161 @@
+"""The day-ahead forecast (m2g.planner.forecast) and its renderers (m2g_cli.forecast_view)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import FactorySnapshot, GridEvent, MaintenanceWindow, Node, Rack, Reading
+from m2g.model.inputs import WorkloadKind, WorkloadView
+from m2g.model.schedule import CapacityPlan, CapUnit, Reservation
+from m2g.planner.forecast import KIND_KW_PER_GPU, ForecastConfig, forecast
+from m2g.sim.power import PowerModel
+from m2g_cli.app import app
+from m2g_cli.forecast_view import ForecastOutput, plot, render
+from tests.unit.goldens import golden
+
+NOW = datetime(2026, 11, 29, 16, 0, tzinfo=UTC)
+KW = KIND_KW_PER_GPU[WorkloadKind.TRAINING]
+IDLE = 0.242
+CFG = ForecastConfig(horizon_hours=6)
+
+
+def factory(draw: float | None = None, events: tuple[GridEvent, ...] = ()) -> FactorySnapshot:
+    nodes = tuple(Node(f"r{r}-n{i}", f"rack-{r}", clique=f"rack-{r}",
+                       gpus_allocated=4 if r == 0 else 0) for r in range(2) for i in range(18))
+    racks = tuple(Rack(f"rack-{r}", "b0", f"pd-{r}", clique=f"rack-{r}",
+                       power_kw=Reading(None if draw is None else draw / 2, 1.0))
+                  for r in range(2))
+    return FactorySnapshot(now=NOW, racks=racks, nodes=nodes, grid_events=events)
+
+
+def wl(name: str, phase: Phase, gpus: int, runtime: int, tier: int = 0, ago: float = 0,
+       ns: str = "team") -> WorkloadState:
+    view = WorkloadView(name=name, namespace=ns, gpus=gpus, expected_runtime_seconds=runtime,
+                        flex_tier=tier, kind=WorkloadKind.TRAINING)
+    return WorkloadState(ns, name, view, phase,
+                         admitted_at=NOW - timedelta(seconds=ago) if phase is Phase.ADMITTED
+                         else None)
+
+
+RUNNING = wl("running", Phase.ADMITTED, 72, 3600, ago=1800)  # ends in 30 min
+QUEUED = wl("queued", Phase.PENDING, 36, 7200, tier=2)
+
+
+def snap(*ws: WorkloadState, f: FactorySnapshot | None = None,
+         reservations: tuple[Reservation, ...] = (),
+         plans: tuple[CapacityPlan, ...] = ()) -> ClusterSnapshot:
+    return ClusterSnapshot(f or factory(), ws, placements={"team/running": tuple(
+        f"r0-n{i}" for i in range(18))}, reservations=reservations, capacity_plans=plans)
+
+
+def test_running_work_ends_and_the_queue_starts_in_admission_order() -> None:
+    fc = forecast(snap(RUNNING, QUEUED), CFG)
+    first, second, third = fc.intervals[:3]
+    # hour 0: the running job half the hour, the queued one all of it, the rest idle
+    assert first.site_kw == pytest.approx(72 * KW * 0.5 + 36 * KW + (144 - 36 - 36) * IDLE,
+                                          abs=1e-3)
+    assert first.busy_gpus == pytest.approx(72)
+    assert second.site_kw == pytest.approx(36 * KW + 108 * IDLE, abs=1e-3)
+    assert third.site_kw == pytest.approx(144 * IDLE, abs=1e-3)  # all done after 2 h
+    assert first.flex_kw == {1: 0.0, 2: pytest.approx(36 * KW, abs=1e-3), 3: 0.0}
+    # domains: the running job on rack-0 (pd-0); the queued one and idle spread over both
+    assert first.domains["pd-0"] > first.domains["pd-1"]
+    assert sum(first.domains.values()) == pytest.approx(first.site_kw, abs=1e-2)
+    for i in fc.intervals:
+        assert i.low_kw <= i.site_kw <= i.high_kw
+    assert fc.intervals[1].low_kw < fc.intervals[1].high_kw  # runtimes uncertain: a band
+
+
+def test_a_fresh_site_reading_calibrates_an_offset() -> None:
+    modelled = 72 * KW + 72 * IDLE
+    fc = forecast(snap(RUNNING, f=factory(draw=modelled + 10.0)), CFG)
+    assert fc.calibration_kw == pytest.approx(10.0, abs=1e-3)
+    plain = forecast(snap(RUNNING), CFG)
+    assert fc.intervals[3].site_kw == pytest.approx(plain.intervals[3].site_kw + 10, abs=1e-3)
+
+
+def test_queued_work_waits_for_room() -> None:
+    big = wl("big", Phase.PENDING, 144, 3600)
+    fc = forecast(snap(RUNNING, big), CFG)
+    # 144 GPUs fit only once the running job has ended: from hour 1 to 2
+    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [36, 144, 0]
+
+
+def test_a_proposed_window_shows_its_effect() -> None:
+    win = MaintenanceWindow("mw", NOW, NOW + timedelta(hours=3), racks=("rack-1",))
+    base = forecast(snap(RUNNING, wl("w", Phase.PENDING, 72, 3600)), CFG)
+    moved = forecast(snap(RUNNING, wl("w", Phase.PENDING, 72, 3600)), CFG,
+                     extra_windows=(win,))
+    # without the window the 72-GPU job runs at once on rack-1; with it, only after the
+    # running job frees rack-0 (hour 1)
+    assert [round(i.busy_gpus) for i in base.intervals[:3]] == [108, 0, 0]
+    assert [round(i.busy_gpus) for i in moved.intervals[:3]] == [36, 72, 0]
+
+
+def test_limits_cap_the_site_and_report_what_is_shed() -> None:
+    ev = GridEvent("dr", NOW + timedelta(hours=1), NOW + timedelta(hours=2), target_kw=40.0)
+    fc = forecast(snap(wl("long", Phase.ADMITTED, 72, 4 * 3600, ago=0), f=factory(events=(ev,))),
+                  CFG)
+    assert fc.intervals[0].limit_kw is None and fc.intervals[1].limit_kw == 40.0
+    assert fc.intervals[1].site_kw == 40.0
+    assert fc.intervals[1].shed_kw == pytest.approx(72 * KW + 72 * IDLE - 40, abs=1e-3)
+    plan = CapacityPlan("p", NOW, 3600, (-1, 36), CapUnit.GPUS)
+    capped = forecast(snap(wl("a", Phase.PENDING, 36, 7200), wl("b", Phase.PENDING, 72, 3600),
+                           plans=(plan,)), CFG)
+    assert [round(i.busy_gpus) for i in capped.intervals[:3]] == [108, 36, 0]
+
+
+def test_named_workloads_start_at_their_reservation() -> None:
+    r = Reservation("big", NOW + timedelta(hours=2), NOW + timedelta(hours=4), cliques=1,
+                    workloads=("ml/job",))
+    fc = forecast(snap(wl("job", Phase.PENDING, 72, 3600, ns="ml"), reservations=(r,)), CFG)
+    assert [round(i.busy_gpus) for i in fc.intervals[:4]] == [0, 0, 72, 0]
+    # other long work is kept off the held clique: only 72 GPUs for it while the hold lasts
+    other = forecast(snap(wl("long", Phase.PENDING, 144, 6 * 3600), reservations=(r,)), CFG)
+    assert round(other.intervals[0].busy_gpus) == 0
+
+
+def test_kind_profiles_are_the_simulators() -> None:
+    model = PowerModel()
+    for kind, kw in KIND_KW_PER_GPU.items():
+        assert kw == pytest.approx(model.gpu_watts(kind) / 1000, abs=1e-3), kind
+    assert pytest.approx(model.idle_w / 1000) == IDLE
+
+
+def _fixed() -> tuple[object, object]:
+    win = MaintenanceWindow("mw", NOW + timedelta(hours=1), NOW + timedelta(hours=3),
+                            racks=("rack-1",))
+    s = snap(RUNNING, QUEUED, wl("later", Phase.PENDING, 72, 5400, tier=1),
+             f=factory(draw=120.0, events=(GridEvent("dr", NOW + timedelta(hours=3),
+                                                     NOW + timedelta(hours=4),
+                                                     target_kw=60.0),)))
+    return forecast(s, CFG), forecast(s, CFG, extra_windows=(win,))
+
+
+@pytest.mark.parametrize("fmt", list(ForecastOutput))
+def test_golden_output(fmt: ForecastOutput) -> None:
+    fc, other = _fixed()
+    golden(f"forecast_{fmt.value}.txt", render(fc, fmt, other))  # type: ignore[arg-type]
+    if fmt is ForecastOutput.JSON:
+        data = json.loads(render(fc, fmt))  # type: ignore[arg-type]
+        assert [r["resourceName"] for r in data["report"]["resources"]] == ["site", "pd-0",
+                                                                            "pd-1"]
+
+
+def test_png(tmp_path: Path) -> None:
+    fc, other = _fixed()
+    plot(fc, tmp_path / "f.png", other)  # type: ignore[arg-type]
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_bad_window_file_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "w.yaml"
+    bad.write_text("kind: MaintenanceWindow\nmetadata: {name: x}\nspec: {start: soon}\n")
+    got = CliRunner().invoke(app, ["forecast", "--with-window", str(bad)])
+    assert got.exit_code == 2 and "--with-window" in got.output and "Traceback" not in got.output
