@@ -58,6 +58,7 @@ import yaml
 from m2g.k8s import client as k
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import allocated_gpus
+from m2g.model import labels as L
 from m2g.planner.config import PlannerConfig
 from m2g.planner.shedding import Candidate, choose_victims
 from m2g.testing import kit
@@ -478,7 +479,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         nodes = (await kube.list(k.NODES, params={
             "labelSelector": f"m2g.io/factory={args.factory}"})).get("items") or []
-        racks_of = {meta(n)["name"]: meta(n)["labels"]["m2g.io/rack"] for n in nodes}
+        racks_of = {meta(n)["name"]: meta(n)["labels"][L.RACK] for n in nodes}
         gpus = sum(int((n.get("status") or {}).get("allocatable", {}).get(GPU, 0))
                    for n in nodes)
         jobs = job_mix(args.workloads, args.namespaces)

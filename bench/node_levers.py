@@ -28,7 +28,7 @@ RACKS, NODES_PER_RACK, WORKLOADS, PODS_PER_WORKLOAD = 100, 18, 2000, 2
 def node(rack: int, i: int) -> dict[str, Any]:
     gpus = {"nvidia.com/gpu": "4"}
     return {"metadata": {"name": f"n{rack}-{i}", "resourceVersion": "1",
-                         "labels": {"m2g.io/rack": f"rack-{rack}"}},
+                         "labels": {"network.topology.nvidia.com/accelerator": f"rack-{rack}"}},
             "status": {"capacity": gpus, "allocatable": gpus,
                        "conditions": [{"type": "Ready", "status": "True"}]}}
 

@@ -79,7 +79,7 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     from m2g.planner.nodes import drain_actions, taint_updates
     from m2g.planner.shedding import shed_actions
     from m2g.policy import Evaluator, load_dir
-    from m2g.testing.scale import NOW, generate, plan_record
+    from m2g.testing.scale import LABELS, NOW, generate, plan_record
 
     (objs, readings), out["generate_s"], _ = timed(lambda: generate(racks, workloads))
     gc.collect()
@@ -89,10 +89,11 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     memo = kb.SnapshotMemo()
 
     def snap_at(seconds: int) -> Any:
-        return kb.build_snapshot(objs, readings, NOW + timedelta(seconds=seconds), memo=memo)
+        return kb.build_snapshot(objs, readings, NOW + timedelta(seconds=seconds), memo=memo,
+                                 labels=LABELS)
 
     _, out["snapshot_cold_wall"], out["snapshot_cold_cpu"] = timed(
-        lambda: kb.build_snapshot(objs, readings, NOW))
+        lambda: kb.build_snapshot(objs, readings, NOW, labels=LABELS))
     snap_at(0)
     snap, out["snapshot_warm_wall"], out["snapshot_warm_cpu"] = timed(lambda: snap_at(5))
     pending = sum(1 for w in snap.workloads if w.check_state is not None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from localcp.paths import BINARIES, binary  # noqa: E402  (stdlib-only module)
+from localcp.paths import BINARIES, binary
 
 GO_MIN = (1, 26)
 GO_INSTALL = ("curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | "

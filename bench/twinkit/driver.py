@@ -46,6 +46,7 @@ from m2g.k8s.client import (
     Resource,
     connect,
 )
+from m2g.model import labels as L
 from m2g.model.powerlimit import node_limit_state
 from m2g.sim.power import PowerModel
 from twinkit.kube import TWIN_LABEL, condition, job_of
@@ -370,9 +371,9 @@ async def arun(driver: Driver, kubeconfig: Path, sim: str, out: Path,
     workloads = WatchCache(kube, WORKLOADS)
     limits = WatchCache(kube, GPU_POWER_LIMITS)  # m2g's GPU caps, as the node agent applies them
     try:
-        nodes = await kube.list(NODES, params={"labelSelector": "m2g.io/rack"})
+        nodes = await kube.list(NODES, params={"labelSelector": L.RACK})
         for n in nodes.get("items") or []:
-            rack = (n["metadata"].get("labels") or {}).get("m2g.io/rack", "")
+            rack = (n["metadata"].get("labels") or {}).get(L.RACK, "")
             driver.node_rack[n["metadata"]["name"]] = rack
             driver.rack_trays[rack] = driver.rack_trays.get(rack, 0) + 1
         for c in (pods, workloads, limits):

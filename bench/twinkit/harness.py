@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from m2g.model import labels as L
 from m2g.sim.power import PowerModel
 from twinkit import jobs as J
 from twinkit import records as Rec
@@ -583,8 +584,8 @@ def run_baseline(cfg: RunConfig) -> RunData:
         wait_queues_active(kube)
         for n in kube.nodes():
             labels = n["metadata"].get("labels") or {}
-            data.nodes[n["metadata"]["name"]] = (labels.get("m2g.io/rack", ""),
-                                                 labels.get("m2g.io/block", ""))
+            data.nodes[n["metadata"]["name"]] = (labels.get(L.RACK, ""),
+                                                 labels.get(L.BLOCK, ""))
         t0 = data.t0 = time.time() + 1.0
         plan_file = cfg.run_dir / "twin-plan.json"
         write_plan(cfg, t0, plan_file)

@@ -42,9 +42,9 @@ def manifest(job: TraceJob, time_scale: float, model: PowerModel) -> Obj:
             annotations["m2g.io/checkpoint-interval-seconds"] = str(
                 max(1, round(job.checkpoint_s / time_scale)))
     if job.topology == "preferred-rack":
-        annotations[PREFERRED] = "m2g.io/rack"
+        annotations[PREFERRED] = "network.topology.nvidia.com/accelerator"
     elif job.topology == "required-block":
-        annotations[REQUIRED] = "m2g.io/block"
+        annotations[REQUIRED] = "network.topology.nvidia.com/block"
     job_labels = {TWIN_LABEL: "true", "kueue.x-k8s.io/queue-name": "default"}
     if job.priority_class:
         job_labels["kueue.x-k8s.io/priority-class"] = job.priority_class

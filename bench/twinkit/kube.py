@@ -14,6 +14,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from m2g.model import labels as L
+
 Obj = dict[str, Any]
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 M2G = ("m2g.io", "v1alpha1")
@@ -47,7 +49,7 @@ class Kube:
         return items
 
     def nodes(self) -> list[Obj]:
-        resp = self.core.list_node(label_selector="m2g.io/rack", _preload_content=False)
+        resp = self.core.list_node(label_selector=L.RACK, _preload_content=False)
         items: list[Obj] = json.loads(resp.data).get("items") or []
         return items
 

@@ -18,6 +18,7 @@ from m2g_cli import (
     simulate_cmd,
     templates_cmd,
     term,
+    topology_cmd,
 )
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(policy_cmd.app, name="policy")
 app.add_typer(templates_cmd.app, name="templates")
+app.add_typer(topology_cmd.app, name="topology")
 app.command("submit")(templates_cmd.submit)
 app.command("simulate")(simulate_cmd.simulate)
 app.command("node-agent")(nodeagent_cmd.node_agent)

@@ -100,7 +100,8 @@ async def read(kubeconfig: str | None, context: str | None,
     warnings += [f"m2g CRD {res.kind} is not installed" for res in listed.missing]
     warnings += listed.warnings
     readings = await _readings(prometheus, warnings)
-    snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai)
+    snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
+                    labels=(site_config() or SiteConfig()).topology.labels)
     warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
     return ClusterView(snap, listed.objects, policies, warnings, topologies)
 

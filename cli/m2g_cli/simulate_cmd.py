@@ -28,6 +28,9 @@ def simulate(
     interval: Annotated[float, typer.Option("--interval", min=0.1,
                                             help="seconds between model steps")] = 5.0,
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="site configuration: its topology.labels name the rack, block and "
+        "power-domain node labels (default: GFD's clique, Topograph's rack and block)")] = None,
 ) -> None:
     """Simulate GPU power/temperature and rack/power-domain kW for the cluster's KWOK nodes."""
     if kubeconfig is not None and not kubeconfig.is_file():
@@ -38,5 +41,7 @@ def simulate(
         argv += ["--kubeconfig", str(kubeconfig)]
     if context:
         argv += ["--context", context]
+    if config is not None:
+        argv += ["--config", str(config)]
     # exec, not a child process: a SIGTERM to `m2g simulate` must reach the simulator itself
     os.execv(sys.executable, argv)

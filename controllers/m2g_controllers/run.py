@@ -164,7 +164,8 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
                                              "timeout_seconds": prom.timeout_seconds})
     clock = make_clock(args)
     cluster = K8sCluster(kube, prometheus=prom.url if prom else None, signal_config=signals,
-                         http=http, instance=args.identity, clock=clock)
+                         http=http, instance=args.identity, clock=clock,
+                         topology_labels=settings.site.topology.labels)
     metrics = Metrics()
     elector = LeaderElector(kube, settings.lease_name, settings.lease_namespace,
                             args.identity) if args.leader_elect else None

@@ -2,7 +2,9 @@
 
 Thin wiring around ``m2g.sim`` (docs/signals.md):
 
-* every ``interval`` seconds it lists Nodes carrying ``m2g.io/rack``, Running pods and the
+* every ``interval`` seconds it lists the GPU Nodes (a rack through the site's topology label
+  mapping, ``--config``: by default Topograph's NVLink-domain label, else GFD's clique),
+  Running pods and the
   GPUPowerLimits (the limit m2g's node agent reports in force caps that node's GPUs) through
   m2g.k8s's client (async), turns them into ``NodeInfo`` / ``PodLoad`` (pod label
   ``m2g.io/workload-kind``, GPUs from the containers' ``nvidia.com/gpu`` limits or requests) and
@@ -29,14 +31,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from m2g.config import SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.model import labels as L
 from m2g.model.inputs import WorkloadKind
+from m2g.model.labels import DEFAULT_TOPOLOGY_LABELS, TopologyLabels
 from m2g.model.powerlimit import node_limit_state
 from m2g.sim.exposition import FactoryCollector
 from m2g.sim.faults import Fault, FaultSpecError, parse_fault
@@ -63,18 +68,22 @@ def _quantity(value: Any) -> int:
         return 0
 
 
-def node_info(obj: Obj) -> NodeInfo | None:
-    """A simulated tray from a Node object; None for nodes without ``m2g.io/rack``."""
+def node_info(obj: Obj, mapping: TopologyLabels = DEFAULT_TOPOLOGY_LABELS) -> NodeInfo | None:
+    """A simulated tray from a Node object; None for nodes without a rack (neither the
+    mapping's rack label nor its clique label)."""
     meta = obj.get("metadata", {})
     labels = meta.get("labels") or {}
-    rack = labels.get(L.RACK)
+    clique = labels.get(mapping.clique, "")
+    rack = (labels.get(mapping.rack) if mapping.rack else "") or clique
     if not rack:
         return None
     capacity = (obj.get("status") or {}).get("capacity") or {}
     gpus = _quantity(capacity.get(L.GPU_RESOURCE, 4)) or 4
     product = labels.get(L.GPU_PRODUCT, "").replace("-", " ") or DEFAULT_PRODUCT
-    return NodeInfo(name=meta["name"], rack=rack, power_domain=labels.get(L.POWER_DOMAIN, ""),
-                    block=labels.get(L.BLOCK, ""), clique=labels.get(L.GPU_CLIQUE, ""),
+    return NodeInfo(name=meta["name"], rack=rack,
+                    power_domain=labels.get(mapping.power_domain, "") if mapping.power_domain
+                    else "",
+                    block=labels.get(mapping.block, "") if mapping.block else "", clique=clique,
                     gpus=gpus, product=product)
 
 
@@ -118,12 +127,13 @@ class ClusterSource(Protocol):
 
 @dataclass
 class KubeSource:
-    """Lists Nodes (with ``m2g.io/rack``) and Running pods through m2g.k8s's client."""
+    """Lists Nodes and Running pods through m2g.k8s's client (``node_info`` keeps the GPU
+    trays)."""
 
     kube: k.Kube
 
     async def nodes(self) -> list[Obj]:
-        found = await self.kube.list(k.NODES, params={"labelSelector": L.RACK})
+        found = await self.kube.list(k.NODES)
         return list(found.get("items") or [])
 
     async def pods(self) -> list[Obj]:
@@ -158,6 +168,7 @@ class Simulator:
     clock: Clock = time.time
     params: SimParams = field(default_factory=SimParams)
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS
     _state: FactoryState | None = None
     _faults: list[Fault] = field(default_factory=list)
     _pods: dict[str, list[PodLoad]] = field(default_factory=dict)
@@ -194,7 +205,8 @@ class Simulator:
                      f"{' '.join(str(exc).split())[:200]}); keeping the last pods")
             nodes: Sequence[NodeInfo] | None = None
         else:
-            nodes = [n for n in (node_info(o) for o in node_objs) if n is not None]
+            nodes = [n for n in (node_info(o, self.labels) for o in node_objs)
+                     if n is not None]
             self._pods = group_pods(pod_objs)
         limits = getattr(self.source, "power_limits", None)
         if limits is not None:
@@ -283,9 +295,11 @@ def make_server(sim: Simulator, host: str, port: int) -> ThreadingHTTPServer:
 
 async def serve(source: ClusterSource, host: str, port: int, interval: float,
                 clock: Clock = time.time, stop: asyncio.Event | None = None,
-                log: Callable[[str], None] | None = None) -> None:
+                log: Callable[[str], None] | None = None,
+                labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS) -> None:
     """Run the simulator until ``stop`` is set (or forever); the caller builds the source."""
-    sim = Simulator(source, clock) if log is None else Simulator(source, clock, log=log)
+    sim = Simulator(source, clock, labels=labels) if log is None else \
+        Simulator(source, clock, log=log, labels=labels)
     server = make_server(sim, host, port)
     thread = threading.Thread(target=server.serve_forever, name="sim-http", daemon=True)
     thread.start()
@@ -299,7 +313,8 @@ async def serve(source: ClusterSource, host: str, port: int, interval: float,
 
 
 async def _connect_and_serve(kubeconfig: str | None, context: str | None, host: str, port: int,
-                             interval: float) -> int:
+                             interval: float,
+                             labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS) -> int:
     try:
         kube = await k.connect(kubeconfig, context)
     except k.KubeError as exc:  # any failure to connect is the user's setup: one line
@@ -312,7 +327,7 @@ async def _connect_and_serve(kubeconfig: str | None, context: str | None, host: 
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        await serve(KubeSource(kube), host, port, interval, stop=stop)
+        await serve(KubeSource(kube), host, port, interval, stop=stop, labels=labels)
     except OSError as exc:
         print(f"error: cannot serve on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -329,7 +344,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--config", help="site configuration whose topology.labels name the "
+                        "rack, block and power-domain node labels (default: GFD + Topograph)")
     args = parser.parse_args(argv)
+    labels = DEFAULT_TOPOLOGY_LABELS
+    if args.config:
+        try:
+            labels = load_site_config(Path(args.config)).topology.labels
+        except SiteConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         print(f"error: kubeconfig {args.kubeconfig} not found", file=sys.stderr)
         return 2
@@ -338,7 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_connect_and_serve(args.kubeconfig, args.context, args.host,
-                                              args.port, args.interval))
+                                              args.port, args.interval, labels))
     return 0
 
 

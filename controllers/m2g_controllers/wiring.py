@@ -26,6 +26,7 @@ from m2g.k8s.kai import KaiSync
 from m2g.k8s.snapshot import WATCHED, DrawHistory, assemble, params
 from m2g.k8s.writer import apply_plan
 from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot, Rejected
+from m2g.model.labels import DEFAULT_TOPOLOGY_LABELS, TopologyLabels
 from m2g.model.plan import Plan
 from m2g.signals.config import SignalConfig
 from m2g.signals.prometheus import PrometheusClient
@@ -49,6 +50,7 @@ class K8sCluster:
     def __init__(self, kube: k.Kube, *, prometheus: str | None = None,
                  signal_config: SignalConfig | None = None, instance: str = "m2g",
                  http: httpx.AsyncClient | None = None,
+                 topology_labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS,
                  readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  signal_refresh_seconds: float = SIGNAL_REFRESH_SECONDS) -> None:
@@ -70,6 +72,7 @@ class K8sCluster:
         self._latest: Readings | None = None
         self._read_once: asyncio.Event | None = None
         self._poller: asyncio.Task[None] | None = None
+        self.topology_labels = topology_labels  # the site's node labels for clique, rack, ...
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies, self.tenant_policies, *self.kai.caches()]
@@ -100,7 +103,8 @@ class K8sCluster:
         readings = await self._readings()
         await self.kai.probe()  # KAI installed later is picked up (one discovery call a minute)
         return assemble(objs, readings, now, kai=self.kai.state(self.caches["nodes"]),
-                        memo=self._memo, history=self.draw_history)
+                        memo=self._memo, history=self.draw_history,
+                        labels=self.topology_labels)
 
     async def _readings(self) -> Readings | None:
         """The latest signal readings. With a refresh period, a background task reads every

@@ -2,23 +2,29 @@
 
 Each rack is one NVL72 NVLink domain: ``nodesPerRack`` (18) compute trays of ``gpusPerNode``
 (4) GPUs. Racks are grouped into blocks (the network level above the rack) and hang off power
-domains. Every node carries these labels:
+domains. Every node carries the labels a real GB300/GB200 NVL72 cluster carries — GPU Feature
+Discovery's and NVIDIA Topograph's — and none of m2g's own topology labels:
 
-==============================  ==========================================================
-``kubernetes.io/hostname``      the node name, ``<nodePrefix>-r<rack>-n<node>`` (prefix: name)
-``nvidia.com/gpu.clique``       ``<clusterUUID>.<cliqueID>`` (one clique per rack)
-``nvidia.com/gpu.product``      ``gpuProduct``
-``nvidia.com/gpu.count``        ``gpusPerNode``
-``m2g.io/block``                ``block-<n>``
-``m2g.io/rack``                 ``rack-<n>``
-``m2g.io/power-domain``         ``pd-<n>``
-``m2g.io/factory``              the factory's name
-``type: kwok``                  and annotation ``kwok.x-k8s.io/node: fake``
-==============================  ==========================================================
+===========================================  ===============================================
+``kubernetes.io/hostname``                   the node name, ``<nodePrefix>-r<rack>-n<node>``
+``nvidia.com/gpu.clique``                    ``<clusterUUID>.<cliqueID>`` (one clique per rack)
+``nvidia.com/gpu.product``                   ``gpuProduct``
+``nvidia.com/gpu.count``                     ``gpusPerNode``
+``nvidia.com/gpu.family``, ``.machine``      ``blackwell``, the tray's model
+``nvidia.com/gpu.present``                   ``true``
+``network.topology.nvidia.com/block``        ``block-<n>`` (Topograph: the leaf switches)
+``network.topology.nvidia.com/accelerator``  ``rack-<n>`` (Topograph: the NVLink domain)
+``m2g.io/factory``                           the factory's name (localcp's bookkeeping only:
+                                             m2g never reads it)
+``type: kwok``                               and annotation ``kwok.x-k8s.io/node: fake``
+===========================================  ===============================================
 
-Nodes have no taint, so ordinary pods schedule on them; capacity ``nvidia.com/gpu``.
-Also generated: a Kueue ``Topology`` (block → rack → clique → hostname), a ``ResourceFlavor`` bound to
-it, and a KAI ``Topology`` (block → clique → hostname).
+No label names a power domain (no real cluster has one): ``racksPerPowerDomain`` only sizes the
+PowerDomain CRs a test or the twin creates (they list their racks). Nodes have no taint, so
+ordinary pods schedule on them; capacity ``nvidia.com/gpu``. Also generated: a Kueue
+``Topology`` (block → rack → clique → hostname, what ``m2g topology generate`` writes for the
+default label mapping), a ``ResourceFlavor`` bound to it, and a KAI ``Topology`` with the
+same levels.
 """
 
 from __future__ import annotations
@@ -36,9 +42,8 @@ from localcp import UserError
 from localcp.kube import Kube, Obj
 from localcp.kwok import NODE_ANNOTATION
 
-BLOCK_LABEL = "m2g.io/block"
-RACK_LABEL = "m2g.io/rack"
-POWER_DOMAIN_LABEL = "m2g.io/power-domain"
+BLOCK_LABEL = "network.topology.nvidia.com/block"  # Topograph
+RACK_LABEL = "network.topology.nvidia.com/accelerator"  # Topograph: the NVLink domain
 FACTORY_LABEL = "m2g.io/factory"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -128,10 +133,12 @@ def nodes(spec: FactorySpec) -> list[Obj]:
                 "kubernetes.io/arch": "amd64",
                 PRODUCT_LABEL: spec.gpu_product,
                 "nvidia.com/gpu.count": str(spec.gpus_per_node),
+                "nvidia.com/gpu.family": "blackwell",
+                "nvidia.com/gpu.machine": spec.gpu_product.replace("NVIDIA-", "") + "-NVL72",
+                "nvidia.com/gpu.present": "true",
                 CLIQUE_LABEL: f"{spec.cluster_uuid}.{rack}",
                 BLOCK_LABEL: f"block-{rack // spec.racks_per_block:02d}",
                 RACK_LABEL: f"rack-{rack:03d}",
-                POWER_DOMAIN_LABEL: f"pd-{rack // spec.racks_per_power_domain:02d}",
                 FACTORY_LABEL: spec.name,
             }
             out.append({
@@ -162,8 +169,8 @@ def scheduling_objects(spec: FactorySpec) -> list[Obj]:
                   "topologyName": spec.topology}},
         {"apiVersion": "kai.scheduler/v1alpha1", "kind": "Topology",
          "metadata": {"name": spec.topology},
-         "spec": {"levels": [{"nodeLabel": BLOCK_LABEL}, {"nodeLabel": CLIQUE_LABEL},
-                             {"nodeLabel": HOSTNAME_LABEL}]}},
+         "spec": {"levels": [{"nodeLabel": BLOCK_LABEL}, {"nodeLabel": RACK_LABEL},
+                             {"nodeLabel": CLIQUE_LABEL}, {"nodeLabel": HOSTNAME_LABEL}]}},
     ]
 
 

@@ -203,7 +203,7 @@ def denied_lines(log: Path) -> list[str]:
 def job(name: str, namespace: str) -> dict[str, Any]:
     """A 1-pod, 4-GPU Job for a tenant's LocalQueue "default", placed in one rack."""
     pod = {"metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology":
-                                        "m2g.io/rack"}},
+                                        "network.topology.nvidia.com/accelerator"}},
            "spec": {"restartPolicy": "Never", "containers": [{
                "name": "main", "image": "busybox",
                "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "4"},

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 CHECK = "m2g-e2e"
-RACK_LABEL = "m2g.io/rack"
+RACK_LABEL = "network.topology.nvidia.com/accelerator"
 
 POLICIES = standard_policies("e2e")
 
@@ -425,7 +425,7 @@ spec:
       decision: Admit
       podSetUpdates:
         nodeSelector:
-          m2g.io/rack: "topology.racks.filter(r, !r.thermal.alarm)[0].name"
+          network.topology.nvidia.com/accelerator: "topology.racks.filter(r, !r.thermal.alarm)[0].name"
       messageExpression: "'placed on ' + topology.racks.filter(r, !r.thermal.alarm)[0].name + ': other racks are in thermal alarm'"
 """,
 }

@@ -356,7 +356,7 @@ async def test_check_ready_admits_and_quota_patch(kube: k.Kube, cluster: Cluster
 
     await until("the ClusterQueue to be Active (the check is Active)", cq_active)
     updates = ({"name": "main", "labels": {"m2g.io/admitted-by": "m2g"},
-                "nodeSelector": {"m2g.io/rack": "rack-001"}, "annotations": {}},)
+                "nodeSelector": {"network.topology.nvidia.com/accelerator": "rack-001"}, "annotations": {}},)
     wl = await admitted_workload(kube, cluster, namespace, check, ap, updates)
     entry = next(e for e in wl["status"]["admissionChecks"] if e["name"] == check)
     assert entry["state"] == "Ready" and entry["message"] == "power ok"
@@ -365,7 +365,7 @@ async def test_check_ready_admits_and_quota_patch(kube: k.Kube, cluster: Cluster
         pods = cluster.core.list_namespaced_pod(namespace, label_selector="job-name=train")
         ok = len(pods.items) == 2 and all(
             p.metadata.labels.get("m2g.io/admitted-by") == "m2g"
-            and (p.spec.node_selector or {}).get("m2g.io/rack") == "rack-001"
+            and (p.spec.node_selector or {}).get("network.topology.nvidia.com/accelerator") == "rack-001"
             for p in pods.items)
         return list(pods.items) if ok else None
 

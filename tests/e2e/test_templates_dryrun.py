@@ -154,7 +154,7 @@ def test_kueue_reads_the_topology_request(cluster: Cluster, namespace: str,
     podset = wl["spec"]["podSets"][0]
     assert podset["count"] == rendered.sizing.pods == 32
     request = podset["topologyRequest"]
-    assert request["required"] == "m2g.io/block"
+    assert request["required"] == "network.topology.nvidia.com/block"
     assert request["podSetSliceRequiredTopology"] == "nvidia.com/gpu.clique"
     assert request["podSetSliceSize"] == 16
 
@@ -190,7 +190,7 @@ def test_submitted_benchmark_is_admitted_into_one_rack(
         kubeconfig: Path, cluster: Cluster, namespace: str) -> None:
     """m2g submit → Kueue TAS admits the 18-pod gang into one NVL72 rack of the factory."""
     _queues(cluster, namespace, gpus=144)
-    _submit(kubeconfig, namespace, "nvlink_level=m2g.io/rack")
+    _submit(kubeconfig, namespace, "nvlink_level=network.topology.nvidia.com/accelerator")
 
     def admitted() -> dict[str, Any] | None:
         items = cluster.workloads(namespace)

@@ -42,7 +42,7 @@ def cluster(quota: int = 64, check_active: bool = True, cohort: str = "") -> dic
         "checks": {"m2g-policy": {"spec": {"controllerName": "m2g.io/policy"},
                                   "status": {"conditions": [active]}}},
         "topologies": {"nvl72": {"spec": {"levels": [
-            {"nodeLabel": "m2g.io/block"}, {"nodeLabel": "m2g.io/rack"},
+            {"nodeLabel": "network.topology.nvidia.com/block"}, {"nodeLabel": "network.topology.nvidia.com/accelerator"},
             {"nodeLabel": "kubernetes.io/hostname"}]}}},
     }
 
@@ -55,9 +55,9 @@ def blockers(wl: Obj, c: dict[str, Any]) -> list[Any]:
 def test_a_level_the_topology_lacks_is_named_with_its_fix() -> None:
     (b,) = blockers(workload("nvidia.com/gpu.clique"), cluster())
     assert "asks for topology level nvidia.com/gpu.clique" in b.what
-    assert "Topology nvl72 (levels m2g.io/block, m2g.io/rack, kubernetes.io/hostname)" in b.what
+    assert "Topology nvl72 (levels network.topology.nvidia.com/block, network.topology.nvidia.com/accelerator, kubernetes.io/hostname)" in b.what
     assert "--set nvlink_level=" in b.fix and "topologyName" in b.fix
-    assert blockers(workload("m2g.io/rack"), cluster()) == []
+    assert blockers(workload("network.topology.nvidia.com/accelerator"), cluster()) == []
 
 
 def test_no_quota_and_too_much_asked_and_cohort_borrowing() -> None:

@@ -98,7 +98,7 @@ def test_pod_set_updates_merge_and_conflict(tmp_path: Path, engine: str) -> None
           when: "true"
           decision: Admit
           podSetUpdates:
-            nodeSelector: {"m2g.io/rack": "'rack-' + string(workload.gpus)"}
+            nodeSelector: {"network.topology.nvidia.com/accelerator": "'rack-' + string(workload.gpus)"}
             tolerations: [{key: "'m2g.io/hot'", operator: "'Exists'", effect: "'NoSchedule'"}]
     """
     ev = evaluator(tmp_path, engine, {
@@ -116,10 +116,10 @@ def test_pod_set_updates_merge_and_conflict(tmp_path: Path, engine: str) -> None
     assert res.decision is Decision.ADMIT
     toleration = [{"key": "m2g.io/hot", "operator": "Exists", "effect": "NoSchedule"}]
     assert [u.to_json() for u in res.pod_set_updates] == [
-        {"name": "launcher", "nodeSelector": {"m2g.io/rack": "rack-8"},
+        {"name": "launcher", "nodeSelector": {"network.topology.nvidia.com/accelerator": "rack-8"},
          "tolerations": toleration},
         {"name": "worker", "labels": {"m2g.io/tier": "2"},
-         "nodeSelector": {"m2g.io/rack": "rack-8"}, "tolerations": toleration},
+         "nodeSelector": {"network.topology.nvidia.com/accelerator": "rack-8"}, "tolerations": toleration},
     ]
     clash = evaluator(tmp_path / "clash", engine, {
         "a.yaml": policy("a", "Admission", rules),
@@ -127,7 +127,7 @@ def test_pod_set_updates_merge_and_conflict(tmp_path: Path, engine: str) -> None
             - name: other
               when: "true"
               decision: Admit
-              podSetUpdates: {nodeSelector: {"m2g.io/rack": "'rack-9'"}}
+              podSetUpdates: {nodeSelector: {"network.topology.nvidia.com/accelerator": "'rack-9'"}}
         """),
     })
     res = clash.admission(FLEX_INPUT)
@@ -208,7 +208,7 @@ def test_placement_merges_into_admission(tmp_path: Path, engine: str) -> None:
               topologyLevel: "'nvidia.com/gpu.clique'"
               podSetUpdates:
                 annotations: {"kai.scheduler/topology-required-placement": "'nvidia.com/gpu.clique'"}
-            - {name: block, when: "workload.gpus > 72", topologyLevel: "'m2g.io/block'"}
+            - {name: block, when: "workload.gpus > 72", topologyLevel: "'network.topology.nvidia.com/block'"}
         """),
     })
     res = ev.admission(FLEX_INPUT)
@@ -217,7 +217,7 @@ def test_placement_merges_into_admission(tmp_path: Path, engine: str) -> None:
     assert res.to_json()["podSetUpdates"] == [{"name": "main", "annotations": {
         "kai.scheduler/topology-required-placement": "nvidia.com/gpu.clique"}}]
     big = PolicyInput.model_validate({"workload": {"gpus": 144}})
-    assert ev.placement(big).topology_level == "m2g.io/block"
+    assert ev.placement(big).topology_level == "network.topology.nvidia.com/block"
 
 
 def test_message_expression_error_falls_back(tmp_path: Path, engine: str) -> None:

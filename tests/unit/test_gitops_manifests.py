@@ -22,6 +22,8 @@ from localcp.paths import binary
 from prometheus_client import CollectorRegistry
 
 from m2g.config import parse_site_config
+from m2g.config.site import TopologySettings
+from m2g.config.topology import topology_objects
 from m2g.model.cluster import CHECK_CONTROLLER
 from m2g.planner.config import PlannerConfig
 from m2g_controllers.metrics import Metrics
@@ -128,6 +130,24 @@ def test_flavor_and_topology_are_the_factory_generators_objects(kueue_objs: list
     for gen in generated:
         ours = by_kind(kueue_objs, gen["kind"])[gen["metadata"]["name"]]
         assert ours["spec"] == gen["spec"], gen["kind"]
+
+
+def test_topology_generate_writes_the_factorys_and_kueue_configs_objects(
+        kueue_objs: list[Obj]) -> None:
+    """`m2g topology generate` with the default mapping writes the objects the KWOK factory
+    creates (its nodes carry GFD's and Topograph's labels) and kueue-config ships; the KAI
+    Topology has the levels m2g's planner keeps it at."""
+    spec = factory.load_spec(REPO / "kind-e2e" / "factories" / "small.yaml")
+    made = {(o["kind"], o["apiVersion"]): o for o in topology_objects(TopologySettings())}
+    for gen in factory.scheduling_objects(spec):
+        assert made[(gen["kind"], gen["apiVersion"])] == gen, gen["kind"]
+    kai = made[("Topology", "kai.scheduler/v1alpha1")]
+    assert tuple(lv["nodeLabel"] for lv in kai["spec"]["levels"]) == \
+        PlannerConfig().kai_topology_levels
+    node_labels = set(factory.nodes(spec)[0]["metadata"]["labels"])
+    for level in kai["spec"]["levels"]:
+        assert level["nodeLabel"] in node_labels
+    assert not {k for k in node_labels if k.startswith("m2g.io/")} - {factory.FACTORY_LABEL}
 
 
 def test_cohort_tree_and_queues_are_connected(kueue_objs: list[Obj]) -> None:

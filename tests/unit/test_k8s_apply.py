@@ -207,11 +207,11 @@ async def test_policy_status_conditions() -> None:
 async def test_pod_set_updates_are_pruned_so_reapplying_is_a_no_op() -> None:
     kube, ap, _ = setup()
     u = CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok", pod_set_updates=(
-        {"name": "main", "labels": {"m2g.io/rack": "rack-000"}, "annotations": {},
+        {"name": "main", "labels": {"network.topology.nvidia.com/accelerator": "rack-000"}, "annotations": {},
          "tolerations": []},))
     assert await ap.apply_check(u)
     assert check(kube)["podSetUpdates"] == [{"name": "main",
-                                             "labels": {"m2g.io/rack": "rack-000"}}]
+                                             "labels": {"network.topology.nvidia.com/accelerator": "rack-000"}}]
     assert not await ap.apply_check(u)
 
 

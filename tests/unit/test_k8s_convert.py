@@ -16,6 +16,7 @@ from m2g.k8s import annotations as ka
 from m2g.k8s import build as kb
 from m2g.k8s import convert as cv
 from m2g.k8s import parse as kp
+from m2g.model import labels as L
 from m2g.model.cluster import CheckState, Phase
 from m2g.model.factory import GridPayload, HealthReason
 from m2g.model.inputs import WorkloadKind
@@ -40,7 +41,7 @@ def load(name: str) -> dict[str, Any]:
 def kwok_node(name: str, rack: str = "rack-000", **status: Any) -> dict[str, Any]:
     node = load("node_kwok")
     node["metadata"]["name"] = name
-    node["metadata"]["labels"]["m2g.io/rack"] = rack
+    node["metadata"]["labels"]["network.topology.nvidia.com/accelerator"] = rack
     node["status"].update(status)
     return node
 
@@ -51,10 +52,31 @@ def kwok_node(name: str, rack: str = "rack-000", **status: Any) -> dict[str, Any
 def test_recorded_kwok_node_is_healthy_with_four_gpus() -> None:
     n = cv.node(load("node_kwok"), allocated=4)
     assert (n.name, n.rack, n.block, n.power_domain) == \
-        ("small-r000-n00", "rack-000", "block-00", "pd-00")
+        ("small-r000-n00", "rack-000", "block-00", "")  # no standard power-domain label
     assert n.clique.endswith(".0")
     assert (n.gpus, n.gpus_allocated, n.unhealthy_gpus, n.reasons) == (4, 4, 0, ())
     assert n.free_gpus == 0
+
+
+def test_node_topology_follows_the_label_mapping() -> None:
+    obj = load("node_kwok")
+    obj["metadata"]["labels"]["example.com/pdu-row"] = "row-7"
+    site = L.TopologyLabels(rack="", block="", power_domain="example.com/pdu-row")
+    n = cv.node(obj, mapping=site)
+    # no rack label mapped: the rack is the NVLink clique; no block level
+    assert (n.rack, n.block, n.power_domain) == (n.clique, "", "row-7")
+    gfd_only = load("node_kwok")
+    for key in (L.TOPOGRAPH_ACCELERATOR, L.TOPOGRAPH_BLOCK):
+        del gfd_only["metadata"]["labels"][key]
+    g = cv.node(gfd_only)  # a GFD-only cluster (no Topograph): racks are cliques
+    assert g.rack == g.clique and g.rack.endswith(".0") and g.block == ""
+    legacy = load("node_kwok")
+    legacy["metadata"]["labels"].update({"m2g.io/rack": "r9", "m2g.io/power-domain": "pd-1"})
+    n = cv.node(legacy, mapping=L.LEGACY_TOPOLOGY_LABELS)
+    assert (n.rack, n.power_domain) == ("r9", "pd-1")
+    bare = {"metadata": {"name": "x", "labels": {"example.com/rack": "r1"}}, "status": {}}
+    assert not cv.is_gpu_node(bare)
+    assert cv.is_gpu_node(bare, L.TopologyLabels(rack="example.com/rack"))
 
 
 def test_node_health_reasons() -> None:
@@ -201,10 +223,12 @@ def test_quota_base_adopts_a_quota_someone_else_changed() -> None:
 def test_resource_flavor_domain() -> None:
     rf = load("resourceflavor")
     assert cv.resource_flavor(rf).domain == ""  # only a GPU product label: the site
-    rf["spec"]["nodeLabels"] = {"m2g.io/block": "block-00", "m2g.io/power-domain": "pd-00"}
-    assert cv.resource_flavor(rf).domain == "pd-00"
-    rf["spec"]["nodeLabels"]["m2g.io/rack"] = "rack-001"
-    assert cv.resource_flavor(rf).domain == "rack-001"
+    rf["spec"]["nodeLabels"] = {L.TOPOGRAPH_BLOCK: "block-00", "example.com/pd": "pd-00"}
+    assert cv.resource_flavor(rf).domain == "block-00"  # no power-domain label by default
+    site = L.TopologyLabels(power_domain="example.com/pd")
+    assert cv.resource_flavor(rf, site).domain == "pd-00"
+    rf["spec"]["nodeLabels"][L.TOPOGRAPH_ACCELERATOR] = "rack-001"
+    assert cv.resource_flavor(rf, site).domain == "rack-001"
 
 
 # ---- m2g CRs -----------------------------------------------------------------------------
@@ -282,7 +306,9 @@ def test_build_snapshot() -> None:
     domains = {
         "site": {"metadata": {"name": "dc1"}, "spec": {"level": "Site", "budgetKw": 900,
                                                        "inletLimitC": 30}},
-        "pd-00": {"metadata": {"name": "pd-00"}, "spec": {"budgetKw": 300, "rackCapKw": 120}},
+        # no node label names power domains on a real cluster: the CR lists its racks
+        "pd-00": {"metadata": {"name": "pd-00"}, "spec": {"budgetKw": 300, "rackCapKw": 120,
+                                                          "racks": ["rack-000"]}},
     }
     readings = Readings(
         now=0.0,

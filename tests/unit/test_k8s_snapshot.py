@@ -33,7 +33,7 @@ from m2g.model.plan import CheckUpdate, KaiQueueUpdate, Plan
 from m2g.testing.kube import FakeKube
 
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
-NODE = {"metadata": {"name": "n1", "labels": {"m2g.io/rack": "r0"}},
+NODE = {"metadata": {"name": "n1", "labels": {"network.topology.nvidia.com/accelerator": "r0"}},
         "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
 QUEUE = {"metadata": {"name": "team-a", "annotations": {"m2g.io/power-domain": "pd"}},
          "spec": {"resources": {"gpu": {"quota": 8, "limit": 16}}}}

@@ -19,7 +19,7 @@ from m2g.model.plan import KaiQueueUpdate, KaiTopologyUpdate, Plan
 from m2g.testing.kube import FakeKube, FakeWatchApi
 
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
-LEVELS = ("m2g.io/block", "m2g.io/rack", "kubernetes.io/hostname")
+LEVELS = ("network.topology.nvidia.com/block", "network.topology.nvidia.com/accelerator", "kubernetes.io/hostname")
 
 
 class KaiFakeKube(FakeKube):
@@ -77,18 +77,18 @@ def events(kube: FakeKube) -> list[str]:
 # ---- reading -------------------------------------------------------------------------------
 
 def test_kai_state_reads_budgeted_queues_topologies_and_gpu_node_labels() -> None:
-    nodes = [{"metadata": {"name": "n1", "labels": {"m2g.io/rack": "r0", "m2g.io/block": "b0"}}},
+    nodes = [{"metadata": {"name": "n1", "labels": {"network.topology.nvidia.com/accelerator": "r0", "network.topology.nvidia.com/block": "b0"}}},
              {"metadata": {"name": "cpu", "labels": {"cpu-only": "1"}}, "status": {}}]
     topo = {"metadata": {"name": "nvl72", "labels": {"app.kubernetes.io/managed-by": "m2g"}},
-            "spec": {"levels": [{"nodeLabel": "m2g.io/rack"}]}}
+            "spec": {"levels": [{"nodeLabel": "network.topology.nvidia.com/accelerator"}]}}
     unbudgeted = {"metadata": {"name": "plain"}, "spec": {"resources": {"gpu": {"limit": 4}}}}
     recorded = queue_obj(8, {BASE_GPU_LIMIT: "-1", GPU_LIMIT_CHANGED_AT: "2026-11-30T00:00:00Z"})
     unset = {**queue_obj(None), "metadata": {"name": "z",
                                              "annotations": {"m2g.io/power-domain": "pd-b"}}}
     state = kai_state(nodes, [topo], [unbudgeted, recorded, unset])
-    assert state.node_label_keys == {"m2g.io/rack", "m2g.io/block"}
+    assert state.node_label_keys == {"network.topology.nvidia.com/accelerator", "network.topology.nvidia.com/block"}
     assert [(t.name, t.levels, t.managed_by_m2g) for t in state.topologies] == [
-        ("nvl72", ("m2g.io/rack",), True)]
+        ("nvl72", ("network.topology.nvidia.com/accelerator",), True)]
     assert state.queues == (
         KaiQueueState("team-a", "pd-a", 8.0, 8.0, -1.0, datetime(2026, 11, 30, tzinfo=UTC)),
         KaiQueueState("z", "pd-b", 8.0, 0.0, 0.0, None))  # unset limit reads as 0
@@ -237,9 +237,9 @@ async def test_no_caches_without_kai_and_probes_are_rate_limited() -> None:
     assert state.node_label_keys == frozenset()
     # a node event (the cache's generation moves) refreshes the label keys
     nodes.apply_event({"type": "ADDED", "object": {
-        "metadata": {"name": "n1", "resourceVersion": "2", "labels": {"m2g.io/rack": "r0"}}}})
+        "metadata": {"name": "n1", "resourceVersion": "2", "labels": {"network.topology.nvidia.com/accelerator": "r0"}}}})
     state = sync.state(nodes)
-    assert state is not None and state.node_label_keys == {"m2g.io/rack"}
+    assert state is not None and state.node_label_keys == {"network.topology.nvidia.com/accelerator"}
     # KAI uninstalled: its caches fail with ResourceMissing and nothing is planned for them
     assert sync.topologies is not None and sync.queues is not None
     sync.topologies.last_error = ResourceMissing("KAI CRDs not installed", 404, "NotFound")

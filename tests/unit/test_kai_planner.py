@@ -17,7 +17,7 @@ from tests.unit.policy_helpers import evaluator, policy
 NOW = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)
 CFG = PlannerConfig()
 ALL = frozenset({L.BLOCK, L.RACK, L.HOSTNAME, L.GPU_CLIQUE, "kubernetes.io/os"})
-FULL = (L.BLOCK, L.GPU_CLIQUE, L.RACK, L.HOSTNAME)
+FULL = (L.BLOCK, L.RACK, L.GPU_CLIQUE, L.HOSTNAME)  # the default mapping's levels
 
 
 def factory(event_kw: float = 0.0, site_kw: float = 300.0,

@@ -148,7 +148,7 @@ def test_power_restore_leaves_drained_work_to_the_drain_planner(tmp_path: Any) -
 
 
 def test_m2g_taints_are_not_health_reasons_and_placements_follow_owners() -> None:
-    obj = {"metadata": {"name": "n", "labels": {"m2g.io/rack": "r"}},
+    obj = {"metadata": {"name": "n", "labels": {"network.topology.nvidia.com/accelerator": "r"}},
            "spec": {"taints": [{"key": MAINT, "value": "mw", "effect": "NoSchedule"},
                                {"key": "other.io/x", "effect": "NoSchedule"}]},
            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
@@ -185,7 +185,7 @@ def test_placements_include_the_nodes_kueue_tas_assigned() -> None:
     assert cv.tas_hosts(wl) == {"small-r000-n00", "small-r000-n01", "host-9"}
     assert cv.placements([], [wl], {"host-9": "node-9"}) == {
         "t/w": ("node-9", "small-r000-n00", "small-r000-n01")}
-    by_rack = {"levels": ["m2g.io/rack"], "slices": [
+    by_rack = {"levels": ["network.topology.nvidia.com/accelerator"], "slices": [
         {"domainCount": 1, "podCounts": {"universal": 1},
          "valuesPerLevel": [{"universal": "rack-0"}]}]}
     wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = by_rack

@@ -25,7 +25,7 @@ from m2g.k8s.build import build_snapshot
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
 from m2g.policy import Evaluator, load_dir
-from m2g.testing.scale import NOW, generate, plan_record
+from m2g.testing.scale import LABELS, NOW, generate, plan_record
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "scale100_plan.json.gz"
@@ -56,7 +56,7 @@ def _diff(want: list[Any], got: list[Any], key: str) -> list[str]:
 def test_100_racks_same_plan_as_before() -> None:
     objs, readings = generate(100, 2000)
     evaluator = Evaluator(load_dir(ROOT / "deploy" / "policies", "cel-expr-python"))
-    snap = build_snapshot(objs, readings, NOW)
+    snap = build_snapshot(objs, readings, NOW, labels=LABELS)
     # pauses only: the recording predates graded curtailment (issue 12; test_curtail.py)
     got = json.loads(json.dumps(plan_record(make_plan(snap, evaluator, PlannerConfig(
         power_caps=False))),

@@ -78,7 +78,7 @@ def test_list_shows_every_template_once_with_default_gpus() -> None:
 def test_show_reflects_set_values() -> None:
     out, _ = run("templates", "show", "llama31-405b-pretrain", "--set", "dp=16")
     assert "gpus         1024 = tp 4 x cp 2 x pp 8 x dp 16" in out
-    assert "preferred m2g.io/block; slices of 16 pods required in nvidia.com/gpu.clique" in out
+    assert "preferred network.topology.nvidia.com/block; slices of 16 pods required in nvidia.com/gpu.clique" in out
 
 
 def test_submit_dry_run_json_is_a_list_with_the_queue() -> None:

@@ -13,7 +13,7 @@ from m2g.templates import Rendered, render
 from tests.unit.templates_helpers import Obj, pod_templates, shipped
 
 CASES = [(name, api.value) for name, t in sorted(shipped().items()) for api in t.spec.apis]
-CLIQUE, BLOCK = "nvidia.com/gpu.clique", "m2g.io/block"
+CLIQUE, BLOCK = "nvidia.com/gpu.clique", "network.topology.nvidia.com/block"
 
 
 

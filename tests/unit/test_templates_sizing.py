@@ -8,7 +8,7 @@ from m2g.templates import TemplateError, WorkloadTemplate, render, resolve, size
 from m2g.templates.sizing import HBM_GB, USABLE_FRACTION
 from tests.unit.templates_helpers import shipped
 
-CLIQUE, BLOCK = "nvidia.com/gpu.clique", "m2g.io/block"
+CLIQUE, BLOCK = "nvidia.com/gpu.clique", "network.topology.nvidia.com/block"
 
 
 def sized(name: str, **sets: object):  # type: ignore[no-untyped-def]

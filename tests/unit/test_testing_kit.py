@@ -57,8 +57,8 @@ class Caches:
 
 
 async def test_modelled_power_counts_the_gpus_bound_to_each_rack() -> None:
-    nodes = {"n1": {"metadata": {"name": "n1", "labels": {"m2g.io/rack": "r0"}}},
-             "n2": {"metadata": {"name": "n2", "labels": {"m2g.io/rack": "r1"}}}}
+    nodes = {"n1": {"metadata": {"name": "n1", "labels": {"network.topology.nvidia.com/accelerator": "r0"}}},
+             "n2": {"metadata": {"name": "n2", "labels": {"network.topology.nvidia.com/accelerator": "r1"}}}}
     pod = {"spec": {"nodeName": "n1", "containers": [{"resources": {
         "requests": {"nvidia.com/gpu": "4"}}}]}, "status": {"phase": "Running"}}
     cluster = Caches({"nodes": View(nodes), "pods": View({"p": pod})})

@@ -8,6 +8,9 @@ One YAML document, camelCase keys like a Kubernetes object, every part optional:
   fields it names, absent signals keep the DCGM / facility defaults);
 * ``planner`` — the planner's knobs (ramp, hysteresis, dwell, caps; ``PlannerConfig``);
 * ``leaderElection`` — the Lease (its namespace defaults to ``$POD_NAMESPACE``);
+* ``topology`` — which node labels mean clique, rack, block and power domain
+  (``TopologySettings``; defaults: what a GB300 NVL72 cluster carries, GFD and Topograph), and
+  the names of the Kueue/KAI Topology and ResourceFlavor ``m2g topology generate`` writes;
 * ``admissionChecks`` — the check m2g keeps Active and the configurations other checks of
   m2g's name in their ``spec.parameters`` (``m2g.config.checks``).
 
@@ -26,6 +29,7 @@ from typing import Any, Final, Literal, get_args, get_origin
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from m2g.config.checks import AdmissionCheckSettings
+from m2g.model.labels import TopologyLabels
 from m2g.planner.config import PlannerConfig
 from m2g.policy.yamlsrc import parse_documents
 from m2g.signals.config import CAMEL, PrometheusSettings, SignalConfig, SignalSpec
@@ -122,6 +126,29 @@ class LeaderElectionSettings(BaseModel):
     lease_name: str = Field(default="m2g-controller", min_length=1, max_length=253)
 
 
+class FlavorSettings(BaseModel):
+    """The Kueue ResourceFlavor of the GPU nodes (``m2g topology generate``)."""
+
+    model_config = CAMEL
+
+    name: str = Field(default="gb200", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    #: The flavor's nodeLabels: GFD's product label by default.
+    node_labels: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.product": "NVIDIA-GB200"}, min_length=1,
+        max_length=8)
+
+
+class TopologySettings(BaseModel):
+    """The topology label mapping and the Topology objects generated from it."""
+
+    model_config = CAMEL
+
+    labels: TopologyLabels = Field(default_factory=TopologyLabels)
+    #: The Kueue Topology and the KAI Topology (one name for both: templates name it).
+    name: str = Field(default="nvl72", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    flavor: FlavorSettings = Field(default_factory=FlavorSettings)
+
+
 class SiteConfig(BaseModel):
     """Everything a site tells ``m2g run`` (see the module docstring)."""
 
@@ -135,6 +162,7 @@ class SiteConfig(BaseModel):
     planner: PlannerSettings = Field(default_factory=PlannerSettings)
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     admission_checks: AdmissionCheckSettings = Field(default_factory=AdmissionCheckSettings)
+    topology: TopologySettings = Field(default_factory=TopologySettings)
 
     def signal_config(self) -> SignalConfig:
         """The signals with this site's overrides, and its Prometheus URL and timeout."""
@@ -143,7 +171,10 @@ class SiteConfig(BaseModel):
             "url": prom.url, "timeout_seconds": prom.timeout_seconds, "signals": self.signals})
 
     def planner_config(self, base: PlannerConfig | None = None) -> PlannerConfig:
-        return self.planner.apply_to(base or PlannerConfig())
+        """The planner's knobs; the KAI Topology m2g keeps follows the topology mapping."""
+        cfg = self.planner.apply_to(base or PlannerConfig())
+        return dataclasses.replace(cfg, kai_topology_name=self.topology.name,
+                                   kai_topology_levels=self.topology.labels.levels())
 
     def lease_namespace(self, environ: dict[str, str]) -> str:
         return (self.leader_election.lease_namespace or environ.get("POD_NAMESPACE")

@@ -132,27 +132,32 @@ def host_names(nodes: Iterable[Obj]) -> dict[str, str]:
 def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
                    site: str = "site", rack_cap_kw: float = DEFAULT_RACK_CAP_KW,
                    inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
-                   memo: SnapshotMemo | None = None) -> ClusterSnapshot:
+                   memo: SnapshotMemo | None = None,
+                   labels: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS) -> ClusterSnapshot:
     """Everything one reconcile decides on, from cache views and signal readings; ``memo``:
-    see ``SnapshotMemo`` (the result is the same with or without it). Runs with the cyclic
-    garbage collector paused (m2g.model.collector)."""
+    see ``SnapshotMemo`` (the result is the same with or without it); ``labels``: the site's
+    topology label mapping. Runs with the cyclic garbage collector paused
+    (m2g.model.collector)."""
     with collector_paused():
         return _build_snapshot(objs, readings, now, site=site, rack_cap_kw=rack_cap_kw,
-                               inlet_limit_c=inlet_limit_c, memo=memo)
+                               inlet_limit_c=inlet_limit_c, memo=memo, labels=labels)
 
 
 def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
                     site: str, rack_cap_kw: float, inlet_limit_c: float,
-                    memo: SnapshotMemo | None) -> ClusterSnapshot:
+                    memo: SnapshotMemo | None, labels: L.TopologyLabels) -> ClusterSnapshot:
     iso = Isolator()
-    nodes, rack_labels = _nodes(objs, readings, memo, iso)
+    nodes, rack_labels = _nodes(objs, readings, memo, iso, labels)
     specs = sorted((d for d in (iso.one("PowerDomain", o, power_domain)
                                 for o in objs.power_domains.values()) if d is not None),
                    key=lambda d: d.domain.name)
     site_spec = next((d for d in specs if d.level == SITE_LEVEL), None)
     domain_specs = [d for d in specs if d.level != SITE_LEVEL]
-    racks = _racks(nodes, rack_labels, domain_specs, readings, rack_cap_kw, inlet_limit_c)
-    factory = _factory(objs, readings, now, nodes, racks, site_spec, domain_specs, site, iso)
+    racks = _racks(nodes, rack_labels, domain_specs, readings, rack_cap_kw, inlet_limit_c,
+                   labels.power_domain)
+    factory = replace(
+        _factory(objs, readings, now, nodes, racks, site_spec, domain_specs, site, iso),
+        labels=effective_labels(labels, rack_labels.values()))
     workloads = _workloads(objs, now, memo, iso)
     # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
     # bench/node_levers.py) while there is no window and no drained workload
@@ -168,7 +173,8 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
         factory=factory, workloads=workloads,
         grid_event_states=_each(iso, "GridEvent", objs.grid_events, checked_event_state),
         queues=_each(iso, "ClusterQueue", objs.cluster_queues, cluster_queue),
-        flavors=_each(iso, "ResourceFlavor", objs.resource_flavors, resource_flavor),
+        flavors=_each(iso, "ResourceFlavor", objs.resource_flavors,
+                      lambda o: resource_flavor(o, labels)),
         placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: placements(
             objs.pods.values(), objs.workloads.values(), _hosts(objs.nodes.values(), iso)))
             or {}) if needed else {},
@@ -199,8 +205,19 @@ def _each(iso: Isolator, kind: str, objs: Mapping[str, Obj], convert: Any) -> tu
     return tuple(x for x in out if x is not None)
 
 
+def effective_labels(labels: L.TopologyLabels,
+                     rack_labels: Iterable[Mapping[str, str]]) -> L.TopologyLabels:
+    """The mapping as the nodes bear it out: when no GPU node carries the rack label, racks
+    are named by their clique, so the label that selects a rack is the clique's."""
+    if labels.rack and any(labels.rack in lab for lab in rack_labels):
+        return labels
+    return labels.model_copy(update={"rack": labels.clique})
+
+
 def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo | None,
-           iso: Isolator | None = None) -> tuple[list[Node], dict[str, dict[str, str]]]:
+           iso: Isolator | None = None,
+           labels: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS,
+           ) -> tuple[list[Node], dict[str, dict[str, str]]]:
     """The GPU nodes that have a rack, by name, and each rack's first node's labels (a node
     that cannot be converted is left out: ``iso``)."""
     iso = iso or Isolator()
@@ -209,32 +226,32 @@ def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo |
     rack_labels: dict[str, dict[str, str]] = {}
     fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
     for o in sorted(objs.nodes.values(), key=_name):
-        got = iso.one("Node", o, _one_node, readings, memo, allocated)
+        got = iso.one("Node", o, _one_node, readings, memo, allocated, labels)
         if not got:
             continue
-        name, key, n, labels = got
+        name, key, n, node_labels = got
         fresh[name] = (key, n)
         if not n.rack:
             continue
         nodes.append(n)
         if n.rack not in rack_labels:
-            rack_labels[n.rack] = labels
+            rack_labels[n.rack] = node_labels
     if memo is not None:
         memo.nodes = fresh
     return nodes, rack_labels
 
 
 def _one_node(o: Obj, readings: Readings | None, memo: SnapshotMemo | None,
-              allocated: Mapping[str, int]
+              allocated: Mapping[str, int], labels: L.TopologyLabels
               ) -> tuple[str, tuple[str, int, int], Node, dict[str, str]] | tuple[()]:
     """One node's conversion; ``()`` for a node without GPUs."""
-    if not is_gpu_node(o):
+    if not is_gpu_node(o, labels):
         return ()
     name, meta = _name(o), o.get("metadata") or {}
     xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
     key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
     hit = memo.nodes.get(name) if memo is not None and key[0] else None
-    n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid)
+    n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid, labels)
     return name, key, n, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
 
 
@@ -252,15 +269,15 @@ def _allocated(pods: Iterable[Obj], iso: Isolator) -> dict[str, int]:
 
 def _racks(nodes: list[Node], rack_labels: Mapping[str, Mapping[str, str]],
            domain_specs: list[DomainSpec], readings: Readings | None, rack_cap_kw: float,
-           inlet_limit_c: float) -> list[Rack]:
+           inlet_limit_c: float, power_domain_label: str = "") -> list[Rack]:
     members_of: dict[str, list[Node]] = {}
     for n in nodes:
         members_of.setdefault(n.rack, []).append(n)
     racks: list[Rack] = []
     for rack_name in sorted(members_of):
         members = members_of[rack_name]
-        owner = next((d for d in domain_specs if d.selects(rack_name, rack_labels[rack_name])),
-                     None)
+        owner = next((d for d in domain_specs
+                      if d.selects(rack_name, rack_labels[rack_name], power_domain_label)), None)
         pd = Counter(n.power_domain for n in members if n.power_domain).most_common(1)
         block = Counter(n.block for n in members if n.block).most_common(1)
         clique = Counter(n.clique for n in members if n.clique).most_common(1)

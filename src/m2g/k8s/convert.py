@@ -2,9 +2,10 @@
 passed in). m2g.k8s.build puts a snapshot together from them; values are parsed by
 m2g.k8s.parse; the annotations m2g writes are m2g.k8s.annotations'.
 
-Nodes (``node``): a node is a GPU node when it has ``nvidia.com/gpu`` capacity/allocatable or an
-``m2g.io/rack`` label. ``gpus`` is the capacity (allocatable when no capacity is given) and
-``unhealthy_gpus`` the part the device plugin withheld (capacity − allocatable) or the GPUs
+Nodes (``node``): a node is a GPU node when it has ``nvidia.com/gpu`` capacity/allocatable or the
+site's rack or clique label (``TopologyLabels``, the site configuration's ``topology.labels``).
+``gpus`` is the capacity (allocatable when no capacity is given) and ``unhealthy_gpus`` the
+part the device plugin withheld (capacity − allocatable) or the GPUs
 with a fresh non-zero XID reading, whichever is larger. Health reasons:
 
 * ``NotReady``: the ``Ready`` condition is missing or not True;
@@ -20,9 +21,11 @@ with a fresh non-zero XID reading, whichever is larger. Health reasons:
   ``MemoryPressure``/``DiskPressure``/``PIDPressure``/``NetworkUnavailable`` and NPD's
   ``KernelDeadlock``/``ReadonlyFilesystem``/``GpuHealth``-style ``*Problem`` conditions.
 
-Racks come from node labels (``m2g.io/rack``, else the GFD clique, ``m2g.io/block``,
-``m2g.io/power-domain``, ``nvidia.com/gpu.clique``). A rack's cap is the ``rackCapKw`` of the
-PowerDomain CR it belongs to, else ``DEFAULT_RACK_CAP_KW`` (132 kW: a GB300 NVL72's power-shelf
+Racks come from node labels through the site's mapping (``TopologyLabels``: by default
+Topograph's ``network.topology.nvidia.com/accelerator``, else the node's GFD clique
+``nvidia.com/gpu.clique``; block ``network.topology.nvidia.com/block``; no power-domain label).
+A rack's cap is the ``rackCapKw`` of the PowerDomain CR it belongs to, else
+``DEFAULT_RACK_CAP_KW`` (132 kW: a GB300 NVL72's power-shelf
 output, field-notes §7); its inlet limit is the PowerDomain's ``inletLimitC``, else
 ``DEFAULT_INLET_LIMIT_C`` (32 °C: ASHRAE A1 allowable maximum). The site budget is the
 ``budgetKw`` of the PowerDomain CR with ``spec.level: Site`` (the site takes its name).
@@ -203,14 +206,16 @@ def node_reasons(obj: Obj) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(r) for r in reasons))
 
 
-def is_gpu_node(obj: Obj) -> bool:
+def is_gpu_node(obj: Obj, mapping: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS) -> bool:
     st = _status(obj)
     has_gpu = L.GPU_RESOURCE in (st.get("capacity") or {}) or \
         L.GPU_RESOURCE in (st.get("allocatable") or {})
-    return has_gpu or L.RACK in (_meta(obj).get("labels") or {})
+    labels = _meta(obj).get("labels") or {}
+    return has_gpu or bool(mapping.rack and mapping.rack in labels) or mapping.clique in labels
 
 
-def node(obj: Obj, allocated: int = 0, xid_gpus: int = 0) -> Node:
+def node(obj: Obj, allocated: int = 0, xid_gpus: int = 0,
+         mapping: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS) -> Node:
     """A Node object → model Node (see the module docstring)."""
     labels = _meta(obj).get("labels") or {}
     st = _status(obj)
@@ -218,17 +223,17 @@ def node(obj: Obj, allocated: int = 0, xid_gpus: int = 0) -> Node:
     cap_raw = (st.get("capacity") or {}).get(L.GPU_RESOURCE, alloc_raw)
     allocatable, capacity = nonneg_int(alloc_raw), nonneg_int(cap_raw)
     gpus = max(capacity, allocatable)
-    clique = str(labels.get(L.GPU_CLIQUE, ""))
+    clique = str(labels.get(mapping.clique, ""))
     return Node(
         name=str(_meta(obj).get("name", "")),
-        rack=str(labels.get(L.RACK) or clique),
+        rack=str((labels.get(mapping.rack) if mapping.rack else "") or clique),
         gpus=gpus,
         gpus_allocated=max(0, allocated),
         unhealthy_gpus=min(gpus, max(gpus - allocatable, xid_gpus)),
         reasons=node_reasons(obj),
         clique=clique,
-        block=str(labels.get(L.BLOCK, "")),
-        power_domain=str(labels.get(L.POWER_DOMAIN, "")),
+        block=str(labels.get(mapping.block, "")) if mapping.block else "",
+        power_domain=str(labels.get(mapping.power_domain, "")) if mapping.power_domain else "",
         m2g_taints=m2g_taints(obj),
     )
 
@@ -316,10 +321,11 @@ class DomainSpec:
     rack_cap_kw: float = 0.0
     inlet_limit_c: float = 0.0
 
-    def selects(self, rack: str, node_labels: Mapping[str, str]) -> bool:
+    def selects(self, rack: str, node_labels: Mapping[str, str],
+                power_domain_label: str = "") -> bool:
         if rack in self.racks:
             return True
-        if node_labels.get(L.POWER_DOMAIN) == self.domain.name:
+        if power_domain_label and node_labels.get(power_domain_label) == self.domain.name:
             return True
         sel = self.rack_selector
         return bool(sel) and all(node_labels.get(k) == v for k, v in sel.items())
@@ -644,11 +650,12 @@ def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
         last_quota_change=parse_time(annotations.get(QUOTA_CHANGED_AT)))
 
 
-def resource_flavor(obj: Obj) -> FlavorState:
+def resource_flavor(obj: Obj,
+                    mapping: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS) -> FlavorState:
     """A ResourceFlavor → FlavorState; its domain is the rack, power domain or block its node
-    labels pin it to ("" = the whole site)."""
+    labels pin it to (the site's mapping; "" = the whole site)."""
     node_labels = {str(k): str(v) for k, v in (_spec(obj).get("nodeLabels") or {}).items()}
-    domain = next((node_labels[k] for k in (L.RACK, L.POWER_DOMAIN, L.BLOCK)
-                   if node_labels.get(k)), "")
+    keys = (mapping.rack, mapping.power_domain, mapping.block)
+    domain = next((node_labels[k] for k in keys if k and node_labels.get(k)), "")
     return FlavorState(name=str(_meta(obj).get("name", "")), domain=domain,
                        node_labels=node_labels)

@@ -22,6 +22,7 @@ from m2g.k8s.kai import KAI_QUEUES, KAI_TOPOLOGIES, served
 from m2g.k8s.kai_convert import kai_snapshot, node_label_keys
 from m2g.model.cluster import ClusterSnapshot, KaiState
 from m2g.model.factory import Reading
+from m2g.model.labels import DEFAULT_TOPOLOGY_LABELS, TopologyLabels
 from m2g.signals.readings import Readings
 
 #: ClusterObjects field → the resource it is read from.
@@ -64,11 +65,13 @@ class DrawHistory:
 
 def assemble(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
              kai: KaiState | None = None, memo: SnapshotMemo | None = None,
-             history: DrawHistory | None = None) -> ClusterSnapshot:
+             history: DrawHistory | None = None,
+             labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS) -> ClusterSnapshot:
     """Everything one reconcile (or one CLI call) decides on: the converted objects and
     readings, with KAI's part (None: KAI's CRDs are not served) and, given a ``history``, this
-    snapshot's site draw added to it and the samples kept (``draw_history``)."""
-    snap = build_snapshot(objs, readings, now, memo=memo)
+    snapshot's site draw added to it and the samples kept (``draw_history``); ``labels``: the
+    site's topology label mapping."""
+    snap = build_snapshot(objs, readings, now, memo=memo, labels=labels)
     draws = history.add(now, snap.factory.site_draw_kw()) if history is not None else ()
     return replace(snap, kai=kai, draw_history=draws)
 

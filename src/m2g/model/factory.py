@@ -26,10 +26,12 @@ from m2g.model.inputs import (
     DomainView,
     GridEventView,
     GridView,
+    SiteLabels,
     SitePower,
     SiteThermal,
     SiteView,
 )
+from m2g.model.labels import DEFAULT_TOPOLOGY_LABELS, TopologyLabels
 
 GPUS_PER_NODE_NVL72 = 4
 NODES_PER_RACK_NVL72 = 18
@@ -188,6 +190,8 @@ class FactorySnapshot:
     nodes: tuple[Node, ...] = ()
     maintenance: tuple[MaintenanceWindow, ...] = ()
     grid_events: tuple[GridEvent, ...] = ()
+    #: The site's topology label mapping as the nodes bear it out (m2g.k8s.build).
+    labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS
     _by_rack: dict[str, list[Node]] = field(default_factory=dict, init=False, repr=False,
                                             compare=False)
 
@@ -336,8 +340,11 @@ def site_view(snap: FactorySnapshot) -> SiteView:
     inlets = [_thermal(r)[0] for r in known]
     limit = (snap.site_limit_c or min((r.limit_c for r in known if r.limit_c), default=0.0)
              ) if known else 0.0
+    lab = snap.labels
     return SiteView(power=SitePower(budget_kw=budget, draw_kw=draw),
-                    thermal=SiteThermal(max_inlet_c=max(inlets, default=0.0), limit_c=limit))
+                    thermal=SiteThermal(max_inlet_c=max(inlets, default=0.0), limit_c=limit),
+                    labels=SiteLabels(clique=lab.clique, rack=lab.rack, block=lab.block,
+                                      power_domain=lab.power_domain))
 
 
 def grid_view(snap: FactorySnapshot) -> GridView:

@@ -150,11 +150,26 @@ class SiteThermal(CelModel):
         return self
 
 
+class SiteLabels(CelModel):
+    """The node labels that mean clique, rack, block and power domain at this site (an
+    extension: the site configuration's ``topology.labels``, as the nodes bear it out — a site
+    whose nodes carry no rack label names racks by their clique, and ``rack`` is then the
+    clique's label). ``""``: the site has no such label. Policies name levels and selectors
+    through these (``topologyLevel: "site.labels.block"``; a podSetUpdates key
+    ``"${site.labels.rack}"``), never through a fixed label."""
+
+    clique: str = "nvidia.com/gpu.clique"
+    rack: str = "network.topology.nvidia.com/accelerator"
+    block: str = "network.topology.nvidia.com/block"
+    power_domain: str = ""
+
+
 class SiteView(CelModel):
     """The whole site."""
 
     power: SitePower = SitePower()
     thermal: SiteThermal = SiteThermal()
+    labels: SiteLabels = SiteLabels()
 
 
 class GridEventView(CelModel):

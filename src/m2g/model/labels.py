@@ -8,15 +8,62 @@ from __future__ import annotations
 
 from typing import Final
 
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 
-# Node labels (GPU Feature Discovery and the factory's own topology)
+# Node labels a real GB300 cluster carries (GPU Feature Discovery, NVIDIA Topograph)
 GPU_CLIQUE: Final = "nvidia.com/gpu.clique"  # "<ClusterUUID>.<CliqueID>", set by GFD on NVL72
 GPU_PRODUCT: Final = "nvidia.com/gpu.product"
+GPU_COUNT: Final = "nvidia.com/gpu.count"
 HOSTNAME: Final = "kubernetes.io/hostname"
-BLOCK: Final = "m2g.io/block"
-RACK: Final = "m2g.io/rack"
+#: Topograph's NVLink-domain label (docs.nvidia.com Topograph, "Topograph in Kubernetes"): one
+#: value per NVL72 rack's NVLink domain.
+TOPOGRAPH_ACCELERATOR: Final = "network.topology.nvidia.com/accelerator"
+#: Topograph's block label: the leaf switches directly connected to the compute nodes.
+TOPOGRAPH_BLOCK: Final = "network.topology.nvidia.com/block"
+TOPOGRAPH_SPINE: Final = "network.topology.nvidia.com/spine"
+#: The default mapping's rack and block labels (``TopologyLabels``); read nodes through the
+#: site's mapping, never through these names.
+RACK: Final = TOPOGRAPH_ACCELERATOR
+BLOCK: Final = TOPOGRAPH_BLOCK
+
+#: The KAI Queue annotation that names a PowerDomain (m2g's own; on Queues, never on nodes).
 POWER_DOMAIN: Final = "m2g.io/power-domain"
+
+
+class TopologyLabels(BaseModel):
+    """Which node labels mean clique, rack, block and power domain at this site (the site
+    configuration's ``topology.labels``). The defaults are what a GB300 NVL72 cluster carries:
+    GFD's clique; Topograph's NVLink-domain label for the rack (a node without it takes its
+    clique as its rack: a full-rack NVL72 is one clique) and its block label. No label is
+    standard for power domains: "" means none (PowerDomain CRs name their racks or select them
+    with ``rackSelector``). "" for block: no block level."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
+                              populate_by_name=True)
+
+    clique: str = Field(default=GPU_CLIQUE, min_length=1, max_length=317)
+    rack: str = Field(default=TOPOGRAPH_ACCELERATOR, max_length=317)
+    block: str = Field(default=TOPOGRAPH_BLOCK, max_length=317)
+    power_domain: str = Field(default="", max_length=317)
+
+    def levels(self) -> tuple[str, ...]:
+        """The topology levels coarse to fine, hostname last, each label once (the Kueue and
+        KAI Topology of this site): block, rack, clique, hostname, without the empty ones."""
+        out: list[str] = []
+        for key in (self.block, self.rack, self.clique, HOSTNAME):
+            if key and key not in out:
+                out.append(key)
+        return tuple(out)
+
+
+#: The mapping used when a site says nothing.
+DEFAULT_TOPOLOGY_LABELS: Final = TopologyLabels()
+#: m2g's own labels of old (``m2g.io/rack`` etc.): an explicit mapping for clusters labelled so.
+LEGACY_TOPOLOGY_LABELS: Final = TopologyLabels(rack="m2g.io/rack", block="m2g.io/block",
+                                               power_domain="m2g.io/power-domain")
 
 # Node taints m2g sets itself (NoSchedule) and removes when their condition ends
 M2G_TAINT_PREFIX: Final = "m2g.io/"

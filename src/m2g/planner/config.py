@@ -51,10 +51,10 @@ class PlannerConfig:
     #: The KAI Topology m2g keeps in step with node labels (templates name it: --set topology=).
     kai_topology_name: str = "nvl72"
     #: Its candidate levels, coarse to fine; a level is used when some GPU node carries the
-    #: label. kueue-config's Kueue Topology levels (block, rack, hostname) plus the NVLink clique
-    #: (GFD), which m2g's templates request from KAI by default (nvlink_level); on NVL72 a rack
-    #: is one clique, so either label works in a KAI topology constraint.
-    kai_topology_levels: tuple[str, ...] = (L.BLOCK, L.GPU_CLIQUE, L.RACK, L.HOSTNAME)
+    #: label. The site's topology mapping (``TopologyLabels.levels``: block, rack, NVLink clique,
+    #: hostname), the levels of the Kueue Topology ``m2g topology generate`` writes; the clique
+    #: is what m2g's templates request from KAI by default (nvlink_level).
+    kai_topology_levels: tuple[str, ...] = L.DEFAULT_TOPOLOGY_LABELS.levels()
     #: kW per GPU when turning a power budget into a KAI Queue GPU limit (None: default_kw_per_gpu).
     kai_kw_per_gpu: float | None = None
     #: Taint a maintenance window's nodes (NoSchedule) this long before it starts, so no new

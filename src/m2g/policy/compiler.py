@@ -29,6 +29,11 @@ from m2g.policy.spec import (
 )
 from m2g.policy.yamlsrc import PathKey, SourceDoc
 
+#: podSetUpdates keys that name a level of the site's topology label mapping (an extension:
+#: ``"${site.labels.rack}": "variables.coolest.name"`` selects the rack by the site's own
+#: label; m2g.policy.evaluate writes the label, or drops the entry when the site has none).
+SITE_LABEL_KEYS: dict[str, str] = {f"${{site.labels.{f}}}": f
+                                   for f in ("clique", "rack", "block", "powerDomain")}
 _POS = re.compile(r"^<input>:(\d+):(\d+): ")
 
 
@@ -258,6 +263,11 @@ def _compile_update(
     def kv(field_name: str, alias: str, items: dict[str, str]) -> tuple[tuple[str, Program], ...]:
         out = []
         for key, source in items.items():
+            if key.startswith("$") and key not in SITE_LABEL_KEYS:
+                ctx.problem((*path, alias, key), rule,
+                            f"{alias} key {key!r}: a key starting with $ must be one of "
+                            f"{', '.join(sorted(SITE_LABEL_KEYS))}")
+                continue
             prog = ctx.expr(source, (*path, alias, key), rule, ExpectedType.STRING)
             if prog is not None:
                 out.append((key, prog))

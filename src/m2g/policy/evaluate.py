@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from m2g.model.inputs import PolicyInput
 from m2g.policy.batch import FusedCache, fired_many, snapshot_key
-from m2g.policy.compiler import CompiledPolicy, PolicySet
+from m2g.policy.compiler import SITE_LABEL_KEYS, CompiledPolicy, PolicySet
 from m2g.policy.fired import Err, Hit, RenderedUpdate
 from m2g.policy.results import (
     DEFAULT_REQUEUE_SECONDS,
@@ -31,11 +31,20 @@ Fired = list[Hit | Err]
 R = TypeVar("R")
 
 
-class _Updates:
-    """Merges podSetUpdates; the first rule to set a key owns it, a different value conflicts."""
+def label_keys(inp: PolicyInput) -> dict[str, str]:
+    """Each ``SITE_LABEL_KEYS`` placeholder → the label it stands for in this input ("" = none)."""
+    labels = inp.site.labels.model_dump(by_alias=True)
+    return {key: str(labels[field]) for key, field in SITE_LABEL_KEYS.items()}
 
-    def __init__(self, pod_sets: list[str]) -> None:
+
+class _Updates:
+    """Merges podSetUpdates; the first rule to set a key owns it, a different value conflicts.
+    A ``SITE_LABEL_KEYS`` key is written as the site's label (``keys``); one the site lacks is
+    dropped."""
+
+    def __init__(self, pod_sets: list[str], keys: dict[str, str] | None = None) -> None:
         self.names = pod_sets
+        self.keys = keys or {}
         self.maps: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
         self.tolerations: dict[str, list[dict[str, str]]] = {n: [] for n in pod_sets}
         self._result: tuple[PodSetUpdate, ...] | None = None
@@ -44,7 +53,10 @@ class _Updates:
         """Apply one update; return a conflict message, or None."""
         self._result = None
         targets = [n for n in self.names if not upd.pod_sets or n in upd.pod_sets]
-        for fname, key, value in upd.fields:
+        for fname, raw_key, value in upd.fields:
+            key = self.keys.get(raw_key, raw_key) if raw_key.startswith("$") else raw_key
+            if not key:
+                continue
             for ps in targets:
                 slot = self.maps.setdefault((ps, fname), {})
                 owner = slot.get(key)
@@ -108,9 +120,10 @@ def combine_placement(fired: Fired, updates: _Updates) -> PlacementResult:
     return PlacementResult(level, updates.result(), tuple(reasons), tuple(errors), conflict)
 
 
-def combine_admission(fired: Fired, placed: Fired | None, pod_sets: list[str]) -> AdmissionResult:
+def combine_admission(fired: Fired, placed: Fired | None, pod_sets: list[str],
+                      keys: dict[str, str] | None = None) -> AdmissionResult:
     """Reject > Defer (largest requeueAfter; 300 s default) > Admit; Placement merged in."""
-    updates = _Updates(pod_sets)
+    updates = _Updates(pod_sets, keys)
     reasons: list[Reason] = []
     errors: list[EvalIssue] = []
     requeues: list[int] = []
@@ -275,13 +288,13 @@ class Evaluator:
         for inp, items in zip(inputs, self._fired((Stage.ADMISSION, Stage.PLACEMENT), inputs),
                               strict=True):
             names = _pod_set_names(inp)
-            key = (*map(id, items), *names)
+            key = (*map(id, items), inp.site.labels, *names)
             hit = memo.get(key)
             if hit is None:
                 adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
                 placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] \
                     if placing else None
-                hit = memo[key] = combine_admission(adm, placed, names)
+                hit = memo[key] = combine_admission(adm, placed, names, label_keys(inp))
             results.append(hit)
         return results
 
@@ -292,7 +305,7 @@ class Evaluator:
     def placement(self, inp: PolicyInput) -> PlacementResult:
         """The Placement stage alone."""
         fired = self._fired((Stage.PLACEMENT,), [inp])[0]
-        return combine_placement(fired, _Updates(_pod_set_names(inp)))
+        return combine_placement(fired, _Updates(_pod_set_names(inp), label_keys(inp)))
 
     def capacity_many(self, inputs: Sequence[PolicyInput]) -> list[CapacityResult]:
         """Capacity per flavor / domain (``flavor``, ``domain`` of each input)."""

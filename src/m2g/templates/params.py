@@ -49,7 +49,7 @@ CATALOGUE: dict[str, Knob] = {k.name: k for k in (
     Knob("kai_queue", str, "", "KAI queue label (empty: KAI's default queue)"),
     Knob("topology", str, "nvl72", "KAI Topology object name"),
     Knob("nvlink_level", str, "nvidia.com/gpu.clique", "node label of an NVLink domain"),
-    Knob("block_level", str, "m2g.io/block", "node label of a network block"),
+    Knob("block_level", str, "network.topology.nvidia.com/block", "node label of a network block"),
     Knob("block_gpus", int, 576, "GPUs in one block (8 NVL72 racks)", 72, 73728),
     Knob("checkpoint_interval", int, 0, "seconds between checkpoints (0: none)", 0, 86400),
     Knob("checkpoint_pvc", str, "", "PVC for checkpoints (empty: none mounted)"),

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from m2g.k8s.build import ClusterObjects
+from m2g.model.labels import TopologyLabels
 from m2g.signals.readings import RackReadings, Readings, SignalReading
 
 NOW = datetime(2026, 11, 30, 14, 0, tzinfo=UTC)
@@ -25,6 +26,10 @@ NODES_PER_RACK, GPUS_PER_NODE = 18, 4
 RACKS_PER_BLOCK, RACKS_PER_DOMAIN = 8, 16
 TEAMS, FLAVORS_PER_QUEUE = 8, 16  # Kueue allows 16 flavors per resource group
 CHECK = "m2g-policy"
+#: The synthetic site names its power domains with a label of its own (no standard one exists):
+#: build its snapshots with ``labels=LABELS``.
+POWER_DOMAIN_LABEL = "example.com/power-domain"
+LABELS = TopologyLabels(power_domain=POWER_DOMAIN_LABEL)
 KINDS = ("training", "fine-tuning", "inference", "batch", "benchmark", "data-processing",
          "agentic")
 
@@ -57,8 +62,9 @@ def node_obj(lay: Layout, r: int, i: int, healthy: bool) -> dict[str, Any]:
     if not healthy:
         conds.append({"type": "GpuXidError", "status": "True"})
     return {"metadata": {"name": f"{lay.rack(r)}-n{i:02d}", "resourceVersion": "1",
-                         "labels": {"m2g.io/rack": lay.rack(r), "m2g.io/block": lay.block(r),
-                                    "m2g.io/power-domain": lay.domain(r),
+                         "labels": {"network.topology.nvidia.com/accelerator": lay.rack(r),
+                                    "network.topology.nvidia.com/block": lay.block(r),
+                                    POWER_DOMAIN_LABEL: lay.domain(r),
                                     "nvidia.com/gpu.clique": f"c0ffee.{r}",
                                     "kubernetes.io/hostname": f"{lay.rack(r)}-n{i:02d}"}},
             "status": {"capacity": gpus, "allocatable": gpus, "conditions": conds}}
@@ -119,7 +125,7 @@ def generate(racks: int, workloads: int, seed: int = 14) -> tuple[ClusterObjects
     chunks = [domains[k:k + FLAVORS_PER_QUEUE] for k in range(0, len(domains), FLAVORS_PER_QUEUE)]
     per_domain_gpus = RACKS_PER_DOMAIN * NODES_PER_RACK * GPUS_PER_NODE
     flavors = {f"gb300-{d}": {"metadata": {"name": f"gb300-{d}"},
-                              "spec": {"nodeLabels": {"m2g.io/power-domain": d}}} for d in domains}
+                              "spec": {"nodeLabels": {POWER_DOMAIN_LABEL: d}}} for d in domains}
     cqs, lqs = {}, {}
     for t in range(TEAMS):
         for c, chunk in enumerate(chunks):
@@ -185,7 +191,7 @@ def generate(racks: int, workloads: int, seed: int = 14) -> tuple[ClusterObjects
     for d in domains:
         pds[d] = {"metadata": {"name": d}, "spec": {
             "budgetKw": RACKS_PER_DOMAIN * 132.0 * 0.9, "rackCapKw": 132.0, "inletLimitC": 32.0,
-            "rackSelector": {"matchLabels": {"m2g.io/power-domain": d}}}}
+            "rackSelector": {"matchLabels": {POWER_DOMAIN_LABEL: d}}}}
     event = {"metadata": {"name": "dr-1"}, "spec": {
         "eventID": "dr-1", "programName": "utility-dr", "targetReductionPercent": 30,
         "intervals": [{"start": rfc3339(NOW - timedelta(minutes=5)), "duration": "PT2H",
