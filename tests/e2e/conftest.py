@@ -50,6 +50,10 @@ def kubeconfig() -> Iterator[Path]:
         return
     started = False
     try:
+        if _local_cluster_ready() and _stale_factory():
+            # made before the factory carried GFD/Topograph labels: its Topology levels are
+            # immutable and its nodes carry the old labels, so start it afresh
+            controlplane.down()
         if not _local_cluster_ready():
             controlplane.up(E2E_FACTORY, extra_crds=EXTRA_CRDS)
             started = True
@@ -61,6 +65,21 @@ def kubeconfig() -> Iterator[Path]:
     yield run_paths().kubeconfig
     if started and os.environ.get("M2G_E2E_KEEP") != "1":
         controlplane.down()
+
+
+def _stale_factory() -> bool:
+    """A running control plane whose Kueue Topology is not the factory generator's (an older
+    factory, e.g. levels m2g.io/block -> m2g.io/rack)."""
+    run = run_paths()
+    state = controlplane.load_state(run) or {}
+    spec = factory.load_spec(E2E_FACTORY)
+    want = next(o for o in factory.scheduling_objects(spec) if o["kind"] == "Topology")
+    kube = Kube(state["server"], run.pki)
+    try:
+        have = kube.get(f"/apis/kueue.x-k8s.io/v1beta2/topologies/{spec.topology}")
+    finally:
+        kube.close()
+    return have is not None and have.get("spec", {}).get("levels") != want["spec"]["levels"]
 
 
 def _ensure_factory() -> None:

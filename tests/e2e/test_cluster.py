@@ -13,6 +13,8 @@ import pytest
 from e2e_helpers import Cluster
 from localcp.paths import binary
 
+from m2g.model import labels as L
+
 pytestmark = [pytest.mark.e2e, pytest.mark.filterwarnings("ignore:Kubernetes version")]
 
 
@@ -33,14 +35,17 @@ async def test_kr8s_async(kubeconfig: Path) -> None:
 def test_factory_nodes_and_topology(cluster: Cluster) -> None:
     nodes = cluster.core.list_node(label_selector="m2g.io/factory=small").items
     assert len(nodes) == 36
-    racks = {n.metadata.labels["network.topology.nvidia.com/accelerator"] for n in nodes}
-    cliques = {n.metadata.labels["nvidia.com/gpu.clique"] for n in nodes}
+    racks = {n.metadata.labels[L.TOPOGRAPH_ACCELERATOR] for n in nodes}
+    cliques = {n.metadata.labels[L.GPU_CLIQUE] for n in nodes}
     assert len(racks) == 2 and len(cliques) == 2
     for node in nodes:
         labels = node.metadata.labels
         assert labels["kubernetes.io/hostname"] == node.metadata.name
-        assert labels["nvidia.com/gpu.clique"].endswith("." + str(int(labels["network.topology.nvidia.com/accelerator"][5:])))
-        assert {"network.topology.nvidia.com/block", "m2g.io/power-domain", "nvidia.com/gpu.product"} <= set(labels)
+        rack = labels[L.TOPOGRAPH_ACCELERATOR]
+        assert labels[L.GPU_CLIQUE].endswith("." + str(int(rack[5:])))
+        assert {L.TOPOGRAPH_BLOCK, L.GPU_PRODUCT, "nvidia.com/gpu.family"} <= set(labels)
+        # labelled as a real GB300 cluster labels its nodes: no m2g topology label
+        assert [k for k in labels if k.startswith("m2g.io/")] == ["m2g.io/factory"]
         assert node.status.allocatable["nvidia.com/gpu"] == "4"
         ready = [c for c in node.status.conditions if c.type == "Ready"]
         assert ready and ready[0].status == "True"
@@ -48,7 +53,7 @@ def test_factory_nodes_and_topology(cluster: Cluster) -> None:
     topo = cluster.custom.get_cluster_custom_object(
         "kueue.x-k8s.io", "v1beta2", "topologies", "nvl72")
     assert [lv["nodeLabel"] for lv in topo["spec"]["levels"]] == [
-        "network.topology.nvidia.com/block", "network.topology.nvidia.com/accelerator", "nvidia.com/gpu.clique", "kubernetes.io/hostname"]
+        L.TOPOGRAPH_BLOCK, L.TOPOGRAPH_ACCELERATOR, L.GPU_CLIQUE, L.HOSTNAME]
     flavor = cluster.custom.get_cluster_custom_object(
         "kueue.x-k8s.io", "v1beta2", "resourceflavors", "gb200")
     assert flavor["spec"]["topologyName"] == "nvl72"

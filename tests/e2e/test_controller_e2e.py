@@ -425,7 +425,7 @@ spec:
       decision: Admit
       podSetUpdates:
         nodeSelector:
-          network.topology.nvidia.com/accelerator: "topology.racks.filter(r, !r.thermal.alarm)[0].name"
+          "${site.labels.rack}": "topology.racks.filter(r, !r.thermal.alarm)[0].name"
       messageExpression: "'placed on ' + topology.racks.filter(r, !r.thermal.alarm)[0].name + ': other racks are in thermal alarm'"
 """,
 }

@@ -28,13 +28,14 @@ from m2g_controllers.simulator import Simulator, make_server
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
+PD_LABEL = "example.com/power-domain"  # the site's own: no standard label exists
 
 
 class Source:
     def __init__(self) -> None:
         self.node_objs: list[Obj] = [
             {"metadata": {"name": f"gpu-r00{r}-n0{i}", "labels": {
-                L.RACK: f"rack-00{r}", L.POWER_DOMAIN: "pd-00", L.BLOCK: "block-00"}}}
+                L.RACK: f"rack-00{r}", PD_LABEL: "pd-00", L.BLOCK: "block-00"}}}
             for r in range(2) for i in range(2)]
         self.pod_objs: list[Obj] = [{
             "metadata": {"name": "train", "namespace": "ns",
@@ -55,7 +56,8 @@ def sim_and_prometheus(tmp_path: Path, h200_prometheus: PrometheusServer,
                        ) -> Iterator[tuple[Simulator, PrometheusServer]]:
     """(depends on h200_prometheus only for its skip/fail-when-absent logic)"""
     offset = [0.0]  # the simulator's clock runs ahead when a test moves it
-    sim = Simulator(Source(), clock=lambda: time.time() + offset[0], log=lambda _: None)
+    sim = Simulator(Source(), clock=lambda: time.time() + offset[0], log=lambda _: None,
+                    labels=L.TopologyLabels(power_domain=PD_LABEL))
     sim.offset = offset  # type: ignore[attr-defined]
     asyncio.run(sim.tick())
     srv = make_server(sim, "127.0.0.1", 0)

@@ -22,7 +22,7 @@ Obj = dict[str, Any]
 
 def node(name: str, rack: str = "rack-000", pd: str = "pd-00") -> Obj:
     return {"metadata": {"name": name, "labels": {
-        L.RACK: rack, L.POWER_DOMAIN: pd, L.BLOCK: "block-00", L.GPU_CLIQUE: "u.0",
+        L.RACK: rack, "example.com/power-domain": pd, L.BLOCK: "block-00", L.GPU_CLIQUE: "u.0",
         L.GPU_PRODUCT: "NVIDIA-GB300"}},
         "status": {"capacity": {L.GPU_RESOURCE: "4"}}}
 

@@ -1,0 +1,178 @@
+"""m2g on a factory labelled only as a real GB300 cluster labels its nodes.
+
+The KWOK factory's nodes carry GPU Feature Discovery's labels (``nvidia.com/gpu.clique``,
+``nvidia.com/gpu.product``, ...) and NVIDIA Topograph's (``network.topology.nvidia.com/block``
+and ``/accelerator``), and no topology label of m2g's own. The Kueue Topology and flavor are
+what ``m2g topology generate`` writes for the default mapping. With ``m2g run`` answering the
+ClusterQueue's check (the shipped policies, the Deployment's site configuration), a job from
+every template that renders to a plain batch/v1 Job, submitted with ``m2g submit``, is admitted
+on the first try and placed where it should be: the gangs that ask for a clique inside one
+NVLink clique, the pre-training job inside one block with each 16-pod slice inside one clique.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e_helpers import REPO, Cluster, condition, unique, wait_until
+from manifests_helpers import SITE_CONFIG, controller, kubectl
+from typer.testing import CliRunner
+
+from m2g.model import labels as L
+from m2g.templates import WorkloadApi
+from m2g.templates.loader import load_all
+from m2g_cli.app import app
+
+pytestmark = pytest.mark.e2e
+
+TEMPLATES = load_all(REPO / "templates")
+JOB_TEMPLATES = sorted(n for n, t in TEMPLATES.items() if WorkloadApi.JOB in t.spec.apis)
+#: Sized to the small factory (2 racks of one block each, 144 GPUs): 405B with dp=1 is 64 GPUs
+#: (TP4 CP2 PP8), one block, one 16-pod clique slice.
+SETS = {"llama31-405b-pretrain": ["dp=1"]}
+FACTORY_GPUS = 144
+
+
+@pytest.fixture(scope="module")
+def queue(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A namespace whose LocalQueue ``default`` feeds a ClusterQueue on the factory's flavor
+    gated by m2g's check, the Topology objects of ``m2g topology generate``, and m2g run."""
+    ns, cq = unique("labels"), unique("labels-cq")
+    topo = CliRunner().invoke(app, ["topology", "generate", "--config", str(SITE_CONFIG),
+                                    "--no-kai"])
+    assert topo.exit_code == 0, topo.output
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                  "admissionChecksStrategy": {"admissionChecks": [{"name": "m2g-policy"}]},
+                  "resourceGroups": [{"coveredResources": [L.GPU_RESOURCE], "flavors": [
+                      {"name": "gb200", "resources": [
+                          {"name": L.GPU_RESOURCE, "nominalQuota": str(FACTORY_GPUS)}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "default", "namespace": ns}, "spec": {"clusterQueue": cq}},
+    ]
+    docs = topo.output + "---\n" + yaml.safe_dump_all(objs)
+    kubectl(kubeconfig, "create", "namespace", "m2g-system", check=False)
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=docs)
+    log = tmp_path_factory.mktemp("labels") / "m2g-run.log"
+    try:
+        with controller(kubeconfig, log, "--config", str(SITE_CONFIG), "--identity",
+                        "labels-e2e", "--policies", str(REPO / "policies"),
+                        "--resync-seconds", "2"):
+            wait_until(f"ClusterQueue {cq} to be Active", lambda: (
+                (c := condition(_get(kubeconfig, f"clusterqueues.kueue.x-k8s.io/{cq}"),
+                                "Active")) and c["status"] == "True"), timeout=90)
+            yield ns
+    finally:
+        kubectl(kubeconfig, "delete", "namespace", ns, "--wait=true", "--timeout=120s",
+                check=False)
+        kubectl(kubeconfig, "delete", f"clusterqueues.kueue.x-k8s.io/{cq}", check=False)
+
+
+def _get(kubeconfig: Path, *args: str) -> Any:
+    out = kubectl(kubeconfig, "get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else {}
+
+
+def test_factory_nodes_carry_only_real_cluster_labels(cluster: Cluster) -> None:
+    nodes = cluster.core.list_node(label_selector="m2g.io/factory=small").items
+    assert nodes
+    for node in nodes:
+        labels = node.metadata.labels
+        assert {L.GPU_CLIQUE, L.GPU_PRODUCT, L.TOPOGRAPH_BLOCK, L.TOPOGRAPH_ACCELERATOR} <= \
+            set(labels)
+        assert [k for k in labels if k.startswith("m2g.io/")] == ["m2g.io/factory"]
+
+
+@pytest.mark.parametrize("name", JOB_TEMPLATES)
+def test_every_job_template_is_admitted_on_the_first_try_and_placed(
+        kubeconfig: Path, cluster: Cluster, queue: str, name: str) -> None:
+    ns = queue
+    job = unique(name[:30])
+    args = ["submit", name, "-n", ns, "--kubeconfig", str(kubeconfig), "--templates-dir",
+            str(REPO / "templates"), "--set", f"name={job}", "--set", "api=Job",
+            "--set", "scheduler=default", "--set", "priority="]
+    for item in SETS.get(name, []):
+        args += ["--set", item]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    seen: list[dict[str, Any]] = []
+
+    def admitted() -> dict[str, Any] | None:
+        mine = [w for w in cluster.workloads(ns) if any(
+            o.get("name") == job for o in w["metadata"].get("ownerReferences", []))]
+        seen[:] = mine
+        ok = mine and (condition(mine[0], "Admitted") or {}).get("status") == "True"
+        return mine[0] if ok else None
+
+    try:
+        wl = wait_until(f"{name} to be admitted", admitted, timeout=120)
+        status = wl["status"]
+        assert "requeueState" not in status, status["requeueState"]  # the first try
+        (check,) = status["admissionChecks"]
+        assert (check["name"], check["state"]) == ("m2g-policy", "Ready"), check
+        _placed_where_it_should_be(cluster, wl, TEMPLATES[name].spec.apis)
+    except pytest.fail.Exception as exc:
+        pytest.fail(f"{exc}; workload: {json.dumps((seen or [{}])[0].get('status'))[:1500]}",
+                    pytrace=False)
+    finally:
+        # the next template needs the whole factory: its pods must be gone, not only its Job
+        kubectl(kubeconfig, "delete", "jobs.batch", job, "-n", ns, "--cascade=foreground",
+                "--wait=true", "--timeout=90s", check=False)
+        wait_until(f"{name}'s workload and pods to go", lambda: not [
+            w for w in cluster.workloads(ns) if any(
+                o.get("name") == job for o in w["metadata"].get("ownerReferences", []))]
+            and not cluster.core.list_namespaced_pod(
+                ns, label_selector=f"batch.kubernetes.io/job-name={job}").items, timeout=90)
+
+
+def _placed_where_it_should_be(cluster: Cluster, wl: dict[str, Any], _apis: Any) -> None:
+    """Each pod set's TAS assignment against the node labels: a required clique → one clique;
+    a required block with clique slices → one block, each slice's hosts in one clique."""
+    for ps, psa in zip(wl["spec"]["podSets"], wl["status"]["admission"]["podSetAssignments"],
+                       strict=True):
+        request = ps.get("topologyRequest") or {}
+        assignment = psa.get("topologyAssignment")
+        if request.get("unconstrained") or not request:
+            continue
+        assert assignment, psa
+        hosts = _hosts(assignment)
+        assert sum(hosts.values()) == ps["count"], hosts
+        labels = {h: cluster.core.read_node(h).metadata.labels for h in hosts}
+        required = request.get("required")
+        assert required in (L.GPU_CLIQUE, L.TOPOGRAPH_BLOCK), request
+        assert len({lab[required] for lab in labels.values()}) == 1, (required, labels)
+        if request.get("podSetSliceRequiredTopology") == L.GPU_CLIQUE:
+            size = int(request["podSetSliceSize"])
+            per_clique: dict[str, int] = {}
+            for h, n in hosts.items():
+                per_clique[labels[h][L.GPU_CLIQUE]] = per_clique.get(
+                    labels[h][L.GPU_CLIQUE], 0) + n
+            assert all(n % size == 0 for n in per_clique.values()), per_clique
+
+
+def _hosts(assignment: dict[str, Any]) -> dict[str, int]:
+    """Pods per hostname in a v1beta2 TopologyAssignment (levels + compressed slices)."""
+    out: dict[str, int] = {}
+    index = assignment["levels"].index(L.HOSTNAME)
+    for s in assignment["slices"]:
+        n = s["domainCount"]
+        level = s["valuesPerLevel"][index]
+        if "universal" in level:
+            names = [str(level["universal"])] * n
+        else:
+            ind = level["individual"]
+            names = [f"{ind.get('prefix', '')}{r}{ind.get('suffix', '')}" for r in ind["roots"]]
+        counts = s["podCounts"]
+        per = ([counts["universal"]] * n if "universal" in counts
+               else counts.get("individual") or counts["podCounts"])
+        for host, count in zip(names, per, strict=True):
+            out[host] = out.get(host, 0) + int(count)
+    return out
