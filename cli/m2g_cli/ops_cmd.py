@@ -19,6 +19,7 @@ from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
 from m2g.policy.objects import policy_texts
 from m2g_cli import term
 from m2g_cli.blockers import kueue_blockers, power_blockers
+from m2g_cli.selectors import SelectorError, parse_selector
 from m2g_cli.views import (
     Output,
     render_explanation,
@@ -67,11 +68,17 @@ def queues(kubeconfig: Kubeconfig = None, context: Context = None,
 def workloads(
     namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="LocalQueue or CQ")] = None,
+    selector: Annotated[str | None, typer.Option(
+        "--selector", "-l", help="Label selector, as kubectl's (app=x,tier in (2,3),!y)")] = None,
     kubeconfig: Kubeconfig = None, context: Context = None, output: Out = Output.TABLE,
 ) -> None:
     """Workloads with their Kueue phase and m2g's check state and message."""
+    try:
+        match = parse_selector(selector)
+    except SelectorError as exc:
+        term.fail(str(exc), term.USAGE)
     snap = _view(kubeconfig, context).snapshot
-    typer.echo(render_workloads(snap, output, namespace, queue), nl=False)
+    typer.echo(render_workloads(snap, output, namespace, queue, match), nl=False)
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,

@@ -6,7 +6,7 @@ No I/O and no cluster here, so every command's output has golden tests (tests/un
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -115,10 +115,14 @@ def workload_row(w: WorkloadState, now: datetime) -> dict[str, Any]:
 
 
 def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None = None,
-                     queue: str | None = None) -> str:
+                     queue: str | None = None,
+                     labels: Callable[[Mapping[str, str]], bool] | None = None) -> str:
+    """``labels``: a label selector's matcher (m2g_cli.selectors) over the workload's labels
+    (its own and its pod templates', as m2g reads them)."""
     chosen = [w for w in snap.workloads
               if (namespace is None or w.namespace == namespace)
-              and (queue is None or queue in (w.view.queue, w.cluster_queue))]
+              and (queue is None or queue in (w.view.queue, w.cluster_queue))
+              and (labels is None or labels(w.view.labels))]
     rows = [workload_row(w, snap.now) for w in chosen]
     if out in (Output.YAML, Output.JSON):
         return structured({"workloads": rows}, out)

@@ -28,6 +28,7 @@ from m2g.model.factory import (
 )
 from m2g.model.inputs import WorkloadKind, WorkloadView
 from m2g.planner.explain import explain
+from m2g_cli.selectors import parse_selector
 from m2g_cli.views import (
     Output,
     explanation_data,
@@ -62,7 +63,8 @@ def cluster() -> ClusterSnapshot:
     def wl(name: str, phase: Phase, state: CheckState | None, tier: int, gpus: int,
            msg: str = "", shed: bool = False) -> WorkloadState:
         v = WorkloadView(name=name, namespace="ml", queue="research", cluster_queue="research",
-                         kind=WorkloadKind.TRAINING, flex_tier=tier, gpus=gpus, wait_seconds=754)
+                         kind=WorkloadKind.TRAINING, flex_tier=tier, gpus=gpus, wait_seconds=754,
+                         labels={"team": "llm" if "llama" in name else "search"})
         return WorkloadState("ml", name, v, phase, "research", "m2g-policy", state, msg,
                              shed_by_m2g=shed)
     workloads = (wl("llama-8b-ft", Phase.ADMITTED, CheckState.READY, 0, 8),
@@ -88,6 +90,16 @@ def test_workloads(out: Output) -> None:
 def test_workloads_filters() -> None:
     text = render_workloads(cluster(), Output.TABLE, namespace="other")
     assert text == "No workloads found.\n"
+
+
+def test_workloads_label_selector() -> None:
+    def names(selector: str) -> list[str]:
+        text = render_workloads(cluster(), Output.JSON, labels=parse_selector(selector))
+        return [w["name"] for w in json.loads(text)["workloads"]]
+    assert names("team=llm") == ["llama-8b-ft"]
+    assert names("team!=llm") == ["sweep-17", "pretrain-405b"]
+    assert names("team in (llm,search)") == ["llama-8b-ft", "sweep-17", "pretrain-405b"]
+    assert names("missing") == []
 
 
 @pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE])
