@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from test_controller_e2e import m2g_crds, until
 
 from m2g.k8s import client as k
+from m2g.model import labels as L
 from m2g_controllers.nodeagent import Agent
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,7 @@ G, V, P = "m2g.io", "v1alpha1", "gpupowerlimits"
 
 
 def gpu_node(cluster: Cluster) -> str:
-    nodes = cluster.core.list_node(label_selector="m2g.io/rack").items
+    nodes = cluster.core.list_node(label_selector=L.RACK).items
     return sorted(n.metadata.name for n in nodes)[0]
 
 
