@@ -505,9 +505,11 @@ async def test_a_tenant_policy_tightens_only_its_own_namespace(
             [good, f"tenant.{namespace}.team-cap"])
         for ns in (namespace, other):
             cluster.batch.create_namespaced_job(ns, job("big", 8, tier=0))
+        # Kueue reserves quota (TAS) before the check is asked; after a test that alarmed a
+        # rack, that can take longer than a minute on a loaded machine
         rejected = await until("the tenant's own job to be rejected", lambda: (
             (wl := workload_of(cluster, namespace, "big")) and check_state(wl) == "Rejected"
-            and wl))
+            and wl), timeout=180)
         assert "at most 4 GPUs" in str(rejected["status"])
         await until("the other namespace's job to be admitted", lambda: admitted(
-            cluster, other) == 1)
+            cluster, other) == 1, timeout=180)
