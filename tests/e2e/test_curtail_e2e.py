@@ -34,8 +34,8 @@ from test_controller_e2e import (  # the fixtures are used by name
     until,
     workload_of,
 )
+from test_node_agent_e2e import running_agent as node_agent
 
-from m2g.k8s import client as k
 from m2g.planner.config import PlannerConfig
 from m2g_controllers.nodeagent import Agent
 
@@ -74,16 +74,8 @@ def delete_all_limits(cluster: Cluster) -> None:
 
 @contextlib.asynccontextmanager
 async def running_agent(kubeconfig: Path) -> AsyncIterator[Agent]:
-    kube = await k.connect(str(kubeconfig))
-    agent = Agent(kube, {}, fleet=True, grace=GRACE, min_interval=1.0)
-    stop = asyncio.Event()
-    task = asyncio.create_task(agent.run(0.5, stop))
-    try:
+    async with node_agent(kubeconfig, grace=GRACE, min_interval=1.0) as agent:
         yield agent
-    finally:
-        stop.set()
-        await task
-        await kube.close()
 
 
 def fake_watts(agent: Agent, nodes: list[str]) -> set[float]:

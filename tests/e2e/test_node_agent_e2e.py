@@ -56,9 +56,11 @@ def status(cluster: Cluster, node: str) -> Obj:
 
 
 @contextlib.asynccontextmanager
-async def running_agent(kubeconfig: Path, grace: float = 2.0) -> AsyncIterator[Agent]:
+async def running_agent(kubeconfig: Path, grace: float = 2.0,
+                        min_interval: float = 0.5) -> AsyncIterator[Agent]:
+    """``m2g node-agent`` for every node (fake NVML) in this process, stopped afterwards."""
     kube = await k.connect(str(kubeconfig))
-    agent = Agent(kube, {}, fleet=True, grace=grace, min_interval=0.5)
+    agent = Agent(kube, {}, fleet=True, grace=grace, min_interval=min_interval)
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(0.5, stop))
     try:
