@@ -26,6 +26,7 @@ from localcp.paths import (
     RunPaths,
     binary,
     cache_dir,
+    default_run_dir,
     read_versions,
     run_paths,
 )
@@ -192,8 +193,13 @@ def up(factory_spec: Path | None, log: Log = print,
 
     taken: set[int] = set()
     ports: dict[str, int] = {}
+    # The default run takes the well-known ports when free. Another run ($M2G_RUN: CI, the
+    # twin, parallel sessions) takes ephemeral ones: two runs that start together would both
+    # see a default port free and the later component to bind it would fail (or, worse, the
+    # readiness probe would find the other run's component on it).
+    defaults = run.root == default_run_dir()
     for key, preferred in DEFAULT_PORTS.items():
-        ports[key] = procs.pick_port(preferred, taken)
+        ports[key] = procs.pick_port(preferred if defaults else 0, taken)
         taken.add(ports[key])
     server = f"https://127.0.0.1:{ports['apiserver']}"
     state = {"server": server, "ports": ports, "kubeconfig": str(run.kubeconfig),

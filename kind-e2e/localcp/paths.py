@@ -17,9 +17,13 @@ def cache_dir() -> Path:
     return Path(os.environ.get("M2G_CACHE", str(Path.home() / ".cache" / "m2g")))
 
 
+def default_run_dir() -> Path:
+    return cache_dir() / "run"
+
+
 def run_dir() -> Path:
     """State of the running control plane (pids, logs, PKI, kubeconfig): ``$M2G_RUN``."""
-    return Path(os.environ.get("M2G_RUN", str(cache_dir() / "run")))
+    return Path(os.environ.get("M2G_RUN", str(default_run_dir())))
 
 
 def read_versions() -> dict[str, str]:

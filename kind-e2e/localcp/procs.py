@@ -152,8 +152,9 @@ def port_free(port: int) -> bool:
 
 
 def pick_port(preferred: int, taken: set[int]) -> int:
-    """``preferred`` if it is free, else a free ephemeral port; never one in ``taken``."""
-    if preferred not in taken and port_free(preferred):
+    """``preferred`` if it is free (0: none), else a free ephemeral port; never one in
+    ``taken``."""
+    if preferred and preferred not in taken and port_free(preferred):
         return preferred
     for _ in range(100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
