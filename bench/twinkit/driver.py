@@ -72,6 +72,10 @@ class JobRecord:
     prefill: bool = False
     submitted: float | None = None
     admitted: float | None = None
+    workload: str = ""  # the Workload's name (decision logs name it)
+    quota_reserved: float | None = None  # Kueue's QuotaReserved condition, first admission
+    check_ready: float | None = None  # the first admission check entry that turned Ready
+    bound: float | None = None  # the driver's first sight of a pod on a node
     finished: float | None = None
     runs: list[list[str]] = field(default_factory=list)  # nodes of each run
     restarts: int = 0
@@ -141,10 +145,7 @@ class Driver:
             created = _epoch((wl.get("metadata") or {}).get("creationTimestamp"))
             if rec.submitted is None and created is not None:
                 rec.submitted = created - self.t0
-            adm = condition(wl, "Admitted")
-            if rec.admitted is None and adm is not None:
-                at = _epoch(adm.get("lastTransitionTime"))
-                rec.admitted = (at if at is not None else now) - self.t0
+            self._admission(rec, wl, now)
         busy_nodes: dict[str, int] = {}
         for name, plist in by_job.items():
             self._job(name, plist, wl_by_job.get(name), t, dt, caps, failed, out, busy_nodes)
@@ -154,6 +155,26 @@ class Driver:
         self._event_marks(t)
         self._sample(t, busy_nodes)
         return out
+
+    def _admission(self, rec: JobRecord, wl: Obj, now: float) -> None:
+        """The first admission's steps, from the Workload's own conditions (their
+        ``lastTransitionTime``, whole seconds): quota reserved, a check Ready, admitted."""
+        rec.workload = rec.workload or str((wl.get("metadata") or {}).get("name", ""))
+        if rec.admitted is not None:
+            return
+        qr = condition(wl, "QuotaReserved")
+        if rec.quota_reserved is None and qr is not None:
+            at = _epoch(qr.get("lastTransitionTime"))
+            rec.quota_reserved = (at if at is not None else now) - self.t0
+        ready = [_epoch(e.get("lastTransitionTime")) or now
+                 for e in (wl.get("status") or {}).get("admissionChecks") or []
+                 if e.get("state") == "Ready"]
+        if rec.check_ready is None and ready:
+            rec.check_ready = max(ready) - self.t0
+        adm = condition(wl, "Admitted")
+        if adm is not None:
+            at = _epoch(adm.get("lastTransitionTime"))
+            rec.admitted = (at if at is not None else now) - self.t0
 
     def _job(self, name: str, plist: list[Obj], wl: Obj | None, t: float, dt: float,
              caps: dict[str, float], failed: set[str], out: Writes,
@@ -165,6 +186,8 @@ class Driver:
             if node and uid not in self.seen_pods:
                 self.seen_pods.add(uid)
                 self.bindings.append((name, str(node), t))
+                if rec.bound is None:
+                    rec.bound = t
             if node and _phase(p) in ("Running", "Pending"):
                 busy[str(node)] = busy.get(str(node), 0) + job.gpus_per_pod
         phases = [_phase(p) for p in plist]

@@ -118,6 +118,7 @@ class RunData:
     firing: Any = None  # the scenario's Firing, once fired
     t0: float = 0.0  # wall epoch of the replay's start
     log_summary: Obj = field(default_factory=dict)  # `m2g report -o json` of the run's log
+    decided: dict[str, float] = field(default_factory=dict)  # workload → first Ready decision
     extra: Obj = field(default_factory=dict)  # what a run kind's hooks record (RunKind)
 
 
@@ -626,10 +627,16 @@ def write_decision_log(cfg: RunConfig, data: RunData) -> None:
     """``<out>/<run>/decisions.*`` and ``lifecycle.*`` (twinkit.records), and the run's
     ``m2g report`` summary in ``data.log_summary``."""
     dest = cfg.out_dir / cfg.baseline
+    jobs = data.driver.get("jobs") or []
+    if data.metrics_text:  # m2g run's /metrics at the replay's end (reconcile histograms...)
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "metrics.txt").write_text(data.metrics_text)
     if cfg.kind.m2g:
         if not Rec.copy_log(decision_dir(cfg), dest):
             log(f"{cfg.baseline}: m2g run wrote no decision log")
             return
+        data.decided = Rec.first_ready(dest, data.t0)
+        Rec.append_lifecycle(dest, Rec.admission_rows(jobs, data.t0))
     else:
         def limit(t: float) -> float | None:
             got = S.limit_at(data.intervals, t - (data.event_start or 0.0))
@@ -639,8 +646,8 @@ def write_decision_log(cfg: RunConfig, data: RunData) -> None:
         node_rack = {n: rb[0] for n, rb in data.nodes.items()}
         Rec.write(dest, Rec.grid_samples(data.samples, data.t0, event, data.event_start,
                                          data.event_end, limit),
-                  Rec.lifecycle(data.driver.get("jobs") or [], data.t0, node_rack,
-                                cfg.horizon_s))
+                  sorted(Rec.lifecycle(jobs, data.t0, node_rack, cfg.horizon_s)
+                         + Rec.admission_rows(jobs, data.t0), key=lambda r: r["time"]))
     res = subprocess.run([str(M2G), "report", str(dest), "-o", "json", "--interval", "30"],
                          capture_output=True, text=True, timeout=120, check=False)
     try:

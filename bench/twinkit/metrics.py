@@ -119,6 +119,47 @@ def workload_figures(jobs: Sequence[Mapping[str, Any]], time_scale: float,
     }
 
 
+#: The steps of an admission (``admission_latency``): name → (from, to) record fields.
+ADMISSION_STEPS = {
+    "submittedToQuotaReserved": ("submitted", "quota_reserved"),
+    "quotaReservedToDecided": ("quota_reserved", "decided"),
+    "decidedToCheckReady": ("decided", "check_ready"),
+    "quotaReservedToCheckReady": ("quota_reserved", "check_ready"),
+    "checkReadyToAdmitted": ("check_ready", "admitted"),
+    "quotaReservedToAdmitted": ("quota_reserved", "admitted"),
+    "admittedToBound": ("admitted", "bound"),
+}
+
+
+def admission_latency(jobs: Sequence[Mapping[str, Any]],
+                      decided: Mapping[str, float] | None = None,
+                      start: float | None = None, end: float | None = None) -> dict[str, Any]:
+    """Where an admission's time goes outside events, per step, in **wall** seconds (the
+    control plane's own latency, not trace time): p50 / p95 / n over the replayed (not
+    prefilled) jobs' first admissions submitted outside [start, end + 120] (the window
+    ``allocation_outside`` leaves out) that have both ends of the step. The ends are the
+    Workload's own conditions (whole seconds, so a step is ±1 s), ``decided`` the first
+    ``Ready`` decision in m2g's decision log (``namespace/workload`` → replay second, its
+    snapshot's time). A step no job has (plain Kueue: no check) is left out."""
+    out: dict[str, Any] = {}
+    for step, (a, b) in ADMISSION_STEPS.items():
+        vals = []
+        for j in jobs:
+            sub = j.get("submitted")
+            if j.get("prefill") or sub is None or (
+                    start is not None and end is not None
+                    and start <= sub <= end + AFTER_EVENT_S):
+                continue
+            ends = {k: (decided or {}).get(f"{j.get('namespace')}/{j.get('workload')}")
+                    if k == "decided" else j.get(k) for k in (a, b)}
+            if ends[a] is not None and ends[b] is not None:
+                vals.append(max(0.0, float(ends[b]) - float(ends[a])))
+        if vals:
+            out[step] = {"p50": _r(nearest_rank(vals, 0.5), 1),
+                         "p95": _r(nearest_rank(vals, 0.95), 1), "n": len(vals)}
+    return out
+
+
 # ---- placement -------------------------------------------------------------------------------
 
 def fragmentation(free_by_rack: Mapping[str, int], sizes: Mapping[int, float]) -> float:

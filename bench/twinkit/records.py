@@ -61,7 +61,7 @@ def lifecycle(jobs: list[Obj], t0: float, node_rack: dict[str, str], end_s: floa
     """Lifecycle records of the driver's job records (times are replay seconds)."""
     rows: list[Obj] = []
     for j in jobs:
-        wl = f"{j['namespace']}/{j['name']}"
+        wl = f"{j['namespace']}/{j.get('workload') or j['name']}"
         base = {"workload": wl, "cluster_queue": j["namespace"], "flex_tier": j["tier"],
                 "gpus": j["gpus"], "estimated_kw": None, "kwh": None}
         if j.get("submitted") is not None:
@@ -83,6 +83,48 @@ def lifecycle(jobs: list[Obj], t0: float, node_rack: dict[str, str], end_s: floa
             rows.append({**base, "time": _ts(t0 + j["finished"]), "event": "finished",
                          "gpu_seconds": ran * j["gpus"]})
     return sorted(rows, key=lambda r: r["time"])
+
+
+def admission_rows(jobs: list[Obj], t0: float) -> list[Obj]:
+    """``quota-reserved`` and ``check-ready`` lifecycle records of each job's first admission,
+    from its Workload's conditions as the twin's driver saw them (m2g run's tracker records
+    ``admitted`` and what follows; these are the steps before, for the admission round trip).
+    """
+    rows: list[Obj] = []
+    for j in jobs:
+        base = {"workload": f"{j['namespace']}/{j.get('workload') or j['name']}",
+                "cluster_queue": j["namespace"], "flex_tier": j["tier"], "gpus": j["gpus"],
+                "message": "from the Workload's conditions (twin)"}
+        for event, key in (("quota-reserved", "quota_reserved"), ("check-ready", "check_ready")):
+            if j.get(key) is not None:
+                rows.append({**base, "time": _ts(t0 + j[key]), "event": event})
+    return rows
+
+
+def append_lifecycle(dest: Path, rows: list[Obj]) -> None:
+    """Add ``rows`` to ``dest``'s lifecycle table (Parquet and CSV), keeping it time-sorted."""
+    f = dest / "lifecycle.parquet"
+    if not rows or not f.exists():
+        return
+    old = pq.read_table(f).cast(LIFECYCLE)
+    table = pa.concat_tables([old, pa.Table.from_pylist(rows, schema=LIFECYCLE)])
+    table = table.sort_by([("time", "ascending")])
+    pq.write_table(table, f)
+    pacsv.write_csv(table, dest / "lifecycle.csv")
+
+
+def first_ready(dest: Path, t0: float) -> dict[str, float]:
+    """``namespace/workload`` → replay second of m2g's first ``Ready`` admission decision, from
+    ``dest``'s decisions table (empty without one)."""
+    f = dest / "decisions.parquet"
+    if not f.exists():
+        return {}
+    out: dict[str, float] = {}
+    for r in pq.read_table(f, columns=["time", "stage", "target", "outcome"]).to_pylist():
+        if r["stage"] == "Admission" and r["outcome"] == "Ready" and r["time"] is not None:
+            t = r["time"].timestamp() - t0
+            out[r["target"]] = min(t, out.get(r["target"], t))
+    return out
 
 
 def write(dest: Path, decisions: list[Obj], life: list[Obj]) -> None:

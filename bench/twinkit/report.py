@@ -64,7 +64,9 @@ def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: floa
         controller = {**M.reaction(metrics), "rssPeakMiB": M._r(data.rss_peak_mib, 1)}
     figures: Obj = {
         "grid": M.grid_figures(data.samples, ev),
-        "workloads": M.workload_figures(jobs, time_scale, run_end, event_trace),
+        "workloads": {**M.workload_figures(jobs, time_scale, run_end, event_trace),
+                      "admissionLatency": M.admission_latency(jobs, data.decided, data.event_start,
+                                                              data.event_end)},
         "placement": M.placement_figures(jobs, node_rack, node_block,
                                          M.alarmed(bindings, alarm_check(data)),
                                          [s[2] for s in samples]),
@@ -92,6 +94,11 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _step(v: Obj) -> str:
+    """An admission step (``{p50, p95, n}``) in one cell."""
+    return f"{_fmt(v.get('p50'))} / {_fmt(v.get('p95'))} (n {v.get('n')})"
+
+
 def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
     runs = rep["runs"]
     names = list(runs)
@@ -114,9 +121,11 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
         for k in keys:
             vals = [runs[n][section].get(k) for n in names]
             if isinstance(vals[0], dict):
-                for sub in vals[0]:
-                    lines.append(f"| {section}.{k}.{sub} | "
-                                 + " | ".join(_fmt((v or {}).get(sub)) for v in vals) + " |")
+                subs = list(dict.fromkeys(s for v in vals for s in (v or {})))
+                for sub in subs:
+                    got = [(v or {}).get(sub) for v in vals]
+                    lines.append(f"| {section}.{k}.{sub} | " + " | ".join(
+                        _step(g) if isinstance(g, dict) else _fmt(g) for g in got) + " |")
             else:
                 lines.append(f"| {section}.{k} | " + " | ".join(_fmt(v) for v in vals) + " |")
     lines.append("| gpuAllocationPctOutsideEvent | "

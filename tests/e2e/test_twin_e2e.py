@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 GRID = {"targetKw", "secondsToTarget", "secondsAboveTarget", "secondsAboveTargetAfterRamp",
         "kwhAboveTarget", "maxRampKwPerSecond"}
 WORKLOADS = {"weightedPerformance", "perTier", "queueWaitSeconds", "jctSeconds", "completed",
-             "preemptions", "restarts", "lostGpuSeconds"}
+             "preemptions", "restarts", "lostGpuSeconds", "admissionLatency"}
 PLACEMENT = {"inOneNvlinkDomainPct", "onAlarmedRacks", "fragmentation", "topologyViolations"}
 ACTIONS = {"admits", "defers", "sheds", "restores", "drains", "powerCaps", "capLifts", "resizes",
            "quotaChanges"}
@@ -93,6 +93,14 @@ def test_report_invariants(twin: tuple[dict[str, Any], Path]) -> None:
     assert all(v is None for v in kueue["controller"].values())
     assert m2g["actions"]["admits"] > 0  # every m2g workload passes m2g's check
     assert m2g["controller"]["rssPeakMiB"] > 0
+    # where an admission's time goes (wall s): plain Kueue has no check to wait for, m2g has
+    assert "quotaReservedToAdmitted" in kueue["workloads"]["admissionLatency"]
+    assert "quotaReservedToCheckReady" not in kueue["workloads"]["admissionLatency"]
+    for name, run in rep["runs"].items():
+        for step in run["workloads"]["admissionLatency"].values():
+            assert 0 <= step["p50"] <= step["p95"] and step["n"] > 0, name
+    lat = m2g["workloads"]["admissionLatency"]
+    assert {"quotaReservedToCheckReady", "checkReadyToAdmitted", "quotaReservedToDecided"} <= set(lat)
 
 
 def test_each_run_has_a_decision_log_m2g_report_reads(twin: tuple[dict[str, Any], Path]) -> None:
@@ -107,6 +115,7 @@ def test_each_run_has_a_decision_log_m2g_report_reads(twin: tuple[dict[str, Any]
         s = json.loads(res.stdout)
         assert s["lifecycle"]["records"].get("admitted", 0) > 0, run
         assert s["lifecycle"]["records"].get("placed", 0) > 0, run
+        assert s["lifecycle"]["records"].get("quota-reserved", 0) > 0, run
         assert len(s["events"]) == 1, run  # the dr-srp GridEvent (all its intervals)
         assert s["events"][0]["samples"] > 0, run
     m2g_log = json.loads(subprocess.run(

@@ -104,3 +104,25 @@ def test_an_eviction_between_two_looks_is_still_seen() -> None:
     d.observe(T0 + 4.0, fresh, [wl("twin-00001")])  # new pods: it was evicted meanwhile
     rec = d.records["twin-00001"]
     assert rec.evictions == 1 and rec.restarts == 1 and len(rec.runs) == 2
+
+
+def test_the_admission_steps_come_from_the_workloads_own_conditions() -> None:
+    d = driver()
+    w = wl("twin-00001")
+    w["status"] = {"conditions": [{"type": "QuotaReserved", "status": "True",
+                                   "lastTransitionTime": "1970-01-12T13:46:41Z"}],
+                   "admissionChecks": [{"name": "m2g-policy", "state": "Pending"}]}
+    d.observe(T0 + 1.5, [], [w])
+    rec = d.records["twin-00001"]
+    assert (rec.workload, rec.quota_reserved, rec.check_ready, rec.admitted) == (
+        "job-twin-00001-abc", 1.0, None, None)
+    w["status"]["admissionChecks"][0].update(state="Ready",
+                                             lastTransitionTime="1970-01-12T13:46:43Z")
+    w["status"]["conditions"].append({"type": "Admitted", "status": "True",
+                                      "lastTransitionTime": "1970-01-12T13:46:45Z"})
+    d.observe(T0 + 6.0, running(), [w])
+    assert (rec.quota_reserved, rec.check_ready, rec.admitted, rec.bound) == (1.0, 3.0, 5.0, 6.0)
+    # a later eviction and re-admission does not move the first admission's steps
+    w["status"]["conditions"][0]["lastTransitionTime"] = "1970-01-12T13:47:40Z"
+    d.observe(T0 + 61.0, running(), [w])
+    assert (rec.quota_reserved, rec.admitted) == (1.0, 5.0)

@@ -4,6 +4,7 @@ writes for plain Kueue in the product's schemas (read back by ``m2g report``'s r
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,26 @@ def test_a_grid_event_of_several_intervals_is_reported_as_one() -> None:
     assert ev["secondsToTarget"] == 10.0 and ev["secondsAboveTarget"] == 10.0
     assert [i["targetKw"] for i in ev["intervals"]] == [90.0, 80.0, 80.0, 80.0]
     assert summary(rows, [], 10.0, only_event="ev/1")["events"][0]["event"] == "ev"
+
+
+def test_admission_steps_join_a_lifecycle_table_and_the_first_ready_is_read(
+        tmp_path: Path) -> None:
+    t0 = 1_800_000_000.0
+    jobs = [{"name": "j", "workload": "job-j-1", "namespace": "research", "tier": 2, "gpus": 8,
+             "submitted": 1.0, "quota_reserved": 1.0, "check_ready": 2.0, "admitted": 3.0,
+             "runs": []}]
+    Rec.write(tmp_path, [], Rec.lifecycle(jobs, t0, {}, 60.0))
+    Rec.append_lifecycle(tmp_path, Rec.admission_rows(jobs, t0))
+    lc = read_table(tmp_path, "lifecycle")
+    assert [r["event"] for r in lc] == ["submitted", "quota-reserved", "check-ready", "admitted"]
+    assert {r["workload"] for r in lc} == {"research/job-j-1"}
+    assert "check-ready" in (tmp_path / "lifecycle.csv").read_text()
+    ts = [datetime.fromtimestamp(t0 + s, UTC) for s in (4.5, 2.5, 9.0)]
+    rows = [{"time": ts[0], "stage": "Admission", "target": "research/job-j-1",
+             "outcome": "Ready"},
+            {"time": ts[1], "stage": "Admission", "target": "research/job-j-1",
+             "outcome": "Ready"},
+            {"time": ts[2], "stage": "Admission", "target": "research/job-k-1",
+             "outcome": "Retry"}]
+    Rec.write(tmp_path, rows, [])
+    assert Rec.first_ready(tmp_path, t0) == {"research/job-j-1": 2.5}

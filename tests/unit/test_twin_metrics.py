@@ -140,3 +140,22 @@ def test_the_driver_reads_m2g_caps_as_the_agents_apply_them() -> None:
               {"metadata": {"name": "n2"}, "spec": {"nodeName": "n2", "fraction": 0.5}}]
     caps, failed = _fault_maps(agent_caps(limits))
     assert caps == {"n1": 0.75} and not failed  # n2: not applied yet, full speed
+
+
+def test_admission_latency_per_step_outside_the_event() -> None:
+    jobs = [{"namespace": "ns", "name": f"j{i}", "workload": f"w{i}", "submitted": 10.0 * i,
+             "quota_reserved": 10.0 * i + 1, "check_ready": 10.0 * i + 1 + i,
+             "admitted": 10.0 * i + 2 + i, "bound": 10.0 * i + 5 + i} for i in range(1, 5)]
+    jobs.append({**jobs[0], "name": "warm", "prefill": True, "check_ready": 99.0})
+    jobs.append({**jobs[0], "name": "in-event", "submitted": 43.0, "quota_reserved": 43.0,
+                 "check_ready": 90.0, "admitted": 91.0})
+    decided = {f"ns/w{i}": 10.0 * i + 1 + i - 0.4 for i in range(1, 5)}
+    lat = M.admission_latency(jobs, decided, start=42.0, end=45.0)
+    assert lat["quotaReservedToCheckReady"] == {"p50": 2.0, "p95": 4.0, "n": 4}
+    assert lat["quotaReservedToDecided"] == {"p50": 1.6, "p95": 3.6, "n": 4}
+    assert lat["decidedToCheckReady"]["p50"] == 0.4
+    assert lat["checkReadyToAdmitted"] == {"p50": 1.0, "p95": 1.0, "n": 4}
+    assert lat["admittedToBound"]["p50"] == 3.0
+    plain = [{k: v for k, v in j.items() if k != "check_ready"} for j in jobs]
+    assert set(M.admission_latency(plain)) == {"submittedToQuotaReserved",
+                                               "quotaReservedToAdmitted", "admittedToBound"}
