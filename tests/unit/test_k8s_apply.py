@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -303,3 +305,59 @@ async def test_a_check_with_bad_parameters_is_set_inactive_and_never_created() -
     assert await ap.ensure_admission_check_active("m2g-inference")  # fixed: Active again
     (cond,) = kube.stored(ADMISSION_CHECKS, "m2g-inference")["status"]["conditions"]
     assert cond["status"] == "True"
+
+
+async def test_check_answer_from_the_cached_copy_costs_no_get() -> None:
+    kube, ap, _ = setup()
+    cached = kube.stored(WORKLOADS, "w", "ns")
+    ready = CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok")
+    assert await ap.apply_check(ready, cached=cached)
+    assert ("get", "workloads", "w") not in kube.calls and check(kube)["state"] == "Ready"
+    # the cache lags: its copy still shows Pending, so the server's copy is read and the
+    # answer (and its lastTransitionTime) is not written again
+    writes = len(kube.writes())
+    assert not await ap.apply_check(ready, cached=cached)
+    assert ("get", "workloads", "w") in kube.calls and len(kube.writes()) == writes
+    # once the cache shows the answer, it is trusted again
+    kube.calls.clear()
+    assert not await ap.apply_check(ready, cached=kube.stored(WORKLOADS, "w", "ns"))
+    assert kube.calls == []
+
+
+async def test_check_reset_by_kueue_is_answered_again() -> None:
+    kube, ap, clock = setup()
+    ready = CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok")
+    assert await ap.apply_check(ready, cached=kube.stored(WORKLOADS, "w", "ns"))
+    wl = kube.stored(WORKLOADS, "w", "ns")
+    next(e for e in wl["status"]["admissionChecks"] if e["name"] == "m2g")["state"] = "Pending"
+    clock.now += timedelta(seconds=30)
+    assert await ap.apply_check(ready, cached=copy.deepcopy(wl))
+    assert check(kube)["state"] == "Ready"
+    assert check(kube)["lastTransitionTime"] == "2026-11-29T23:00:30Z"
+
+
+async def test_check_answers_do_not_wait_for_quota_writes() -> None:
+    kube, ap, _ = setup()
+    order: list[str] = []
+    gate = asyncio.Event()
+    patch, apply = kube.patch, kube.apply
+
+    async def slow_patch(res: Any, name: str, body: Any, **kw: Any) -> Any:
+        if res is CLUSTER_QUEUES:
+            await gate.wait()  # the quota write hangs until the check is answered
+        order.append(f"patch {res.plural}")
+        return await patch(res, name, body, **kw)
+
+    async def apply_(res: Any, name: str, body: Any, **kw: Any) -> Any:
+        order.append(f"apply {res.plural}")
+        gate.set()
+        return await apply(res, name, body, **kw)
+
+    kube.patch, kube.apply = slow_patch, apply_  # type: ignore[method-assign]
+    result = await asyncio.wait_for(ap.apply_core(Plan(
+        quotas=(QuotaUpdate("cq", "a", "nvidia.com/gpu", 48, 72, "derate"),),
+        checks=(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"),)),
+        known=lambda ns, name: kube.stored(WORKLOADS, name, ns)), 10)  # behind it: a hang
+    assert not result.errors
+    assert order == ["apply workloads", "patch clusterqueues"]
+    assert check(kube)["state"] == "Ready"

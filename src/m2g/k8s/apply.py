@@ -82,6 +82,7 @@ log = logging.getLogger(__name__)
 MAX_CHECK_MESSAGE = 32 * 1024
 MAX_EVENT_NOTE = 1024
 CONFLICT_RETRIES = 5
+CHECK_MEMO_MAX = 100_000  # (workload, check) entries the applier remembers its writes for
 
 
 async def retry_on_conflict(once: Callable[[], Awaitable[bool]]) -> bool:
@@ -136,6 +137,13 @@ def _pruned(value: Any) -> Any:
     return value
 
 
+def _check_entry(wl: Obj, check: str) -> tuple[str, str] | None:
+    """(state, message) of ``check``'s entry on a Workload (None: no entry)."""
+    e = next((e for e in (wl.get("status") or {}).get("admissionChecks") or []
+              if e.get("name") == check), None)
+    return None if e is None else (str(e.get("state", "")), str(e.get("message", "")))
+
+
 def _micro_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -159,6 +167,8 @@ class Applier:
         self.background_events = background_events
         self._tasks: set[asyncio.Task[None]] = set()
         self._gate: asyncio.Semaphore | None = None
+        #: (workload, check) → (state, message) of m2g's last answer written there
+        self._check_written: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def in_background(self, make: Callable[[], Awaitable[object]]) -> None:
         """Run ``make()`` without waiting for it, at most ``parallel`` such at once in all
@@ -196,9 +206,14 @@ class Applier:
     async def apply_core(self, plan: Plan,
                          known: Callable[[str, str], Obj | None] | None = None) -> ApplyResult:
         """The Kueue and Node writes of ``plan`` (the whole plan: m2g.k8s.writer.apply_plan,
-        which adds the KAI writes and the check Events): quotas and stops first (one at a
-        time: several may touch one ClusterQueue), then taints, then sheds and checks — each on
-        its own Workload, so up to ``parallel`` at once, sheds queued first — then weights."""
+        which adds the KAI writes and the check Events): taints first (a drained workload that
+        comes back, or a new admission, must find its nodes tainted); then, at once, the
+        admission-check answers (up to ``parallel`` in flight: an answer holds Kueue's
+        admission, so it waits for no quota or shed write) beside quotas and stops (one at a
+        time: several may touch one ClusterQueue) followed by the sheds (up to ``parallel``:
+        after the quota derates, so Kueue cannot re-admit into what a shed frees); then
+        weights and statuses. ``known(namespace, name)``: the Workload as the caller's watch
+        cache has it, which saves a GET per shed and per check."""
         result = ApplyResult()
 
         async def step(what: str, change: Awaitable[bool]) -> None:
@@ -207,22 +222,26 @@ class Applier:
             except KubeError as exc:
                 result.errors.append((what, exc))
 
-        for q in plan.quotas:
-            await step(f"quota {q.cluster_queue}", self.apply_quota(q, result))
-        for s in plan.stops:
-            await step(f"stop {s.cluster_queue}", self.apply_stop(s, result))
-        # taints before sheds: a drained workload that comes back must find its nodes tainted
+        def cached(namespace: str, name: str) -> Obj | None:
+            return known(namespace, name) if known is not None else None
+
         await self._bounded(step, [(f"taint {t.node}", partial(self.apply_taint, t, result))
                                    for t in plan.taints])
         events: list[tuple[Obj, ShedAction]] = []  # shed Events wait until every shed is made
-        per_workload: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
-            (f"shed {a.namespace}/{a.name}", partial(
-                self.apply_shed, a, result, events,
-                known(a.namespace, a.name) if known is not None else None))
-            for a in plan.sheds]
-        per_workload += [(f"check {c.namespace}/{c.name}", partial(self.apply_check, c, result))
-                         for c in plan.checks]
-        await self._bounded(step, per_workload)
+
+        async def capacity_then_sheds() -> None:
+            for q in plan.quotas:
+                await step(f"quota {q.cluster_queue}", self.apply_quota(q, result))
+            for s in plan.stops:
+                await step(f"stop {s.cluster_queue}", self.apply_stop(s, result))
+            await self._bounded(step, [(f"shed {a.namespace}/{a.name}", partial(
+                self.apply_shed, a, result, events, cached(a.namespace, a.name)))
+                for a in plan.sheds])
+
+        await asyncio.gather(capacity_then_sheds(), self._bounded(step, [
+            (f"check {c.namespace}/{c.name}",
+             partial(self.apply_check, c, result, cached(c.namespace, c.name)))
+            for c in plan.checks]))
         shed_events: list[tuple[str, Callable[[], Awaitable[bool]]]] = [
             (f"event {a.namespace}/{a.name}", partial(self._shed_event, wl, a))
             for wl, a in events]
@@ -257,10 +276,21 @@ class Applier:
 
     # ---- admission checks ------------------------------------------------------------
 
-    async def apply_check(self, u: CheckUpdate, result: ApplyResult | None = None) -> bool:
-        """Set m2g's check entry on a Workload; False when it already says the same."""
+    async def apply_check(self, u: CheckUpdate, result: ApplyResult | None = None,
+                          cached: Obj | None = None) -> bool:
+        """Set m2g's check entry on a Workload; False when it already says the same.
+        ``cached``: the Workload as the caller's watch cache has it, which saves the GET
+        before each answer (part of every admission's round trip: docs/controllers.md). The
+        server's copy is read instead when there is none, or when m2g answered this check
+        before and the cached copy does not show that answer (the cache lags behind m2g's
+        write, or Kueue reset the check): so a lagging cache never makes m2g repeat an answer
+        or move its ``lastTransitionTime``."""
         target = f"{u.namespace}/{u.name}"
-        wl = await self.kube.get(WORKLOADS, u.name, u.namespace)
+        key = (target, u.check)
+        wl = cached
+        if wl is None or (key in self._check_written
+                          and _check_entry(wl, u.check) != self._check_written[key]):
+            wl = await self.kube.get(WORKLOADS, u.name, u.namespace)
         current = next((e for e in (wl.get("status") or {}).get("admissionChecks") or []
                         if e.get("name") == u.check), None)
         message = _cut(u.message, MAX_CHECK_MESSAGE)
@@ -282,6 +312,9 @@ class Applier:
         body = {"apiVersion": WORKLOADS.api_version, "kind": WORKLOADS.kind,
                 "metadata": {"name": u.name, "namespace": u.namespace},
                 "status": {"admissionChecks": [entry]}}
+        if len(self._check_written) > CHECK_MEMO_MAX:
+            self._check_written.clear()  # a bound; a cleared entry only costs one GET
+        self._check_written[key] = (entry["state"], entry["message"])
         await self.kube.apply(WORKLOADS, u.name, body, namespace=u.namespace,
                               subresource="status", field_manager=self.field_manager)
         return True
