@@ -19,6 +19,7 @@ from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.build import ClusterObjects
 from m2g.k8s.cache import object_key
+from m2g.k8s.kubeconfig import merged_kubeconfig
 from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
 from m2g.model.cluster import ClusterSnapshot
 from m2g.signals.config import PrometheusSettings
@@ -46,6 +47,7 @@ class ClusterView:
     policies: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     topologies: dict[str, Any] = field(default_factory=dict)  # Kueue Topologies (explain)
+    namespace: str = "default"  # the context's namespace: what -n defaults to, as in kubectl
 
 
 def server(kubeconfig: str | None, context: str | None) -> str:
@@ -54,7 +56,7 @@ def server(kubeconfig: str | None, context: str | None) -> str:
     if path is None:
         return "the in-cluster API server"
     try:
-        cfg = yaml.safe_load(Path(path).read_text()) or {}
+        cfg = merged_kubeconfig(path)
         ctx = next(c["context"] for c in cfg.get("contexts") or []
                    if c.get("name") == (context or cfg.get("current-context")))
         return str(next(c["cluster"]["server"] for c in cfg.get("clusters") or []
@@ -77,6 +79,7 @@ async def read(kubeconfig: str | None, context: str | None,
     except k.KubeError as exc:
         raise CliError(str(exc)) from None
     warnings: list[str] = []
+    namespace = kube.namespace
     try:
         listed = await list_objects(kube)
         try:
@@ -103,7 +106,7 @@ async def read(kubeconfig: str | None, context: str | None,
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
                     labels=(site_config() or SiteConfig()).topology.labels)
     warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
-    return ClusterView(snap, listed.objects, policies, warnings, topologies)
+    return ClusterView(snap, listed.objects, policies, warnings, topologies, namespace)
 
 
 def site_config() -> SiteConfig | None:

@@ -36,6 +36,21 @@ T = TypeVar("T")
 Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", help="Path to a kubeconfig")]
 Context = Annotated[str | None, typer.Option("--context", help="Kubeconfig context to use")]
 Out = Annotated[Output, typer.Option("--output", "-o", help="table | wide | yaml | json")]
+Namespace = Annotated[str | None, typer.Option(
+    "--namespace", "-n", help="Namespace (default: the kubeconfig context's, as kubectl)")]
+AllNamespaces = Annotated[bool, typer.Option(
+    "--all-namespaces", "-A", help="Every namespace (NAMESPACE/NAME also names one)")]
+
+
+def check_namespaces(namespace: str | None, all_namespaces: bool) -> None:
+    if all_namespaces and namespace:
+        term.fail("-n and -A do not go together", term.USAGE)
+
+
+def chosen_namespace(view: ClusterView, namespace: str | None, all_namespaces: bool
+                     ) -> str | None:
+    """kubectl's rule: -A is every namespace (None), else -n, else the context's."""
+    return None if all_namespaces else namespace or view.namespace
 Prom = Annotated[str | None, typer.Option(
     "--prometheus", envvar="M2G_PROMETHEUS_URL", help="Prometheus URL for power and thermal")]
 
@@ -66,7 +81,7 @@ def queues(kubeconfig: Kubeconfig = None, context: Context = None,
 
 
 def workloads(
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    namespace: Namespace = None, all_namespaces: AllNamespaces = False,
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="LocalQueue or CQ")] = None,
     selector: Annotated[str | None, typer.Option(
         "--selector", "-l", help="Label selector, as kubectl's (app=x,tier in (2,3),!y)")] = None,
@@ -77,8 +92,10 @@ def workloads(
         match = parse_selector(selector)
     except SelectorError as exc:
         term.fail(str(exc), term.USAGE)
-    snap = _view(kubeconfig, context).snapshot
-    typer.echo(render_workloads(snap, output, namespace, queue, match), nl=False)
+    check_namespaces(namespace, all_namespaces)
+    view = _view(kubeconfig, context)
+    ns = chosen_namespace(view, namespace, all_namespaces)
+    typer.echo(render_workloads(view.snapshot, output, ns, queue, match), nl=False)
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
@@ -109,21 +126,24 @@ def _owners(raw: Mapping[str, Any] | None) -> list[str]:
 def explain(
     workload: Annotated[str, typer.Argument(
         help="Workload name, or the name of its Job (JobSet, ...); NAMESPACE/NAME works too")],
-    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    namespace: Namespace = None, all_namespaces: AllNamespaces = False,
     policies: Annotated[Path | None, typer.Option(
         "--policies", help="Evaluate these policy files instead of the cluster's")] = None,
     kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
     output: Out = Output.TABLE,
 ) -> None:
     """Why a workload waits (or runs), and which single change would alter m2g's decision."""
+    check_namespaces(namespace, all_namespaces)
     view = _view(kubeconfig, context, prometheus)
     prefix, _, name = workload.rpartition("/")
-    ns = prefix or namespace
+    ns = prefix or chosen_namespace(view, namespace, all_namespaces)
     matches = [w for w in view.snapshot.workloads if (ns is None or w.namespace == ns)
                and name in (w.name, *_owners(view.objects.workloads.get(w.key)))]
     if len(matches) != 1:
         what = "no workload" if not matches else f"{len(matches)} workloads"
-        term.fail(f"{what} named {workload!r}" + ("" if ns else " (use -n NAMESPACE)"),
+        where = f" in namespace {ns} (-A: every namespace)" if ns and not prefix and \
+            not namespace else ""
+        term.fail(f"{what} named {workload!r}{where}" + ("" if ns else " (use -n NAMESPACE)"),
                   term.USAGE)
     from m2g_cli.cluster import CliError
 

@@ -79,7 +79,9 @@ def submit(
     template: Annotated[str, typer.Argument(help="Template name (or a path to a template file)")],
     set_: SetOpt = None,
     queue: Annotated[str, typer.Option("--queue", "-q", help="Kueue LocalQueue")] = "default",
-    namespace: Annotated[str, typer.Option("--namespace", "-n")] = "default",
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", "-n", help="Namespace (default: the kubeconfig context's, as kubectl)")
+    ] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the manifests; create nothing")] = False,
     server_dry_run: Annotated[bool, typer.Option(
@@ -102,6 +104,10 @@ def submit(
     --dry-run prints the manifests (stdout) and the admission decision m2g would make now
     (stderr), read from the cluster like `m2g explain`.
     """
+    if namespace is None:
+        from m2g.k8s.kubeconfig import context_namespace
+
+        namespace = context_namespace(kubeconfig, context)
     rendered = _rendered(template, set_, templates_dir, namespace, queue)
     for note in rendered.notes:
         typer.echo(f"note: {note}", err=True)

@@ -221,8 +221,9 @@ def both(factory: Factory, stdout: str, stderr: str) -> str:
 
 @pytest.mark.parametrize("args", [
     ["queues"], ["queues", "-o", "wide"], ["queues", "-o", "json"],
-    ["workloads", "-n", "research"], ["workloads", "-o", "wide"],
-    ["workloads", "-q", "inference", "-o", "yaml"], ["workloads", "-n", "prod-training", "-o", "json"],
+    ["workloads", "-n", "research"], ["workloads", "-A", "-o", "wide"],
+    ["workloads", "-A", "-q", "inference", "-o", "yaml"],
+    ["workloads", "-n", "prod-training", "-o", "json"],
     ["signals"], ["signals", "-o", "wide"], ["signals", "-o", "yaml"],
 ], ids=lambda a: "_".join(a).replace("-", ""))
 def test_read_commands(factory: Factory, args: list[str]) -> None:
@@ -249,6 +250,40 @@ def test_explain_by_namespace_slash_name_or_by_job_name(factory: Factory) -> Non
     c, _ = m2g("explain", "inference/chat", kubeconfig=factory.kubeconfig)  # the Job's name
     assert normalise(a) == normalise(b) == normalise(c)
     assert a.startswith(f"Workload inference/{name}: Reserved")
+
+
+def test_the_context_namespace_is_what_n_defaults_to(factory: Factory, tmp_path: Path
+                                                      ) -> None:
+    """kubectl's habit: no -n means the context's namespace; -A every namespace; a
+    $KUBECONFIG list is merged (here: the context in one file, the cluster in the other)."""
+    doc = yaml.safe_load(factory.kubeconfig.read_text())
+    ctx = next(c for c in doc["contexts"] if c["name"] == doc["current-context"])
+    ctx["context"]["namespace"] = "inference"
+    (tmp_path / "in-inference").write_text(yaml.safe_dump(doc))
+    name = factory.workloads["chat"]
+    listed, _ = m2g("workloads", kubeconfig=tmp_path / "in-inference")
+    want, _ = m2g("workloads", "-n", "inference", kubeconfig=factory.kubeconfig)
+    assert normalise(listed) == normalise(want) and name in listed
+    everywhere, _ = m2g("workloads", "-A", kubeconfig=tmp_path / "in-inference")
+    assert "research" in everywhere and "inference" in everywhere
+    explained, _ = m2g("explain", "chat", kubeconfig=tmp_path / "in-inference")
+    assert explained.startswith(f"Workload inference/{name}:")
+    _, err = m2g("explain", "ft-flex", kubeconfig=tmp_path / "in-inference", code=2)
+    assert "in namespace inference (-A: every namespace)" in err
+    _, err = m2g("workloads", "-n", "research", "-A", kubeconfig=factory.kubeconfig, code=2)
+    assert err.strip() == "error: -n and -A do not go together"
+    # the same two halves as a $KUBECONFIG list: contexts from one file, the rest from another
+    only_ctx = {"apiVersion": "v1", "kind": "Config", "current-context": "mine",
+                "contexts": [{"name": "mine", "context": {**ctx["context"]}}]}
+    (tmp_path / "ctx").write_text(yaml.safe_dump(only_ctx))
+    rest = {**doc, "contexts": [], "current-context": ""}
+    (tmp_path / "rest").write_text(yaml.safe_dump(rest))
+    env = {k: v for k, v in os.environ.items() if k != "M2G_PROMETHEUS_URL"}
+    env["KUBECONFIG"] = f"{tmp_path / 'ctx'}:{tmp_path / 'rest'}"
+    out = subprocess.run([*RUN_M2G, "workloads"], capture_output=True, text=True, check=False,
+                         timeout=120, cwd=REPO, env=env)
+    assert out.returncode == 0, out.stderr
+    assert normalise(out.stdout) == normalise(want)
 
 
 @pytest.mark.parametrize(("args", "name"), [

@@ -33,6 +33,7 @@ import yaml
 from m2g.errors import M2gError
 from m2g.errors import PermanentError as PermanentError  # re-exported: one family
 from m2g.errors import RetryableError as RetryableError
+from m2g.k8s.kubeconfig import resolve_kubeconfig as resolve_kubeconfig  # re-exported
 
 Obj = dict[str, Any]
 
@@ -119,21 +120,6 @@ LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 EVENTS = Resource("events.k8s.io", "v1", "events", "Event", True)
 
 
-def resolve_kubeconfig(explicit: str | os.PathLike[str] | None = None,
-                       env: Mapping[str, str] | None = None,
-                       home: Path | None = None) -> str | None:
-    """The kubeconfig kubectl would use; None means in-cluster (service account)."""
-    if explicit:
-        return str(explicit)
-    environ = os.environ if env is None else env
-    value = environ.get("KUBECONFIG", "")
-    for part in value.split(os.pathsep):
-        if part and Path(part).expanduser().exists():
-            return str(Path(part).expanduser())
-    default = (home or Path.home()) / ".kube" / "config"
-    return str(default) if default.exists() else None
-
-
 def error_from_response(method: str, path: str, status: int, body: Any) -> KubeError:
     """Classify an HTTP error response (``body`` a decoded Status or text)."""
     status_obj: Obj = body if isinstance(body, dict) else {}
@@ -209,6 +195,15 @@ class Kube:
     def __init__(self, api: Any, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.api = api
         self.timeout = timeout
+
+    @property
+    def namespace(self) -> str:
+        """The namespace kubectl would default to: the context's, the ServiceAccount's in a
+        pod, else ``default``."""
+        try:
+            return str(self.api.namespace or "default")
+        except (AttributeError, AssertionError):
+            return "default"
 
     async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str | None = None) -> Obj:
@@ -367,7 +362,8 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
     first request (kr8s asks for ``/version``) is bounded by ``timeout`` like every other."""
     path = resolve_kubeconfig(kubeconfig)
     if path is not None:
-        check_kubeconfig(path)
+        for part in path.split(os.pathsep):
+            check_kubeconfig(part)
     try:  # kr8s reads the credentials and asks the server for its version here
         with warnings.catch_warnings(), _translated("GET", "/version"):
             warnings.filterwarnings("ignore", message="Kubernetes version", category=UserWarning)
