@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from m2g.model.factory import FactorySnapshot
@@ -76,8 +77,9 @@ class WorkloadState:
     #: The names of the objects it belongs to (its Job, JobSet...: metadata.ownerReferences).
     owners: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """"namespace/name" (worked out once: the planner looks workloads up by it often)."""
         return f"{self.namespace}/{self.name}"
 
     def with_view(self, view: WorkloadView) -> WorkloadState:

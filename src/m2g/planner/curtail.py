@@ -88,12 +88,9 @@ def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
     return frozenset(k for k in admitted if snap.placements.get(k) and k not in shared)
 
 
-@dataclass(order=True)
-class _Step:
-    cost: float  # throughput (GPU-equivalents) lost per kW saved
-    key: str
-    to: float
-    kw: float
+#: One step down a job's cap ladder: (throughput lost per kW saved, key, to cap, kW saved).
+#: A tuple, so the heap compares in C (cost, then key: one step per job is in the heap).
+_Step = tuple[float, str, float, float]
 
 
 def _pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float) -> float:
@@ -126,45 +123,87 @@ def _next_step(w: WorkloadState, frm: float, levels: list[float],
         return None
     curve = curve_of(w)
     lost = w.view.gpus * (curve.throughput(frm) - curve.throughput(to))
-    return _Step(lost / kw, w.key, to, kw)
+    return (lost / kw, w.key, to, kw)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A job m2g may cap: its state, allowed caps, first step and the cost of pausing it."""
+
+    w: WorkloadState
+    levels: list[float]
+    first: _Step
+    pause: float
+
+
+class Ladders:
+    """Every cappable job's ladder on one snapshot (for one config and ``min_caps``), worked
+    out once: a reconcile plans caps several times (the potential in each pause round, then
+    the caps), and only the jobs left out change between them."""
+
+    def __init__(self, builder: InputBuilder, config: PlannerConfig,
+                 min_caps: Mapping[str, float]) -> None:
+        snap = builder.snap
+        self.config = config
+        self.now, self.horizon = snap.now, horizon_seconds(snap, config)
+        alone = exclusive_workloads(snap)
+        self.jobs: list[_Job] = []  # in the snapshot's order (the heap's ties, as before)
+        for w in snap.workloads:
+            if w.view.flex_tier <= 0 or w.view.gpus <= 0 or w.key not in alone:
+                continue
+            ok = _levels(w, self.now, self.horizon, config, min_caps.get(w.key, 0.0))
+            first = _next_step(w, w.power_cap, ok, config) if ok else None
+            if first is not None:
+                self.jobs.append(_Job(w, ok, first, _pause_cost(w, config, self.horizon)))
+        self.by_key = {j.w.key: j for j in self.jobs}
+        self._alone_kw: list[tuple[str, float]] | None = None
+
+    def next_step(self, job: _Job, frm: float) -> _Step | None:
+        return _next_step(job.w, frm, job.levels, self.config)
+
+    def potential_kw(self, exclude: frozenset[str] = frozenset()) -> float:
+        """What caps without a shortfall or ramp limit would save, the jobs in ``exclude``
+        left out: each job down its ladder while a step is cheaper than pausing it (with no
+        limit, no job's steps depend on another's). Summed by key, as ``plan_caps``'s list."""
+        if self._alone_kw is None:
+            self._alone_kw = []
+            for job in self.jobs:
+                kw = 0.0
+                s: _Step | None = job.first
+                while s is not None and s[0] < job.pause:
+                    kw = s[3] + kw
+                    s = self.next_step(job, s[2])
+                if s is not job.first:
+                    self._alone_kw.append((job.w.key, kw))
+            self._alone_kw.sort()
+        return sum(kw for key, kw in self._alone_kw if key not in exclude)
 
 
 def plan_caps(builder: InputBuilder, config: PlannerConfig, shortfall: float, step: float,
-              min_caps: Mapping[str, float], exclude: frozenset[str] = frozenset()
-              ) -> list[CapAction]:
+              min_caps: Mapping[str, float], exclude: frozenset[str] = frozenset(),
+              ladders: Ladders | None = None) -> list[CapAction]:
     """The caps that cover as much of ``shortfall`` as is cheaper than pausing, within
     ``step`` kW (the ramp). ``min_caps``: key → the lowest cap the policies allow (absent: no
-    policy limit); ``exclude``: workloads not to cap (paused in this plan)."""
-    snap = builder.snap
-    now, horizon = snap.now, horizon_seconds(snap, config)
-    alone = exclusive_workloads(snap)
-    by_key: dict[str, WorkloadState] = {}
-    levels: dict[str, list[float]] = {}
-    heap: list[_Step] = []
-    for w in snap.workloads:
-        if w.key not in alone or w.key in exclude or w.view.flex_tier <= 0 or w.view.gpus <= 0:
-            continue
-        ok = _levels(w, now, horizon, config, min_caps.get(w.key, 0.0))
-        first = _next_step(w, w.power_cap, ok, config) if ok else None
-        if first is not None:
-            by_key[w.key], levels[w.key] = w, ok
-            heap.append(first)
+    policy limit); ``exclude``: workloads not to cap (paused in this plan); ``ladders``:
+    ``Ladders(builder, config, min_caps)`` when the caller already has it."""
+    lad = ladders if ladders is not None else Ladders(builder, config, min_caps)
+    heap = [j.first for j in lad.jobs if j.w.key not in exclude]
     heapq.heapify(heap)
-    pause = {k: _pause_cost(w, config, horizon) for k, w in by_key.items()}
     chosen: dict[str, _Step] = {}
     covered = 0.0
     while heap and covered < shortfall:
         s = heapq.heappop(heap)
-        if s.cost >= pause[s.key] or covered + s.kw > step:
+        job = lad.by_key[s[1]]
+        if s[0] >= job.pause or covered + s[3] > step:
             continue  # pausing it is as cheap, or the ramp is used: this job stops here
-        covered += s.kw
-        prev = chosen.get(s.key)
-        chosen[s.key] = _Step(s.cost, s.key, s.to, s.kw + (prev.kw if prev else 0.0))
-        nxt = _next_step(by_key[s.key], s.to, levels[s.key], config)
+        covered += s[3]
+        prev = chosen.get(s[1])
+        chosen[s[1]] = (s[0], s[1], s[2], s[3] + (prev[3] if prev else 0.0))
+        nxt = lad.next_step(job, s[2])
         if nxt is not None:
             heapq.heappush(heap, nxt)
-    return [_cap(by_key[k], s.to, s.kw, now, f"cap to {s.to:g} of the default limit: "
-                 f"{s.kw:.0f} kW at {s.cost:.2f} throughput/kW, for a {shortfall:.0f} kW "
+    return [_cap(lad.by_key[k].w, s[2], s[3], lad.now, f"cap to {s[2]:g} of the default "
+                 f"limit: {s[3]:.0f} kW at {s[0]:.2f} throughput/kW, for a {shortfall:.0f} kW "
                  "shortfall") for k, s in sorted(chosen.items())]
 
 

@@ -19,14 +19,14 @@ shed (the meter lags), so a reconcile never sheds twice for the same kW.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from m2g.model.cluster import Phase, WorkloadState
 from m2g.model.plan import CapAction, ShedAction
 from m2g.planner.config import PlannerConfig
-from m2g.planner.curtail import lift_caps, plan_caps, settling_cap_kw
+from m2g.planner.curtail import Ladders, lift_caps, plan_caps, settling_cap_kw
 from m2g.planner.curves import curve_of
 from m2g.planner.inputs import InputBuilder
 from m2g.policy import Evaluator, PreemptionResult
@@ -152,24 +152,26 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
     stage's order for the rest), then the caps on the jobs not paused for what is left.
     The Preemption stage's ``minCap`` bounds each job's caps."""
     results = _preemption(evaluator, builder)
+    by_key = {w.key: w for w in builder.snap.workloads if w.key in results}
     if not config.power_caps:
-        return _shed(builder, config, shortfall, step, results), []
+        return _shed(config, shortfall, step, results, by_key), []
     min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
+    ladders = Ladders(builder, config, min_caps)  # once: the rounds differ only in `paused`
     pauses: list[ShedAction] = []  # what the event needs paused, whatever the ramp
     paused: frozenset[str] = frozenset()
     for _ in range(MAX_PAUSE_ROUNDS):
-        potential = sum(c.kw for c in plan_caps(builder, config, float("inf"), float("inf"),
-                                                min_caps, exclude=paused))
+        potential = ladders.potential_kw(paused)
         need = shortfall - sum(a.kw for a in pauses) - potential
         if need <= 0:
             break
-        more = _shed(builder, config, need, float("inf"), results, exclude=paused)
+        more = _shed(config, need, float("inf"), results, by_key, exclude=paused)
         if not more:
             break
         pauses += more
         paused |= {f"{a.namespace}/{a.name}" for a in more}
     left = shortfall - sum(a.kw for a in pauses)
-    caps = plan_caps(builder, config, left, step, min_caps, exclude=paused) if left > 0 else []
+    caps = plan_caps(builder, config, left, step, min_caps, exclude=paused,
+                     ladders=ladders) if left > 0 else []
     # the ramp: this reconcile's kW go to the caps first (fast, cheap, reversible), then to
     # the pauses in the Preemption stage's order
     used, sheds = sum(c.kw for c in caps), list[ShedAction]()
@@ -224,14 +226,13 @@ def choose_victims(candidates: Iterable[Candidate], shortfall: float, step: floa
     return out
 
 
-def _shed(builder: InputBuilder, config: PlannerConfig, shortfall: float, step: float,
-          results: dict[str, PreemptionResult], exclude: frozenset[str] = frozenset()
-          ) -> list[ShedAction]:
-    """Pauses for ``shortfall`` among the eligible (``results``: the Preemption stage's;
-    ``exclude``: already paused in this plan)."""
+def _shed(config: PlannerConfig, shortfall: float, step: float,
+          results: dict[str, PreemptionResult], by_key: Mapping[str, WorkloadState],
+          exclude: frozenset[str] = frozenset()) -> list[ShedAction]:
+    """Pauses for ``shortfall`` among the eligible (``results``: the Preemption stage's, of
+    the workloads in ``by_key``; ``exclude``: already paused in this plan)."""
     if not results or step <= 0:
         return []
-    by_key = {w.key: w for w in builder.snap.workloads if w.key in results}
     chosen = choose_victims((Candidate(r.score, k, saving_kw(by_key[k], config))
                              for k, r in results.items() if r.eligible and k not in exclude),
                             shortfall, step, config)

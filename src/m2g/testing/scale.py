@@ -228,7 +228,7 @@ def plan_record(plan: Any) -> dict[str, Any]:
         c["state"] = str(c["state"])
         c["pod_set_updates"] = list(c["pod_set_updates"])
     out: dict[str, Any] = {"checks": checks}
-    for name in ("quotas", "stops", "sheds", "weights", "taints"):
+    for name in ("quotas", "stops", "sheds", "weights", "taints", "caps", "node_limits"):
         out[name] = rows(getattr(plan, name))
     for t in out["taints"]:
         t["effect"] = str(t["effect"])
