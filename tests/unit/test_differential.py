@@ -13,6 +13,7 @@ from m2g.model.factory import domain_views, grid_view, site_view
 from m2g.model.inputs import PolicyInput, QueueView
 from m2g.policy import Evaluator, Stage, load_dir
 from m2g.policy.batch import split_by_gates, workload_data
+from m2g.policy.batch.cel_source import FIELD_ALIAS
 from m2g.testing.scenarios import SCENARIOS, factory, workloads
 from tests.unit.policy_helpers import evaluator, policy
 
@@ -150,3 +151,72 @@ def test_batch_runs_in_chunks_of_at_most_max_chunk() -> None:
     sizes.clear()
     assert FusedCache(runtime, max_chunk=100).run(program, act, items) == [2 * i for i in range(10)]
     assert sizes == [10]
+
+
+PACING = policy("pacing", "Admission", """
+    - name: backoff
+      when: "workload.waitSeconds < 100 * workload.requeueCount"
+      decision: Defer
+      requeueAfter: "100 * workload.requeueCount - workload.waitSeconds"
+      messageExpression: "'waited ' + string(workload.waitSeconds) + ' s'"
+""", extra="""
+matchConditions:
+  - {name: churning, expression: "workload.requeueCount >= 7"}
+""")
+
+
+def test_match_conditions_decided_per_class_then_only_the_passing_items(
+        tmp_path: Path) -> None:
+    """A policy whose item match conditions read fewer fields than it does (admission-pacing:
+    requeueCount, then waitSeconds per workload) has them decided per class first; only the
+    items that pass are evaluated. Same answers as one input at a time, and the subset path
+    is the one taken."""
+    from m2g.policy.batch import _Items, _passing
+
+    ev = evaluator(tmp_path, "cel-expr-python", {"p.yaml": PACING})
+    site = PolicyInput().site
+    items = [PolicyInput(workload={"gpus": 1, "requeueCount": i % 10,  # type: ignore[arg-type]
+                                   "waitSeconds": 7 * i}, site=site) for i in range(120)]
+    batched = [r.to_json() for r in ev.admission_many(items)]
+    assert batched == [ev.admission(i).to_json() for i in items]
+    assert [r["decision"] for r in batched].count("Defer") > 10
+    assert "Admit" in {r["decision"] for r in batched}
+    pol = ev.policy_set.by_stage[Stage.ADMISSION][0]
+    snap = ev._fused.snapshots.get(items[0])
+    passing = _passing(ev._fused, snap.activation(ev.policy_set.runtime), pol,
+                       _Items(ev._fused, [pol], items))
+    assert passing == [i for i in range(120) if i % 10 >= 7]
+
+
+def test_match_conditions_that_raise_are_left_to_each_item(tmp_path: Path) -> None:
+    """The per-class match conditions raise (a missing label): the policy is evaluated as
+    usual, and each item's error is reported where it belongs."""
+    ev = evaluator(tmp_path, "cel-expr-python", {"p.yaml": policy("p", "Admission", """
+        - {name: big, when: "workload.waitSeconds > 50", decision: Defer, requeueAfter: "60"}
+    """, extra="""
+    matchConditions:
+      - {name: team, expression: "workload.labels['team'] == 'x'"}
+    """)})
+    site = PolicyInput().site
+    items = [PolicyInput(workload={"gpus": 1, "waitSeconds": 9 * i,  # type: ignore[arg-type]
+                                   "labels": {"team": "x"} if i % 3 else {}}, site=site)
+             for i in range(60)]
+    batched = [r.to_json() for r in ev.admission_many(items)]
+    assert batched == [ev.admission(i).to_json() for i in items]
+    assert {r["decision"] for r in batched} >= {"Defer", "Admit"}
+
+
+def test_class_keys_partition_as_item_classes(sample: list[PolicyInput]) -> None:
+    """ClassKeys (keys read from the views, one column per field) groups the items as
+    item_classes does on their plain data, for a subset too."""
+    from m2g.policy.batch import ClassKeys, item_classes
+
+    for fields in (["gpus"], ["flex_tier", "gpus"], ["annotations", "gpus"], ["checkpoint"]):
+        data = [workload_data(i.workload, set(fields)) for i in sample]
+        want = item_classes(data, [FIELD_ALIAS[f] for f in fields])
+        got = ClassKeys(sample).classes(fields, False)
+        assert want is not None and got is not None
+        assert got == want
+        where = list(range(1, len(sample), 2))
+        sub = item_classes([data[i] for i in where], [FIELD_ALIAS[f] for f in fields])
+        assert ClassKeys(sample).classes(fields, False, where=where) == sub

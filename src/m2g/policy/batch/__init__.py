@@ -54,6 +54,7 @@ from m2g.policy.batch.cel_source import (
     workload_fields,
 )
 from m2g.policy.batch.decoding import (
+    ClassKeys,
     batch_items,
     decode,
     item_classes,
@@ -66,6 +67,7 @@ from m2g.policy.runtime import CelEvalError, Runtime
 
 __all__ = [
     "MAX_CHUNK",
+    "ClassKeys",
     "Combined",
     "Fused",
     "FusedCache",
@@ -128,6 +130,7 @@ class _Items:
                  inputs: Sequence[PolicyInput]) -> None:
         self.cache, self.policies, self.inputs = cache, policies, inputs
         self._all: list[dict[str, Any]] | None = None
+        self.keys = ClassKeys(inputs)
 
     def all(self) -> list[dict[str, Any]]:
         if self._all is None:
@@ -141,33 +144,47 @@ class _Items:
         return None if fields is None else (tuple(sorted(fields)), queue)
 
 
+#: One evaluation of _by_class: the policies, the items (one per class, or every input's),
+#: each input's class index (None: one item per input) and which inputs (None: all of them).
+_Run = tuple[list[CompiledPolicy], list[dict[str, Any]], list[int] | None, list[int] | None]
+
+
 def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
               policies: Sequence[CompiledPolicy], items: _Items
               ) -> dict[str, list[list[Hit | Err]]]:
     """Hits of the live ``policies`` for every item, evaluated once per workload class.
 
-    Policies that read the same workload fields (and the queue or not) form a group; a group
-    whose items fall into at most half as many classes is evaluated over one item per class
-    (thermal-admission reads four workload fields: 40,000 pending workloads are a few hundred
-    classes), the others together over every item. A group whose evaluation raises is left
-    out (the caller evaluates those policies on their own)."""
+    A policy whose item-dependent match conditions read fewer fields than it does has them
+    decided first, once per class of those fields (admission-pacing's ``requeueCount >= 3``:
+    40,000 waiting workloads are a few classes, most fail it), and only the workloads that
+    pass are evaluated (for the others it fires nothing). Policies that read the same
+    workload fields (and the queue or not) form a group; a group whose items fall into at
+    most half as many classes is evaluated over one item per class (thermal-admission reads
+    four workload fields: 40,000 pending workloads are a few hundred classes), the others
+    together over every item. A group whose evaluation raises is left out (the caller
+    evaluates those policies on their own)."""
     groups: dict[tuple[tuple[str, ...], bool] | None, list[CompiledPolicy]] = {}
-    for p in policies:
-        groups.setdefault(items.classes(p), []).append(p)
-    dense: list[CompiledPolicy] = []
-    runs: list[tuple[list[CompiledPolicy], list[dict[str, Any]], list[int] | None]] = []
+    runs: list[_Run] = []
     n = len(items.inputs)
+    done: dict[str, list[list[Hit | Err]]] = {}
+    for p in policies:
+        passing = _passing(cache, act, p, items)
+        if passing is None:
+            groups.setdefault(items.classes(p), []).append(p)
+        elif not passing:
+            done[p.name] = [[] for _ in range(n)]
+        else:
+            runs.append(_subset_run(cache, p, items, passing))
+    dense: list[CompiledPolicy] = []
     for reads, members in groups.items():
-        found = None if reads is None else view_classes(items.inputs, reads[0], reads[1],
-                                                         n // 2)
+        found = None if reads is None else items.keys.classes(reads[0], reads[1], n // 2)
         if found is None:
             dense += members
         else:
-            runs.append((members, *found))
+            runs.append((members, *found, None))
     if dense:
-        runs.append((dense, items.all(), None))
-    done: dict[str, list[list[Hit | Err]]] = {}
-    for members, rows_in, of in runs:
+        runs.append((dense, items.all(), None, None))
+    for members, rows_in, of, where in runs:
         comb = cache.combined(members, {p.name: snap.hoist(cache, p) for p in members})
         if comb is None:
             continue
@@ -175,10 +192,52 @@ def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
             rows = cache.run(comb.program, act, rows_in)
             for k, p in enumerate(comb.policies):
                 hits = [decode(p, row[k]) for row in rows]
-                done[p.name] = hits if of is None else [hits[i] for i in of]
+                each = hits if of is None else [hits[i] for i in of]
+                if where is not None:  # the others' match conditions do not hold
+                    full: list[list[Hit | Err]] = [[] for _ in range(n)]
+                    for i, h in zip(where, each, strict=True):
+                        full[i] = h
+                    each = full
+                done[p.name] = each
         except _ERRORS:
             continue
     return done
+
+
+def _passing(cache: FusedCache, act: Any, policy: CompiledPolicy, items: _Items
+             ) -> list[int] | None:
+    """The inputs whose item-dependent match conditions hold for ``policy``, decided once per
+    class of the fields they read; None when that does not apply (see FusedCache.matcher),
+    there are many classes, more than half the inputs pass (then its group's classes serve
+    better), or the conditions raise (then the policy is evaluated as usual, which reports
+    the error where it belongs)."""
+    matcher = cache.matcher(policy)
+    if matcher is None:
+        return None
+    prog, fields, queue = matcher
+    found = items.keys.classes(fields, queue, len(items.inputs) // 2)
+    if found is None:
+        return None
+    reps, of = found
+    try:
+        held = [v is True for v in cache.run(prog, act, reps)]
+    except _ERRORS:
+        return None
+    passing = [i for i, c in enumerate(of) if held[c]]
+    return passing if len(passing) <= len(of) // 2 else None  # else: as usual, in its group
+
+
+def _subset_run(cache: FusedCache, policy: CompiledPolicy, items: _Items,
+                passing: list[int]) -> _Run:
+    """The evaluation of ``policy`` over the ``passing`` inputs only: per class of what it
+    reads when they fall into few, else one item each."""
+    reads = items.classes(policy)
+    found = None if reads is None else items.keys.classes(reads[0], reads[1],
+                                                           len(passing) // 2, passing)
+    if found is None:
+        inputs = [items.inputs[i] for i in passing]
+        return [policy], batch_items(cache, [policy], inputs), None, passing
+    return [policy], found[0], found[1], passing
 
 
 def run_fused(cache: FusedCache, policy: CompiledPolicy, act: Any,

@@ -22,6 +22,8 @@ from m2g.policy.batch.cel_source import (
     gate_source,
     hoist_source,
     hoistable,
+    match_reads,
+    match_source,
     reads_queue,
     workload_fields,
 )
@@ -63,6 +65,7 @@ class FusedCache:
         self._programs: dict[str, Fused | None] = {}
         self._combined: dict[tuple[tuple[str, ...], ...], Combined | None] = {}
         self._gates: dict[str, Program | None] = {}
+        self._matchers: dict[str, tuple[Program, tuple[str, ...], bool] | None] = {}
         self._hoists: dict[str, list[tuple[str, Program]]] = {}
         self._reads: dict[tuple[str, ...], tuple[set[str] | None, bool]] = {}
         self._reads_by_id: dict[int, tuple[Any, tuple[set[str] | None, bool]]] = {}
@@ -106,6 +109,26 @@ class FusedCache:
             self._reads[key] = (workload_fields(policies), reads_queue(policies))
         self._reads_by_id[id(policies)] = (policies, self._reads[key])
         return self._reads[key]
+
+    def matcher(self, policy: CompiledPolicy
+                ) -> tuple[Program, tuple[str, ...], bool] | None:
+        """The policy's item-dependent match conditions as a batch program, with the workload
+        fields and whether the queue they read; None when they read what the whole policy
+        reads (nothing to gain from deciding them apart) or do not compile."""
+        if policy.name not in self._matchers:
+            self._matchers[policy.name] = None
+            source = match_source(policy)
+            fields, queue = match_reads(policy)
+            whole, whole_queue = self.reads((policy,))
+            if source is not None and fields is not None and whole is not None and (
+                    fields < whole or (whole_queue and not queue)):
+                try:
+                    prog = self._runtime.compile_batch(source)
+                except CelCompileError:
+                    prog = None
+                if prog is not None:
+                    self._matchers[policy.name] = (prog, tuple(sorted(fields)), queue)
+        return self._matchers[policy.name]
 
     def gate(self, policy: CompiledPolicy) -> Program | None:
         """The policy's snapshot-only match conditions as one program (None: it has none)."""

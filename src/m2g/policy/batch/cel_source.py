@@ -84,6 +84,28 @@ def _policy_body(policy: CompiledPolicy, conditions: Sequence[Program],
     return body
 
 
+def match_source(policy: CompiledPolicy) -> str | None:
+    """The policy's item-dependent match conditions (those after its gate) as one expression
+    over the batch's items: per item, whether they all hold (in order, short-circuit); None
+    when it has none."""
+    _, per_item = split_match(policy)
+    if not per_item:
+        return None
+    body = "".join(f"!({p.source}) ? false : " for p in per_item) + "true"
+    return _over_items(body, any(mentions(p.source, ("queue",)) for p in per_item))
+
+
+def match_reads(policy: CompiledPolicy) -> tuple[set[str] | None, bool]:
+    """(the workload fields its item-dependent match conditions read, None for all; whether
+    they read the queue)."""
+    _, per_item = split_match(policy)
+    code = " ".join(strip_strings(p.source) for p in per_item)
+    if _WORKLOAD_WHOLE.search(code):
+        return None, True
+    return ({_ALIASES[f] for f in _WORKLOAD_FIELD.findall(code) if f in _ALIASES},
+            any(mentions(p.source, ("queue",)) for p in per_item))
+
+
 def gate_source(policy: CompiledPolicy) -> str | None:
     """A policy's match conditions that read neither workload nor queue, as one expression
     (in order, short-circuit), or None when it has none: they hold for a whole snapshot."""

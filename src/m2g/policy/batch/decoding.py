@@ -145,37 +145,90 @@ def item_classes(items: Sequence[dict[str, Any]], keys: Sequence[str] | None,
 def view_classes(inputs: Sequence[PolicyInput], fields: Sequence[str], queue: bool,
                  most: int | None = None) -> tuple[list[dict[str, Any]], list[int]] | None:
     """``item_classes`` of the inputs' items restricted to the workload ``fields`` (Python
-    names) and the queue when ``queue``, read from the workload views: only one item per
-    class is built (the same keys and the same representatives: a scalar's key is its type
-    and value, anything else's that of its plain data)."""
-    index: dict[Any, int] = {}
-    reps: list[dict[str, Any]] = []
-    of: list[int] = []
-    wanted = set(fields)
-    queues: dict[int, Any] = {}
-    probe = PROBE if most is not None and len(inputs) > 2 * PROBE else -1
-    for n_seen, inp in enumerate(inputs):
-        if n_seen == probe and len(reps) > probe * 3 // 4:
+    names) and the queue when ``queue``, read from the workload views (ClassKeys)."""
+    return ClassKeys(inputs).classes(fields, queue, most)
+
+
+def _key(v: Any) -> Any:
+    """A workload value's class key: a scalar's is its type and value, anything else's that
+    of its plain data (raises TypeError for a value _plain does not know)."""
+    return (type(v), v) if type(v) in _SCALARS else _frozen(_plain(v))
+
+
+class ClassKeys:
+    """The class keys of a batch's inputs, one column per workload field, each worked out once
+    and shared by every policy group that reads the field (one pass per field, not one per
+    group), and only as far as needed: a group gives up after PROBE mostly distinct items
+    (every running workload's checkpoint age is its own), so a column is extended lazily."""
+
+    def __init__(self, inputs: Sequence[PolicyInput]) -> None:
+        self.inputs = inputs
+        self._cols: dict[str, list[Any]] = {}
+        self._bad: set[str] = set()
+        self._queues: dict[int, Any] = {}
+
+    def _column(self, name: str, upto: int) -> list[Any] | None:
+        col = self._cols.setdefault(name, [])
+        if name in self._bad:
             return None
-        w = inp.workload
-        try:
-            k = tuple([(type(v), v) if type(v) in _SCALARS else _frozen(_plain(v))
-                       for v in [getattr(w, f) for f in fields]])
-        except TypeError:  # a value _plain does not know: every item on its own
-            return None
-        if queue:
-            qk = queues.get(id(inp.queue))
-            if qk is None:
-                qk = queues[id(inp.queue)] = _frozen(inp.queue_data())
-            k += (qk,)
-        i = index.get(k)
-        if i is None:
-            if most is not None and len(reps) >= most:
+        if len(col) < upto:
+            try:
+                if name == "m2g__q":
+                    col += [self._queue(inp) for inp in self.inputs[len(col):upto]]
+                else:
+                    col += [_key(getattr(inp.workload, name))
+                            for inp in self.inputs[len(col):upto]]
+            except TypeError:  # a value _plain does not know: every item on its own
+                self._bad.add(name)
                 return None
-            i = index[k] = len(reps)
-            item = workload_data(w, wanted)
+        return col
+
+    def _queue(self, inp: PolicyInput) -> Any:
+        qk = self._queues.get(id(inp.queue))
+        if qk is None:
+            qk = self._queues[id(inp.queue)] = _frozen(inp.queue_data())
+        return qk
+
+    def classes(self, fields: Sequence[str], queue: bool, most: int | None = None,
+                where: Sequence[int] | None = None
+                ) -> tuple[list[dict[str, Any]], list[int]] | None:
+        """(one item per class, each input's class index) for the inputs (those at ``where``
+        when given) by their ``fields`` and queue (when ``queue``); None when there are more
+        than ``most`` classes, or (``most`` given, many inputs) when the first PROBE were
+        mostly classes of their own."""
+        names = [*fields, "m2g__q"] if queue else list(fields)
+        n = len(self.inputs) if where is None else len(where)
+        if most is not None and n > 2 * PROBE:
+            keys = self._keys(names, PROBE, None if where is None else where[:PROBE])
+            if keys is None or len(set(keys)) > PROBE * 3 // 4:
+                return None
+        keys = self._keys(names, len(self.inputs), where)
+        if keys is None:
+            return None
+        seen = dict.fromkeys(keys)  # in first-seen order
+        if most is not None and len(seen) > most:
+            return None
+        first = {k: i for i, k in zip(range(n - 1, -1, -1), reversed(keys), strict=True)}
+        index = {k: number for number, k in enumerate(seen)}
+        wanted = set(fields)
+        reps = []
+        for k in index:
+            inp = self.inputs[first[k] if where is None else where[first[k]]]
+            item = workload_data(inp.workload, wanted)
             if queue:
                 item["m2g__q"] = inp.queue_data()
             reps.append(item)
-        of.append(i)
-    return reps, of
+        return reps, [index[k] for k in keys]
+
+    def _keys(self, names: list[str], upto: int, where: Sequence[int] | None
+              ) -> list[Any] | None:
+        """The keys of the first ``upto`` inputs, or of those at ``where``."""
+        if where is not None:
+            upto = where[-1] + 1 if where else 0
+        got = [self._column(name, upto) for name in names]
+        if any(c is None for c in got):
+            return None
+        cols = [c[:upto] if where is None else [c[i] for i in where]
+                for c in got if c is not None]
+        n = upto if where is None else len(where)
+        return list(zip(*cols, strict=True)) if cols else [()] * n
