@@ -48,6 +48,7 @@ class ClusterView:
     warnings: list[str] = field(default_factory=list)
     topologies: dict[str, Any] = field(default_factory=dict)  # Kueue Topologies (explain)
     namespace: str = "default"  # the context's namespace: what -n defaults to, as in kubectl
+    lease: dict[str, Any] | None = None  # m2g's Lease, when asked for (m2g status)
 
 
 def server(kubeconfig: str | None, context: str | None) -> str:
@@ -66,7 +67,8 @@ def server(kubeconfig: str | None, context: str | None) -> str:
 
 
 async def read(kubeconfig: str | None, context: str | None,
-               prometheus: str | None = None) -> ClusterView:
+               prometheus: str | None = None, lease: tuple[str, str] | None = None
+               ) -> ClusterView:
     """List everything once; raise CliError with one clear line on failure."""
     if k.resolve_kubeconfig(kubeconfig) is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise CliError("no cluster: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running "
@@ -91,6 +93,7 @@ async def read(kubeconfig: str | None, context: str | None,
                           for o in (await kube.list(KUEUE_TOPOLOGIES)).get("items") or []}
         except k.ResourceMissing:  # Kueue without TAS
             topologies = {}
+        held = await kube.get_or_none(k.LEASES, lease[1], lease[0]) if lease else None
     except RequiredKindMissing as exc:
         raise CliError(f"{exc.resource.kind} ({exc.resource.group}) is not served by this "
                        "cluster: is Kueue installed (v1beta2 CRDs)?") from None
@@ -106,7 +109,7 @@ async def read(kubeconfig: str | None, context: str | None,
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
                     labels=(site_config() or SiteConfig()).topology.labels)
     warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
-    return ClusterView(snap, listed.objects, policies, warnings, topologies, namespace)
+    return ClusterView(snap, listed.objects, policies, warnings, topologies, namespace, held)
 
 
 def site_config() -> SiteConfig | None:

@@ -64,11 +64,11 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         term.fail(str(exc), exc.code)
 
 
-def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None
-          ) -> ClusterView:
+def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None,
+          lease: tuple[str, str] | None = None) -> ClusterView:
     from m2g_cli.cluster import read  # kr8s and the adapters: only for commands that need them
 
-    view = _run(read(kubeconfig, context, prometheus))
+    view = _run(read(kubeconfig, context, prometheus, lease=lease))
     for w in view.warnings:
         typer.echo(f"warning: {w}", err=True)
     return view
@@ -167,5 +167,7 @@ def explain(
 
 
 def register(app: typer.Typer) -> None:
-    for fn in (queues, workloads, signals, explain):
+    from m2g_cli.status_cmd import status
+
+    for fn in (queues, workloads, signals, explain, status):
         app.command()(fn)

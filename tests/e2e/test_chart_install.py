@@ -144,6 +144,18 @@ def test_the_chart_installs_and_its_controller_governs_the_queues(
 
         wait_until("m2g to answer the job's admission check", answered, timeout=90)
         assert proc.poll() is None, log.read_text()[-3000:]
+        # what an operator asks first: is m2g in charge? (the CLI, as the operator runs it)
+        shown = subprocess.run(
+            [sys.executable, "-c", "from m2g_cli.app import main; main()", "status", "-o",
+             "json", "--lease-namespace", NS, "--kubeconfig", str(kubeconfig)],
+            capture_output=True, text=True, check=False, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        st = json.loads(shown.stdout)
+        assert (st["leader"]["holder"], st["leader"]["state"]) == ("m2g-chart-e2e-0", "Leading")
+        assert st["policies"] and all(p["ready"] == "True" for p in st["policies"]), \
+            [p for p in st["policies"] if p["ready"] != "True"]
+        assert {"name": "m2g-policy", "active": "True"}.items() <= next(
+            c for c in st["admissionChecks"] if c["name"] == "m2g-policy").items()
     finally:
         proc.terminate()
         try:

@@ -1,0 +1,157 @@
+"""``m2g status``: is m2g in charge — who leads (and since when the Lease was renewed), which
+policy objects are in force, whether each of m2g's AdmissionChecks is Active, how old the
+power readings are, and which objects m2g leaves out. Read-only; the same listing as
+``m2g queues``/``explain`` plus the Lease.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+
+from m2g.model.cluster import ClusterSnapshot
+from m2g_cli.views import Output, structured, table
+
+CHECK_CONTROLLER = "m2g.io/policy"
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return {}
+
+
+def leader_data(lease: dict[str, Any] | None, namespace: str, name: str, now: datetime
+                ) -> dict[str, Any]:
+    """Who holds the Lease, how long since it was renewed, and whether that is within its
+    duration (else nobody leads: no decisions are being written)."""
+    if lease is None:
+        return {"lease": f"{namespace}/{name}", "holder": None, "state": "NoLease"}
+    spec = lease.get("spec") or {}
+    renewed = _parse_time(spec.get("renewTime"))
+    age = (now - renewed).total_seconds() if renewed else None
+    duration = float(spec.get("leaseDurationSeconds") or 15)
+    holder = spec.get("holderIdentity") or None
+    state = "Leading" if holder and age is not None and age <= duration else "Expired"
+    return {"lease": f"{namespace}/{name}", "holder": holder, "state": state,
+            "renewedSecondsAgo": None if age is None else round(age, 1),
+            "leaseDurationSeconds": duration}
+
+
+def policy_rows(policies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for p in policies:
+        meta = p.get("metadata") or {}
+        ready, accepted = _condition(p, "Ready"), _condition(p, "Accepted")
+        rows.append({"name": meta.get("name"), "stage": (p.get("spec") or {}).get("stage"),
+                     "accepted": accepted.get("status", "Unknown"),
+                     "ready": ready.get("status", "Unknown"),
+                     "reason": ready.get("reason") or accepted.get("reason") or "",
+                     "message": ready.get("message") or accepted.get("message") or ""})
+    return rows
+
+
+def check_rows(checks: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for name, ac in sorted(checks.items()):
+        if (ac.get("spec") or {}).get("controllerName") != CHECK_CONTROLLER:
+            continue
+        active = _condition(ac, "Active")
+        rows.append({"name": (ac.get("metadata") or {}).get("name", name),
+                     "active": active.get("status", "Unknown"),
+                     "reason": active.get("reason", ""), "message": active.get("message", "")})
+    return rows
+
+
+def signal_data(snap: ClusterSnapshot) -> dict[str, Any]:
+    racks = snap.factory.racks
+    fresh = [r for r in racks if not r.power_kw.stale]
+    ages = [r.power_kw.age_seconds for r in fresh]
+    draw = snap.factory.site_draw_kw()
+    return {"siteDrawKw": None if draw.stale else draw.value,
+            "racksWithFreshPower": len(fresh), "racks": len(racks),
+            "oldestFreshPowerSeconds": round(max(ages), 1) if ages else None}
+
+
+def status_data(snap: ClusterSnapshot, policies: list[dict[str, Any]],
+                checks: Mapping[str, Mapping[str, Any]], lease: dict[str, Any] | None,
+                lease_at: tuple[str, str]) -> dict[str, Any]:
+    return {"leader": leader_data(lease, *lease_at, snap.now),
+            "policies": policy_rows(policies), "admissionChecks": check_rows(checks),
+            "signals": signal_data(snap),
+            "leftOut": [{"kind": r.kind, "name": r.name, "reason": r.reason}
+                        for r in snap.rejected]}
+
+
+def render_status(data: dict[str, Any], out: Output) -> str:
+    if out in (Output.YAML, Output.JSON):
+        return structured(data, out)
+    lead = data["leader"]
+    lines = [f"Leader:    {lead['holder'] or '-'} ({lead['state']}, Lease {lead['lease']}"
+             + (f", renewed {lead['renewedSecondsAgo']:g}s ago" if lead.get(
+                 "renewedSecondsAgo") is not None else "") + ")"]
+    sig = data["signals"]
+    draw = "stale" if sig["siteDrawKw"] is None else f"{sig['siteDrawKw']:.1f} kW"
+    oldest = sig["oldestFreshPowerSeconds"]
+    lines.append(f"Power:     site {draw}; {sig['racksWithFreshPower']}/{sig['racks']} racks "
+                 "fresh" + ("" if oldest is None else f", oldest {oldest:g}s"))
+    pol = data["policies"]
+    ready = sum(p["ready"] == "True" for p in pol)
+    lines.append(f"Policies:  {ready}/{len(pol)} in force")
+    lines.append(f"Left out:  {len(data['leftOut'])}")
+    out_text = "\n".join(lines) + "\n"
+    checks = data["admissionChecks"]
+    out_text += "\n" + (table(["ADMISSIONCHECK", "ACTIVE", "REASON"], [
+        [c["name"], c["active"], c["reason"] or "-"] for c in checks])
+        if checks else "No AdmissionCheck with controllerName m2g.io/policy.\n")
+    bad = [p for p in pol if p["ready"] != "True"]
+    if bad or out is Output.WIDE:
+        rows = pol if out is Output.WIDE else bad
+        out_text += "\n" + table(["POLICY", "STAGE", "READY", "REASON", "MESSAGE"], [
+            [p["name"], p["stage"] or "-", p["ready"], p["reason"] or "-",
+             (p["message"] or "-")[:100]] for p in rows])
+    for r in data["leftOut"]:
+        out_text += f"left out {r['kind']} {r['name']}: {r['reason']}\n"
+    return out_text
+
+
+def status(
+    lease_namespace: Annotated[str | None, typer.Option(
+        "--lease-namespace", help="Namespace of m2g's Lease (default: the site config's, "
+        "$POD_NAMESPACE, else m2g-system)")] = None,
+    lease_name: Annotated[str | None, typer.Option(
+        "--lease-name", help="Name of m2g's Lease (default: the site config's, m2g-controller)")
+    ] = None,
+    kubeconfig: Annotated[str | None, typer.Option("--kubeconfig",
+                                                   help="Path to a kubeconfig")] = None,
+    context: Annotated[str | None, typer.Option("--context",
+                                                help="Kubeconfig context to use")] = None,
+    prometheus: Annotated[str | None, typer.Option(
+        "--prometheus", envvar="M2G_PROMETHEUS_URL", help="Prometheus URL for power")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o",
+                                           help="table | wide | yaml | json")] = Output.TABLE,
+) -> None:
+    """Is m2g in charge: the leader, the policies in force, its AdmissionChecks, signal ages."""
+    from m2g.config import SiteConfig
+    from m2g_cli.cluster import site_config
+    from m2g_cli.ops_cmd import _view
+
+    site = site_config() or SiteConfig()
+    at = (lease_namespace or site.lease_namespace(dict(os.environ)),
+          lease_name or site.leader_election.lease_name)
+    view = _view(kubeconfig, context, prometheus, lease=at)
+    data = status_data(view.snapshot, view.policies, view.objects.admission_checks,
+                       view.lease, at)
+    typer.echo(render_status(data, output), nl=False)
