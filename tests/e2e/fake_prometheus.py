@@ -3,7 +3,8 @@
 It answers the instant-query API (``/api/v1/query``) for the facility series m2g reads by
 default (m2g.signals.config): power (one PDU series per rack, W) and inlet per rack, power per
 power domain (W), each a constant; ``timestamp(q)`` answers the evaluation time (a reading scraped just now); any other
-query an empty vector (no GPU series: GPUs count as healthy, their signals as missing).
+query an empty vector. With ``DCGM`` series given (keyed "HOSTNAME/GPU"), the DCGM exporter's
+GPU series too. ``series`` is read at each request: a test may change it while serving.
 """
 
 from __future__ import annotations
@@ -21,6 +22,15 @@ Series = Mapping[str, Mapping[str, float]]  # metric → {key label value → va
 KEYS = {"facility_pdu_power_watts": "rack", "facility_rack_inlet_temperature_celsius": "rack",
         "facility_rack_coolant_supply_temperature_celsius": "rack",
         "facility_power_domain_power_watts": "power_domain"}
+#: NVIDIA DCGM exporter series: one per GPU, keyed "HOSTNAME/GPU" in ``series``.
+DCGM = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS")
+
+
+def _labels(metric: str, key: str) -> dict[str, str]:
+    if metric in DCGM:
+        host, _, gpu = key.partition("/")
+        return {"__name__": metric, "Hostname": host, "gpu": gpu, "UUID": f"GPU-{host}-{gpu}"}
+    return {"__name__": metric, KEYS[metric]: key}
 
 
 def _handler(series: Series) -> type[http.server.BaseHTTPRequestHandler]:
@@ -32,7 +42,7 @@ def _handler(series: Series) -> type[http.server.BaseHTTPRequestHandler]:
             at = float(params.get("time", [str(time.time())])[0])
             stamp = query.startswith("timestamp(") and query.endswith(")")
             metric = query[len("timestamp("):-1] if stamp else query
-            result = [{"metric": {"__name__": metric, KEYS[metric]: key},
+            result = [{"metric": _labels(metric, key),
                        "value": [at, str(at if stamp else value)]}
                       for key, value in (series.get(metric) or {}).items()]
             body = json.dumps({"status": "success",

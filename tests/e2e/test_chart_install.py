@@ -1,13 +1,18 @@
 """The Helm chart, end to end: ``helm template`` → server-side apply onto the local control
 plane, then the controller started the way the chart's Deployment starts it — its command and
-environment, the chart's ConfigMap as the --config file, and a token of the chart's
-ServiceAccount — as a local process (the factory's KWOK nodes run no real pods). It must lead,
-make m2g-policy Active so the tenant queues turn Active, answer a tenant job's check, and never
-be refused by the API server (the chart's RBAC is the controller's).
+environment, the chart's ConfigMap as the --config file (its Prometheus URL pointed at a
+Prometheus stand-in holding DCGM exporter and facility series), and a token of the chart's
+ServiceAccount — as a local process (the factory's KWOK nodes, labelled as GFD and Topograph
+label a GB300 cluster, run no real pods). It must lead, make m2g-policy Active so the tenant
+queues turn Active, answer a tenant job's check, read the PDUs' draw, answer a second
+AdmissionCheck of its controller with its own name, hold the queues when DCGM reports XID 79
+on most GPUs, show all of it in ``m2g status``, and never be refused by the API server (the
+chart's RBAC is the controller's).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from e2e_helpers import REPO, condition, unique, wait_until
+from fake_prometheus import DCGM, KEYS, fake_prometheus
 from localcp.paths import binary
 from manifests_helpers import (
     QUEUES,
@@ -36,6 +42,9 @@ from manifests_helpers import (
 pytestmark = pytest.mark.e2e
 
 NS = "m2g-system"
+GPU = "nvidia.com/gpu"
+RACK_LABEL = "network.topology.nvidia.com/accelerator"  # Topograph's, the default mapping
+FLAVOR = "gb200"  # kueue-config's nvl72 overlay (the small factory's product)
 CHART = REPO / "charts" / "m2g"
 
 
@@ -79,16 +88,19 @@ def chart(kubeconfig: Path, port: int) -> Iterator[list[dict[str, Any]]]:
         applied.delete()
 
 
-def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path) -> tuple[
-        list[str], dict[str, str]]:
+def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path,
+                       prometheus: str) -> tuple[list[str], dict[str, str]]:
     """The Deployment's container command and env, made runnable here: this venv's m2g, the
-    ConfigMap's file at ``config``, the ServiceAccount's kubeconfig, metrics on loopback."""
+    ConfigMap's file at ``config`` with the site's Prometheus URL set to ``prometheus`` (what
+    an operator edits), the ServiceAccount's kubeconfig, metrics on loopback."""
     (dep,) = (d for d in docs if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     (cm,) = (d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] ==
              next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v))
-    config.write_text(cm["data"]["config.yaml"])
+    site = yaml.safe_load(cm["data"]["config.yaml"])
+    site["prometheus"]["url"] = prometheus
+    config.write_text(yaml.safe_dump(site))
     cmd = list(container["command"])
     assert cmd[0] == "m2g"  # the image's entry point
     at = cmd.index("--config") + 1
@@ -105,6 +117,91 @@ def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path) -> 
     return cmd, env
 
 
+def dcgm_and_facility_series(kubeconfig: Path, pdu_kw: float) -> dict[str, dict[str, float]]:
+    """What a real site's Prometheus holds for the factory: the DCGM exporter's series for
+    every GPU of every GPU node (label ``Hostname``) and a PDU, inlet and coolant series per
+    rack (the rack label of the nodes, Topograph's by default)."""
+    series: dict[str, dict[str, float]] = {m: {} for m in (*DCGM, *KEYS)}
+    for node in get_json(kubeconfig, "nodes")["items"]:
+        labels = node["metadata"].get("labels") or {}
+        gpus = int((node.get("status") or {}).get("capacity", {}).get(GPU, 0))
+        rack = labels.get(RACK_LABEL)
+        if not gpus or not rack:
+            continue
+        host = labels.get("kubernetes.io/hostname", node["metadata"]["name"])
+        for g in range(gpus):
+            series["DCGM_FI_DEV_POWER_USAGE"][f"{host}/{g}"] = 700.0
+            series["DCGM_FI_DEV_GPU_TEMP"][f"{host}/{g}"] = 52.0
+            series["DCGM_FI_DEV_XID_ERRORS"][f"{host}/{g}"] = 0.0
+        series["facility_pdu_power_watts"][rack] = pdu_kw * 1000
+        series["facility_rack_inlet_temperature_celsius"][rack] = 24.0
+        series["facility_rack_coolant_supply_temperature_celsius"][rack] = 30.0
+    return series
+
+
+def metric(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _second_check_is_answered(kubeconfig: Path) -> None:
+    """A second AdmissionCheck of controller m2g.io/policy, with its own name, gating its own
+    ClusterQueue: m2g makes it Active and answers its workloads."""
+    check, cq, ns = unique("m2g-second"), unique("chart-second"), unique("second")
+    objs = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+         "metadata": {"name": check}, "spec": {"controllerName": "m2g.io/policy"}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                  "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
+                  "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": [
+                      {"name": FLAVOR, "resources": [
+                          {"name": "cpu", "nominalQuota": "144"},
+                          {"name": "memory", "nominalQuota": "1000Gi"},
+                          {"name": GPU, "nominalQuota": "8"}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "default", "namespace": ns}, "spec": {"clusterQueue": cq}},
+    ]
+    try:
+        kubectl(kubeconfig, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(objs))
+        wait_until(f"{check} to be Active", lambda: (c := condition(get_json(
+            kubeconfig, f"admissionchecks.kueue.x-k8s.io/{check}"), "Active")) and
+            c["status"] == "True", timeout=60)
+        body = job("second", ns)
+        kubectl(kubeconfig, "create", "-f", "-", stdin=json.dumps(body))
+
+        def state() -> str | None:
+            for wl in (get_json(kubeconfig, "workloads.kueue.x-k8s.io", "-n", ns) or {}).get(
+                    "items", []):
+                for c in wl.get("status", {}).get("admissionChecks", []):
+                    if c["name"] == check and c["state"] != "Pending":
+                        return str(c["state"])
+            return None
+        assert wait_until(f"m2g to answer {check}", state, timeout=90) == "Ready"
+    finally:
+        kubectl(kubeconfig, "delete", "namespace", ns, "--wait=false", check=False)
+        kubectl(kubeconfig, "delete", f"clusterqueues.kueue.x-k8s.io/{cq}",
+                f"admissionchecks.kueue.x-k8s.io/{check}", "--wait=false", check=False)
+
+
+def _xid_on_most_gpus_holds_the_queues(kubeconfig: Path, series: dict[str, dict[str, float]]
+                                       ) -> None:
+    """XID 79 (GPU fallen off the bus) on more than half of the GPUs, as the DCGM exporter
+    reports it: health-quota holds the tenant queues (stopPolicy Hold) — m2g read it."""
+    def held() -> list[str]:
+        return [q for q in QUEUES if (get_json(
+            kubeconfig, f"clusterqueues.kueue.x-k8s.io/{q}") or {}).get("spec", {}).get(
+            "stopPolicy") == "Hold"]
+    assert held() == []  # healthy readings: nothing held
+    xid = series["DCGM_FI_DEV_XID_ERRORS"]
+    for key in sorted(xid)[: len(xid) * 3 // 4]:
+        xid[key] = 79.0
+    assert wait_until("the tenant queues held for XID 79", held, timeout=90)
+
+
 def get_json(kubeconfig: Path, *args: str) -> Any:
     out = kubectl(kubeconfig, "get", *args, "-o", "json", check=False)
     return json.loads(out.stdout) if out.returncode == 0 else None
@@ -115,7 +212,18 @@ def test_the_chart_installs_and_its_controller_governs_the_queues(
     policies = sum(d["kind"] == "Policy" for d in chart)
     assert policies >= 10 and len(get_json(kubeconfig, "policies.m2g.io")["items"]) >= policies
     sa = sa_kubeconfig(kubeconfig, tmp_path / "sa.kubeconfig")
-    cmd, env = deployment_command(chart, tmp_path / "config.yaml", sa)
+    series = dcgm_and_facility_series(kubeconfig, pdu_kw=40.0)
+    racks = len(series["facility_pdu_power_watts"])
+    assert racks and series["DCGM_FI_DEV_XID_ERRORS"], "no GPU node with a rack label"
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(fake_prometheus(series))
+        cmd, env = deployment_command(chart, tmp_path / "config.yaml", sa, prom)
+        _govern(kubeconfig, chart, cmd, env, port, tmp_path, series, racks)
+
+
+def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: dict[str, str],
+            port: int, tmp_path: Path, series: dict[str, dict[str, float]], racks: int) -> None:
+    policies = sum(d["kind"] == "Policy" for d in chart)
     log = tmp_path / "m2g.log"
     url = f"http://127.0.0.1:{port}"
     name = unique("chart")
@@ -156,6 +264,12 @@ def test_the_chart_installs_and_its_controller_governs_the_queues(
             [p for p in st["policies"] if p["ready"] != "True"]
         assert {"name": "m2g-policy", "active": "True"}.items() <= next(
             c for c in st["admissionChecks"] if c["name"] == "m2g-policy").items()
+        # the controller reads the site's series through the ConfigMap's Prometheus URL
+        wait_until("the controller to read the PDUs' draw", lambda: metric(
+            http_get(f"{url}/metrics")[1], "m2g_site_draw_kilowatts") == 40.0 * racks,
+            timeout=60)
+        _second_check_is_answered(kubeconfig)
+        _xid_on_most_gpus_holds_the_queues(kubeconfig, series)
     finally:
         proc.terminate()
         try:
