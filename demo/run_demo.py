@@ -347,7 +347,7 @@ def phase_workloads(d: Demo) -> None:
     samples: list[float] = []
     wait_for(d, "the site draw to settle", lambda: draw_steady(d, samples), 60,
              "simulator", d.work / "logs" / "simulator.log")
-    show(d, ["workloads", "-o", "wide"], "workloads -o wide")
+    show(d, ["workloads", "-A", "-o", "wide"], "workloads -A -o wide")
     show(d, ["signals", "--prometheus", d.prom], f"signals --prometheus {d.prom}")
 
 
@@ -417,7 +417,7 @@ def phase_restore(d: Demo) -> None:
     wait_for(d, "the site draw to settle", lambda: draw_steady(d, samples), 60,
              "simulator", d.work / "logs" / "simulator.log")
     say(d, "the shed work is running again")
-    show(d, ["workloads", "-o", "wide"], "workloads -o wide")
+    show(d, ["workloads", "-A", "-o", "wide"], "workloads -A -o wide")
     show(d, ["signals", "--prometheus", d.prom], f"signals --prometheus {d.prom}")
 
 
@@ -502,7 +502,7 @@ def next_steps(d: Demo) -> None:
               "keep it all running and try these)")
     print(f"""
   export {kc}
-  .venv/bin/m2g workloads -o wide                  # m2g's check state and message per workload
+  .venv/bin/m2g workloads -A -o wide               # m2g's check state and message per workload
   .venv/bin/m2g queues                             # quota (m2g-derated vs base), usage
   .venv/bin/m2g signals --prometheus {d.prom}   # power vs budget and grid limit
   .venv/bin/m2g explain <job or workload> -n research --policies policies --prometheus {d.prom}
