@@ -27,6 +27,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.forecast import ForecastConfig, forecast
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
+from m2g_controllers.collector import CollectorFreezer
 from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
@@ -108,8 +109,12 @@ class Manager:
                  decision_log: DecisionLog | None = None,
                  unready_failing_seconds: float = UNREADY_FAILING_SECONDS,
                  unready_stale_seconds: float | None = None,
-                 check_configs: Mapping[str, CheckConfig] | None = None) -> None:
+                 check_configs: Mapping[str, CheckConfig] | None = None,
+                 freeze_collector: bool = False) -> None:
         self.cluster, self.store, self.metrics = cluster, store, metrics
+        #: m2g run: gc.freeze() after each snapshot (m2g_controllers.collector); off in tests,
+        #: which share one process
+        self.collector = CollectorFreezer() if freeze_collector else None
         self.decision_log = decision_log  # m2g run --decision-log: the leader records
         self.config = config or PlannerConfig()
         self.check_configs = dict(check_configs or {})
@@ -222,6 +227,8 @@ class Manager:
         if evaluator is None:
             raise RuntimeError(self.store.last.summary())
         snap = await self.cluster.snapshot(self.clock())
+        if self.collector is not None:
+            self.collector.after_snapshot()
         setups = resolve_checks(self.cluster.m2g_checks(), self.config.check_name,
                                 self.check_configs, evaluator.policy_set.names())
         own = {name: self.store.selection(s.policies) if s.active else None

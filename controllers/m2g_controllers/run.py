@@ -182,7 +182,8 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
                       clock=clock, decision_log=DecisionLog(
                           args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
                       if args.decision_log else None,
-                      unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None)
+                      unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None,
+                      freeze_collector=True)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)

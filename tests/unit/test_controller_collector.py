@@ -1,0 +1,54 @@
+"""The controller's collector policy (m2g_controllers.collector): what is alive is frozen after
+each snapshot, and everything is unfrozen every ``unfreeze_every`` snapshots, so reference
+cycles frozen meanwhile are collected after all."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from m2g_controllers.collector import CollectorFreezer
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+@pytest.fixture(autouse=True)
+def _restore() -> Iterator[None]:
+    yield
+    gc.unfreeze()
+
+
+def test_freezes_after_each_snapshot_and_unfreezes_every_n() -> None:
+    gc.unfreeze()
+    freezer = CollectorFreezer(unfreeze_every=3)
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a  # a cycle: only the collector frees it
+    ref = weakref.ref(a)
+    freezer.after_snapshot()
+    assert gc.get_freeze_count() > 0
+    del a, b
+    gc.collect()
+    assert ref() is not None  # frozen: a full collection skips it
+    freezer.after_snapshot()
+    assert ref() is not None
+    freezer.after_snapshot()  # the third: everything unfrozen
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
+
+
+async def test_the_manager_freezes_after_its_snapshot_only_when_asked() -> None:
+    from tests.unit.test_manager import FakeCluster, manager
+
+    gc.unfreeze()
+    assert manager(FakeCluster()).collector is None  # tests share one process: off
+    m = manager(FakeCluster(), freeze_collector=True)
+    assert m.collector is not None
+    await m.reconcile()
+    assert m.collector.snapshots == 1 and gc.get_freeze_count() > 0
