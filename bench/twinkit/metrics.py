@@ -136,23 +136,24 @@ def admission_latency(jobs: Sequence[Mapping[str, Any]],
                       start: float | None = None, end: float | None = None) -> dict[str, Any]:
     """Where an admission's time goes outside events, per step, in **wall** seconds (the
     control plane's own latency, not trace time): p50 / p95 / n over the replayed (not
-    prefilled) jobs' first admissions submitted outside [start, end + 120] (the window
-    ``allocation_outside`` leaves out) that have both ends of the step. The ends are the
-    Workload's own conditions (whole seconds, so a step is ±1 s), ``decided`` the first
-    ``Ready`` decision in m2g's decision log (``namespace/workload`` → replay second, its
-    snapshot's time). A step no job has (plain Kueue: no check) is left out."""
+    prefilled) jobs' first admissions, counting a step when it has both ends and begins outside
+    [start, end + 120] (the window ``allocation_outside`` leaves out: a step begun in an event
+    measures the event's deferrals, not the round trip). The ends are the Workload's own
+    conditions (whole seconds, so a step is ±1 s), ``decided`` the first ``Ready`` decision in
+    m2g's decision log (``namespace/workload`` → replay second, its snapshot's time). A step
+    no job has (plain Kueue: no check) is left out."""
+    def outside(t: float) -> bool:
+        return start is None or end is None or not start <= t <= end + AFTER_EVENT_S
+
     out: dict[str, Any] = {}
     for step, (a, b) in ADMISSION_STEPS.items():
         vals = []
         for j in jobs:
-            sub = j.get("submitted")
-            if j.get("prefill") or sub is None or (
-                    start is not None and end is not None
-                    and start <= sub <= end + AFTER_EVENT_S):
+            if j.get("prefill"):
                 continue
             ends = {k: (decided or {}).get(f"{j.get('namespace')}/{j.get('workload')}")
                     if k == "decided" else j.get(k) for k in (a, b)}
-            if ends[a] is not None and ends[b] is not None:
+            if ends[a] is not None and ends[b] is not None and outside(float(ends[a])):
                 vals.append(max(0.0, float(ends[b]) - float(ends[a])))
         if vals:
             out[step] = {"p50": _r(nearest_rank(vals, 0.5), 1),

@@ -147,10 +147,12 @@ def test_admission_latency_per_step_outside_the_event() -> None:
              "quota_reserved": 10.0 * i + 1, "check_ready": 10.0 * i + 1 + i,
              "admitted": 10.0 * i + 2 + i, "bound": 10.0 * i + 5 + i} for i in range(1, 5)]
     jobs.append({**jobs[0], "name": "warm", "prefill": True, "check_ready": 99.0})
-    jobs.append({**jobs[0], "name": "in-event", "submitted": 43.0, "quota_reserved": 43.0,
-                 "check_ready": 90.0, "admitted": 91.0})
+    # submitted before the event, its quota reserved in it: only its first step counts
+    jobs.append({**jobs[0], "name": "in-event", "submitted": 50.0, "quota_reserved": 61.0,
+                 "check_ready": 90.0, "admitted": 91.0, "bound": 93.0})
     decided = {f"ns/w{i}": 10.0 * i + 1 + i - 0.4 for i in range(1, 5)}
-    lat = M.admission_latency(jobs, decided, start=42.0, end=45.0)
+    lat = M.admission_latency(jobs, decided, start=60.0, end=65.0)
+    assert lat["submittedToQuotaReserved"] == {"p50": 1.0, "p95": 11.0, "n": 5}
     assert lat["quotaReservedToCheckReady"] == {"p50": 2.0, "p95": 4.0, "n": 4}
     assert lat["quotaReservedToDecided"] == {"p50": 1.6, "p95": 3.6, "n": 4}
     assert lat["decidedToCheckReady"]["p50"] == 0.4
