@@ -12,7 +12,17 @@ import matplotlib.pyplot as plt
 
 from twinkit.harness import RunData
 
-COLOURS = {"kueue": "tab:gray", "m2g": "tab:blue"}
+COLOURS = {"kueue": "tab:gray", "m2g": "tab:blue", "m2g-pause-only": "tab:red"}
+OTHER = ["tab:purple", "tab:brown", "tab:olive", "tab:cyan"]  # runs of other names, in turn
+
+
+def colour(name: str) -> str:
+    """A run's colour: its own, else one of ``OTHER`` (never another run's: matplotlib's
+    default cycle starts with m2g's blue)."""
+    if name not in COLOURS:
+        COLOURS[name] = OTHER[sum(1 for k in COLOURS if k not in ("kueue", "m2g",
+                                                                   "m2g-pause-only")) % 4]
+    return COLOURS[name]
 
 
 def _event(ax: Any, d: RunData) -> None:
@@ -25,13 +35,13 @@ def site_kw(path: Path, datas: dict[str, RunData], title: str) -> None:
     for name, d in datas.items():
         if d.samples:
             ax.plot([t for t, _ in d.samples], [kw for _, kw in d.samples],
-                    color=COLOURS.get(name), lw=1.3, label=f"{name}: site draw")
+                    color=colour(name), lw=1.3, label=f"{name}: site draw")
         if d.intervals and d.event_start is not None:
             xs, ys = [], []
             for iv in d.intervals:
                 xs += [d.event_start + iv.offset_s, d.event_start + iv.offset_s + iv.duration_s]
                 ys += [iv.limit_kw, iv.limit_kw]
-            ax.plot(xs, ys, color=COLOURS.get(name), ls="--", lw=1.0,
+            ax.plot(xs, ys, color=colour(name), ls="--", lw=1.0,
                     label=f"{name}: grid limit")
     first = next(iter(datas.values()))
     _event(ax, first)
@@ -52,11 +62,11 @@ def site_kw(path: Path, datas: dict[str, RunData], title: str) -> None:
 def queue_gpus(path: Path, datas: dict[str, RunData], total_gpus: int) -> None:
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 6), dpi=110, sharex=True)
     for name, d in datas.items():
-        a1.plot([q[0] for q in d.queue], [q[1] for q in d.queue], color=COLOURS.get(name),
+        a1.plot([q[0] for q in d.queue], [q[1] for q in d.queue], color=colour(name),
                 lw=1.2, label=f"{name}: pending workloads")
         samples = d.driver.get("samples") or []
         a2.plot([s[0] for s in samples], [100.0 * s[1] / total_gpus for s in samples],
-                color=COLOURS.get(name), lw=1.2, label=f"{name}: GPUs allocated")
+                color=colour(name), lw=1.2, label=f"{name}: GPUs allocated")
         _event(a1, d)
         _event(a2, d)
     a1.set_ylabel("pending workloads")
@@ -80,7 +90,7 @@ def tiers(path: Path, runs: dict[str, dict[str, Any]]) -> None:
         vals = [w["weightedPerformance"], *[w["perTier"].get(t) for t in labels[1:]]]
         xs = [k + i * width for k in range(len(labels))]
         ax.bar(xs, [v if v is not None else 0 for v in vals], width,
-               color=COLOURS.get(name), label=name)
+               color=colour(name), label=name)
         for x, v in zip(xs, vals, strict=True):
             ax.text(x, (v or 0) + 0.01, "—" if v is None else f"{v:.2f}", ha="center",
                     fontsize=7)
