@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -45,9 +46,13 @@ LOCALCP = [sys.executable, str(REPO / "kind-e2e" / "localcp")]
 DRAW_QUERY = "sum(facility_pdu_power_watts) / 1000"
 INLET_QUERY = "facility_rack_inlet_temperature_celsius"
 SITE_CONFIG = REPO / "deploy" / "controller" / "site-config.yaml"  # the Deployment's config
+DEFAULT_RUNTIME_TRACE_S = 3600.0  # m2g's default expected runtime (PlannerConfig), trace s
 INLET_LIMIT_C = 32.0  # m2g's default inlet limit (m2g.k8s.convert.DEFAULT_INLET_LIMIT_C)
 SAMPLE_EVERY = 2.0
 CREATE_CONCURRENCY = 4  # Job creations in flight at once (threads; the replay loop never waits)
+# a scenario's start hook runs once the warm-start jobs are created and this many wall s have
+# passed (Kueue and m2g admit them, the pods run, the meter sees it), at most 3× as many
+START_AFTER_S = 20.0
 Obj = dict[str, Any]
 
 
@@ -234,6 +239,18 @@ def decision_dir(cfg: RunConfig) -> Path:
     return cfg.run_dir / "twin-decision-log"
 
 
+def site_config(cfg: RunConfig) -> Path:
+    """The shipped site configuration with the planner's ``defaultRuntimeSeconds`` (what m2g
+    assumes of a workload without ``m2g.io/expected-runtime-seconds``: the foreign jobs) in
+    the twin's wall time, like the annotations the twin writes: one trace hour."""
+    doc = yaml.safe_load(SITE_CONFIG.read_text()) or {}
+    planner = doc.setdefault("planner", {})
+    planner["defaultRuntimeSeconds"] = max(1.0, DEFAULT_RUNTIME_TRACE_S / cfg.time_scale)
+    path = cfg.run_dir / "twin-site-config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
     logs = cfg.run_dir / "twin-logs"
     subprocess.run(["rm", "-rf", str(decision_dir(cfg))], check=False)
@@ -260,7 +277,7 @@ def start_processes(cfg: RunConfig, kubeconfig: Path, procs: Procs) -> None:
                  "--all-nodes", "--nvml", "fake", "--interval", "2"],
                  logs / "node-agent.log").start()
     procs.list.append(agent)
-    m2g = Proc("m2g run", [str(M2G), "run", "--config", str(SITE_CONFIG),
+    m2g = Proc("m2g run", [str(M2G), "run", "--config", str(site_config(cfg)),
                "--kubeconfig", str(kubeconfig), "--prometheus",
                procs.prom, "--metrics-host", "127.0.0.1", "--metrics-port", str(metrics_port),
                "--resync-seconds", "5", "--check-name", "m2g-policy", "--identity", "twin",
@@ -414,13 +431,89 @@ def _clear_faults(f: Firing) -> None:
     clear_faults(f.procs.sim)
 
 
+def _forecast_start(f: Firing) -> None:
+    """The forecast scenario at the replay's start, in a thread (the loop goes on): ``m2g
+    forecast`` over the rest of the replay in one-trace-hour intervals; the dr-srp GridEvent,
+    notified now for its start ``event-at-hours`` later, its limits from that forecast's
+    mean over the event's hours (the site's day-ahead baseline); then the forecast again, now
+    with the event: the one the report compares with the draw."""
+    now = time.time() - f.data.t0
+    interval = max(10, round(3600 / f.cfg.time_scale))
+    count = int((f.cfg.horizon_s - now) // interval)
+    if count < 1:
+        f.note("no whole forecast interval left in the replay: no forecast", now)
+        return
+    f.data.extra["timeScale"] = f.cfg.time_scale
+    threading.Thread(target=_notify_and_forecast, args=(f, interval, count), daemon=True,
+                     name="twin-forecast").start()
+
+
+def _notify_and_forecast(f: Firing, interval: int, count: int) -> None:
+    tl, data = f.cfg.timeline, f.data
+    base_fc = _run_forecast(f, interval, count)
+    if base_fc is None:
+        return
+    t0 = data.t0
+    during = [iv["siteKw"] for iv in base_fc.get("intervals") or []
+              if _iso(iv["start"]) - t0 < tl.end_s and _iso(iv["end"]) - t0 > tl.start_s]
+    pre = sum(during) / len(during) if during else 0.0
+    data.intervals = S.ramp_intervals(pre, tl.depth, tl.ramp_s, tl.duration_s)
+    data.target_kw, data.ramp_s = data.intervals[-1].limit_kw, tl.ramp_s
+    f.grid_event({"programName": "twin-forecast", "intervals": [
+        {"start": rfc3339(f.start + iv.offset_s), "duration": f"PT{int(iv.duration_s)}S",
+         "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": iv.limit_kw}}
+        for iv in data.intervals]})
+    f.note(f"GridEvent {f.name} notified for t = {tl.start_s:.0f} s: IMPORT_CAPACITY_LIMIT "
+           f"from {data.intervals[0].limit_kw:.0f} to {data.target_kw:.0f} kW (m2g's forecast "
+           f"for the event's hours: {pre:.0f} kW)", time.time() - t0)
+    left = int((f.cfg.horizon_s - (time.time() - t0)) // interval)
+    if not f.cfg.kind.m2g:
+        return  # plain Kueue: the same event, no m2g to forecast (or shed) for it
+    fc = _run_forecast(f, interval, max(1, left))
+    if fc is not None:
+        data.extra["forecast"] = fc
+        data.extra["forecastBaselineKw"] = pre
+
+
+def _iso(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _run_forecast(f: Firing, interval: int, count: int) -> Obj | None:
+    env = {**os.environ, "M2G_CONFIG": str(f.cfg.run_dir / "twin-site-config.yaml")}
+    cmd = [str(M2G), "forecast", "--kubeconfig", str(f.cfg.run_dir / "kubeconfig"),
+           "--prometheus", f.procs.prom, "-o", "json", "--interval", str(interval),
+           "--hours", f"{count * interval / 3600:.6f}"]
+    started = time.time()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)
+    try:
+        fc: Obj | None = json.loads(res.stdout) if res.returncode == 0 else None
+    except ValueError:
+        fc = None
+    if fc is None:
+        log(f"{f.cfg.baseline}: m2g forecast failed: {(res.stderr or '').strip()[:300]}")
+        return None
+    f.data.extra["forecastSeconds"] = time.time() - started
+    log(f"{f.cfg.baseline}: forecast made at {fc.get('madeAt')}: {count} intervals of "
+        f"{interval} s in {time.time() - started:.1f} s")
+    return fc
+
+
+def _forecast_fire(f: Firing) -> None:
+    f.note(f"the notified GridEvent starts (pre-event draw {f.pre_kw:.0f} kW)")
+
+
 @dataclass(frozen=True)
 class ScenarioHooks:
     """A scenario's side effects: ``fire`` at the event's start, ``end`` (optional) at its
-    end. A grid scenario's ``fire`` sets ``data.target_kw`` / ``intervals`` / ``ramp_s``."""
+    end, ``start`` (optional) once at the replay's start, when the warm-start jobs are in
+    (``START_AFTER_S``). A grid scenario's ``fire`` (or ``start``) sets ``data.target_kw`` /
+    ``intervals`` / ``ramp_s``."""
 
     fire: Callable[[Firing], None]
     end: Callable[[Firing], None] | None = None
+    start: Callable[[Firing], None] | None = None
 
 
 #: The scenario registry (docs/twin.md "Extending the twin"): a new scenario is a member of
@@ -431,13 +524,15 @@ SCENARIOS: dict[S.Scenario, ScenarioHooks] = {
     S.Scenario.COOLING: ScenarioHooks(_cooling, _clear_faults),
     S.Scenario.XID_STORM: ScenarioHooks(_xid_storm, _clear_faults),
     S.Scenario.MAINTENANCE: ScenarioHooks(_maintenance),
+    S.Scenario.FORECAST: ScenarioHooks(_forecast_fire, start=_forecast_start),
 }
 
 
 def _firing(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs) -> Firing:
     start = int(time.time())
+    name = data.extra.get("eventName") or f"twin-{cfg.baseline}-{start}"  # notified at start
     return Firing(cfg, data, kube, procs, start, _baseline(data.samples, cfg.timeline.start_s),
-                  f"twin-{cfg.baseline}-{start}")
+                  name)
 
 
 def fire(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float) -> Firing:
@@ -478,7 +573,8 @@ def replay(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float,
            progress: Callable[[str], None] = log) -> None:
     model = PowerModel()
     pending = sorted(cfg.plan.jobs, key=lambda j: j.arrival)
-    i, fired, ended = 0, False, False
+    prefill = sum(1 for j in pending if j.prefill)
+    i, fired, ended, started = 0, False, False, SCENARIOS[cfg.timeline.scenario].start is None
     last_sample, last_print = 0.0, 0.0
     quotas: dict[str, str] = {}
     pool = ThreadPoolExecutor(CREATE_CONCURRENCY, thread_name_prefix="twin-create")
@@ -494,12 +590,24 @@ def replay(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float,
                 inflight.add(pool.submit(_create, kube, data, pending[i],
                                          J.manifest(pending[i], cfg.time_scale, model)))
                 i += 1
+            if not started and ((i >= prefill and not inflight and t >= START_AFTER_S)
+                                or t >= START_AFTER_S * 3):
+                started = True
+                _start_hook(cfg, data, kube, procs, t0)
             fired, ended, last_sample, last_print = _round(
                 cfg, data, kube, procs, t0, t, (fired, ended, last_sample, last_print), quotas,
                 f"{i}/{len(pending)}", progress)
             time.sleep(0.25)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_hook(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float) -> None:
+    hook = SCENARIOS[cfg.timeline.scenario].start
+    assert hook is not None
+    start = int(t0 + cfg.timeline.start_s)
+    data.extra["eventName"] = f"twin-{cfg.baseline}-{start}"
+    hook(Firing(cfg, data, kube, procs, start, 0.0, data.extra["eventName"]))
 
 
 def _create(kube: Kube, data: RunData, job: TraceJob, body: Obj) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twinkit import forecast as F
 from twinkit import metrics as M
 from twinkit import scenarios as S
 from twinkit.harness import INLET_LIMIT_C, RunData
@@ -46,6 +47,23 @@ def alarm_check(data: RunData) -> Any:
 #: data giving the section, or None when it has nothing to say (the section is then left out).
 #: E.g. ``"forecast"`` for a scenario that compares m2g's forecast with what happened.
 SECTIONS: dict[str, Callable[[RunData], Obj | None]] = {}
+
+
+def forecast_section(data: RunData) -> Obj | None:
+    """The forecast scenario's ``m2g forecast`` against the draw the twin sampled
+    (twinkit.forecast); None for a run that made no forecast."""
+    fc = data.extra.get("forecast")
+    if not fc:
+        return None
+    gpus = [(float(s[0]), float(s[1])) for s in data.driver.get("samples") or []]
+    got = F.figures(fc, data.samples, data.t0, float(data.extra.get("timeScale") or 60.0), gpus)
+    if got is not None:
+        got["forecastCliSeconds"] = M._r(data.extra.get("forecastSeconds"), 1)
+        got["deliveryReport"] = (data.log_summary or {}).get("events")
+    return got
+
+
+SECTIONS["forecast"] = forecast_section
 
 
 def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: float) -> Obj:
@@ -120,6 +138,8 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
         keys = list(runs[names[0]][section])
         for k in keys:
             vals = [runs[n][section].get(k) for n in names]
+            if isinstance(vals[0], list) or k in NOT_IN_TABLE:
+                continue  # per-interval rows and reports: their own section below
             if isinstance(vals[0], dict):
                 subs = list(dict.fromkeys(s for v in vals for s in (v or {})))
                 for sub in subs:
@@ -138,8 +158,42 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
         f" looks)" for n in names), "",
         "Plots: site-kw.png, queue-gpus.png, tiers.png. Definitions: docs/twin.md and "
         "docs/twin-metrics.md.", ""]
+    lines += forecast_markdown(runs)
     lines += log_markdown(datas)
     return "\n".join(lines)
+
+
+NOT_IN_TABLE = frozenset({"report", "deliveryReport", "clock"})
+
+
+def forecast_markdown(runs: Obj) -> list[str]:
+    """Per run with a forecast: its intervals against the draw, and what the figures mean."""
+    lines: list[str] = []
+    for name, run in runs.items():
+        fc = run.get("forecast")
+        if not fc:
+            continue
+        lines += [f"## Forecast ({name}): made at t = {fc['madeAtSeconds']:.0f} s, "
+                  f"{fc['intervalsCompared']} intervals of {fc['intervalSeconds']:.0f} wall s "
+                  f"(one trace hour each)", "",
+                  f"MAPE {_fmt(fc['mapePct'])} % (committed work only: "
+                  f"{_fmt(fc['committedMapePct'])} %), NRMSE {_fmt(fc['nrmsePct'])} %, bias "
+                  f"{_fmt(fc['biasPct'])} %, band coverage {_fmt(fc['bandCoveragePct'])} %, "
+                  f"flexible share {_fmt(fc['flexibleSharePct'])} % of the forecast kW. "
+                  f"{fc['clock']}.", "",
+                  "| hour | start s | forecast kW | low | high | committed kW | actual kW | "
+                  "error % | limit kW | flex kW (t1/t2/t3) | GPUs forecast / actual |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in fc["intervals"]:
+            flex = "/".join(f"{r['flexKw'].get(t, r['flexKw'].get(str(t), 0)):.0f}"
+                            for t in (1, 2, 3))
+            lines.append(f"| {r['interval']} | {r['startS']:.0f} | {_fmt(r['forecastKw'])} | "
+                         f"{_fmt(r['lowKw'])} | {_fmt(r['highKw'])} | "
+                         f"{_fmt(r['committedKw'])} | {_fmt(r['actualKw'])} | "
+                         f"{_fmt(r['errorPct'])} | {_fmt(r['limitKw'])} | {flex} | "
+                         f"{_fmt(r['forecastGpus'])} / {_fmt(r['actualGpus'])} |")
+        lines.append("")
+    return lines
 
 
 def log_markdown(datas: dict[str, RunData]) -> list[str]:

@@ -21,9 +21,10 @@ class Scenario(StrEnum):
     COOLING = "cooling"
     XID_STORM = "xid-storm"
     MAINTENANCE = "maintenance"
+    FORECAST = "forecast"  # dr-srp notified at the replay's start, with m2g's forecast then
 
 
-GRID_SCENARIOS = frozenset({Scenario.DR_SRP, Scenario.DR_PERCENT})
+GRID_SCENARIOS = frozenset({Scenario.DR_SRP, Scenario.DR_PERCENT, Scenario.FORECAST})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import typer
 import yaml
 
 from m2g.model.factory import MaintenanceWindow
-from m2g.planner.forecast import ForecastConfig, forecast
+from m2g.planner.config import PlannerConfig
+from m2g.planner.forecast import ForecastConfig, NewWork, forecast
 from m2g_cli import term
 from m2g_cli.forecast_view import ForecastOutput, plot, render
 from m2g_cli.ops_cmd import Context, Kubeconfig, Prom, _view
@@ -32,11 +33,26 @@ def load_window(path: Path) -> MaintenanceWindow:
         term.fail(f"--with-window {path}: {exc}", term.USAGE)
 
 
+def _planner() -> PlannerConfig:
+    """The planner's knobs of ``$M2G_CONFIG`` (the site configuration), else the defaults:
+    the forecast's default runtime is the one the controller decides with."""
+    from m2g_cli.cluster import CliError, site_config
+
+    try:
+        site = site_config()
+    except CliError as exc:
+        term.fail(str(exc), exc.code)
+    return site.planner_config() if site is not None else PlannerConfig()
+
+
 def forecast_cmd(
-    hours: Annotated[float, typer.Option("--hours", min=1, max=168,
+    hours: Annotated[float, typer.Option("--hours", min=0.01, max=168,
                                          help="Horizon in hours")] = 24.0,
-    interval: Annotated[int, typer.Option("--interval", min=300, max=86400,
+    interval: Annotated[int, typer.Option("--interval", min=10, max=86400,
                                           help="Interval length, seconds")] = 3600,
+    new_work: Annotated[NewWork, typer.Option(
+        "--new-work", help="Work not yet submitted: persist (it keeps the site at today's GPU "
+        "level) | none (committed work only)")] = NewWork.PERSIST,
     output: Annotated[ForecastOutput, typer.Option("--output", "-o",
                                                    help="table | json | csv")] = (
         ForecastOutput.TABLE),
@@ -49,7 +65,10 @@ def forecast_cmd(
     limits and the flexible kW per flex tier (docs/forecast.md)."""
     window = load_window(with_window) if with_window else None
     snap = _view(kubeconfig, context, prometheus).snapshot
-    cfg = ForecastConfig(horizon_hours=hours, interval_seconds=interval)
+    planner = _planner()
+    cfg = ForecastConfig(horizon_hours=hours, interval_seconds=interval, new_work=new_work,
+                         default_runtime_seconds=planner.default_runtime_seconds,
+                         reservation_lead_seconds=planner.reservation_lead_seconds)
     fc = forecast(snap, cfg)
     other = forecast(snap, cfg, extra_windows=(window,)) if window else None
     typer.echo(render(fc, output, other), nl=False)

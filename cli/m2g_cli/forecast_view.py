@@ -36,6 +36,7 @@ def _row(i: Interval, doms: list[str], other: Interval | None) -> dict[str, Any]
         "start": _t(i.start), "end": _t(i.end), "siteKw": i.site_kw, "lowKw": i.low_kw,
         "highKw": i.high_kw, "limitKw": i.limit_kw, "shedKw": i.shed_kw,
         "busyGpus": i.busy_gpus, **{f"flexTier{t}Kw": i.flex_kw.get(t, 0.0) for t in (1, 2, 3)},
+        "committedKw": i.committed_kw, "newWorkGpus": i.new_work_gpus,
         "domains": {d: i.domains.get(d, 0.0) for d in doms}}
     if other is not None:
         row["withWindowKw"] = other.site_kw
@@ -56,6 +57,9 @@ def report(fc: Forecast) -> dict[str, Any]:
         {"id": n, "payloads": [{"type": "USAGE_FORECAST", "values": [i.site_kw]},
                                {"type": "USAGE_FORECAST_LOW", "values": [i.low_kw]},
                                {"type": "USAGE_FORECAST_HIGH", "values": [i.high_kw]},
+                               {"type": "USAGE_FORECAST_COMMITTED",
+                                "values": [i.committed_kw if i.committed_kw is not None
+                                           else i.site_kw]},
                                *({"type": f"FLEXIBLE_TIER_{t}", "values": [i.flex_kw.get(t, 0)]}
                                  for t in (1, 2, 3))]}
         for n, i in enumerate(fc.intervals)]}]

@@ -24,7 +24,7 @@ from m2g.config.checks import CheckConfig, CheckSetup, resolve_checks
 from m2g.model.cluster import ClusterSnapshot, Rejected
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
-from m2g.planner.forecast import ForecastConfig, forecast
+from m2g.planner.forecast import ForecastConfig, NewWork, forecast
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
 from m2g_controllers.collector import CollectorFreezer
@@ -308,7 +308,8 @@ class Manager:
         self._forecast_at = snap.now
         fc = forecast(snap, ForecastConfig(
             default_runtime_seconds=self.config.default_runtime_seconds,
-            reservation_lead_seconds=self.config.reservation_lead_seconds))
+            reservation_lead_seconds=self.config.reservation_lead_seconds,
+            new_work=NewWork.PERSIST))
         m = self.metrics
         for h, i in enumerate(fc.intervals):
             ahead = str(h)

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, FlavorQuota, Phase, QueueState, WorkloadState
 from m2g.model.factory import FactorySnapshot, GridEvent, MaintenanceWindow, Node, Rack, Reading
 from m2g.model.inputs import WorkloadKind, WorkloadView
 from m2g.model.schedule import CapacityPlan, CapUnit, Reservation
-from m2g.planner.forecast import KIND_KW_PER_GPU, ForecastConfig, forecast
+from m2g.planner.forecast import KIND_KW_PER_GPU, ForecastConfig, NewWork, bind_lag, forecast
 from m2g.sim.power import PowerModel
 from m2g_cli.app import app
 from m2g_cli.forecast_view import ForecastOutput, plot, render
@@ -100,11 +101,16 @@ def test_a_proposed_window_shows_its_effect() -> None:
 
 def test_limits_cap_the_site_and_report_what_is_shed() -> None:
     ev = GridEvent("dr", NOW + timedelta(hours=1), NOW + timedelta(hours=2), target_kw=40.0)
-    fc = forecast(snap(wl("long", Phase.ADMITTED, 72, 4 * 3600, ago=0), f=factory(events=(ev,))),
-                  CFG)
+    long = wl("long", Phase.ADMITTED, 72, 4 * 3600, tier=2, ago=0)
+    fc = forecast(snap(long, f=factory(events=(ev,))), CFG)
     assert fc.intervals[0].limit_kw is None and fc.intervals[1].limit_kw == 40.0
     assert fc.intervals[1].site_kw == 40.0
     assert fc.intervals[1].shed_kw == pytest.approx(72 * KW + 72 * IDLE - 40, abs=1e-3)
+    # m2g sheds flexible work only: tier-0 work keeps the site above the limit
+    firm = forecast(snap(wl("firm", Phase.ADMITTED, 72, 4 * 3600, ago=0),
+                         f=factory(events=(ev,))), CFG)
+    assert firm.intervals[1].site_kw == pytest.approx(72 * KW + 72 * IDLE, abs=1e-3)
+    assert firm.intervals[1].shed_kw == 0.0
     plan = CapacityPlan("p", NOW, 3600, (-1, 36), CapUnit.GPUS)
     capped = forecast(snap(wl("a", Phase.PENDING, 36, 7200), wl("b", Phase.PENDING, 72, 3600),
                            plans=(plan,)), CFG)
@@ -159,3 +165,72 @@ def test_a_bad_window_file_is_one_line(tmp_path: Path) -> None:
     bad.write_text("kind: MaintenanceWindow\nmetadata: {name: x}\nspec: {start: soon}\n")
     got = CliRunner().invoke(app, ["forecast", "--with-window", str(bad)])
     assert got.exit_code == 2 and "--with-window" in got.output and "Traceback" not in got.output
+
+
+def test_new_work_persists_the_gpu_level_held_now() -> None:
+    """PERSIST: the GPUs the committed work leaves free are taken by new work at the kW per GPU
+    and tier mix of the work running now; NONE (the default) forecasts committed work."""
+    flex = wl("flex", Phase.ADMITTED, 36, 7200, tier=2, ago=0)  # ends in 2 h
+    s = snap(RUNNING, flex)
+    committed = forecast(s, CFG)
+    persist = forecast(s, ForecastConfig(horizon_hours=6, new_work=NewWork.PERSIST))
+    level = 72 + 36  # the GPUs running now
+    for c, p in zip(committed.intervals, persist.intervals, strict=True):
+        assert c.new_work_gpus == 0.0 and c.committed_kw == pytest.approx(c.site_kw, abs=1e-3)
+        assert p.committed_kw == pytest.approx(c.site_kw, abs=1e-3)
+        assert p.busy_gpus == pytest.approx(level, abs=1e-2)
+        assert p.site_kw == pytest.approx(level * KW + (144 - level) * IDLE, abs=1e-2)
+        assert p.new_work_gpus == pytest.approx(level - c.busy_gpus, abs=1e-2)
+    # hour 3: all committed work is done; new work's flexible kW follows the mix (tier 2: 1/3)
+    assert committed.intervals[3].busy_gpus == 0
+    assert persist.intervals[3].flex_kw[2] == pytest.approx(level * KW / 3, abs=1e-2)
+    # the bands: the new work's level ∓ 15 %
+    assert persist.intervals[3].low_kw < persist.intervals[3].site_kw \
+        < persist.intervals[3].high_kw
+
+
+def test_new_work_keeps_off_a_maintenance_window() -> None:
+    win = MaintenanceWindow("w", NOW + timedelta(hours=3), NOW + timedelta(hours=4),
+                            racks=("rack-1",))
+    cfg = ForecastConfig(horizon_hours=6, new_work=NewWork.PERSIST)
+    flex = wl("flex", Phase.ADMITTED, 36, 7200, tier=2, ago=0)
+    fc = forecast(snap(RUNNING, flex), cfg, extra_windows=(win,))
+    assert fc.intervals[3].busy_gpus == pytest.approx(72, abs=1e-2)  # one rack left
+    assert fc.intervals[4].busy_gpus == pytest.approx(108, abs=1e-2)
+
+
+def test_queued_work_waits_for_its_cluster_queues_quota() -> None:
+    q = QueueState("research", (FlavorQuota("gb200", "nvidia.com/gpu", 40, 40),), used_gpus=0)
+    a = replace(wl("a", Phase.PENDING, 36, 7200), cluster_queue="research")
+    b = replace(wl("b", Phase.PENDING, 36, 3600), cluster_queue="research")
+    fc = forecast(replace(snap(a, b), queues=(q,)), CFG)
+    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [36, 36, 36]  # one at a time
+    free = forecast(snap(a, b), CFG)
+    assert [round(i.busy_gpus) for i in free.intervals[:3]] == [72, 36, 0]
+
+
+def test_an_overrun_is_a_quarter_of_the_default_runtime() -> None:
+    late = wl("late", Phase.ADMITTED, 72, 600, ago=3000)  # expected end 40 min ago
+    cfg = ForecastConfig(horizon_hours=2, interval_seconds=600, default_runtime_seconds=2400)
+    fc = forecast(snap(late), cfg)
+    assert fc.intervals[0].busy_gpus == pytest.approx(72)  # ends within 600 s
+    assert fc.intervals[1].busy_gpus == pytest.approx(0)
+
+
+def test_admitted_work_whose_pods_do_not_run_yet_draws_after_the_bind_lag() -> None:
+    """The nodes hold 72 GPUs (rack-0) of 144 admitted: the two most recently admitted jobs
+    wait for their pods; the older of them has waited 600 s, so each draws 600 s after its
+    admission, and its runtime starts then."""
+    late = wl("late", Phase.ADMITTED, 36, 3600, ago=600)
+    later = wl("later", Phase.ADMITTED, 36, 3600, ago=60)
+    s = snap(RUNNING, late, later)
+    lag, unbound = bind_lag(s, 72)
+    assert lag == timedelta(seconds=600) and unbound == {"team/late", "team/later"}
+    fc = forecast(s, ForecastConfig(horizon_hours=1, interval_seconds=600))
+    assert fc.intervals[0].busy_gpus == pytest.approx(72 + 36 + 36 * 60 / 600, abs=1e-2)
+    assert fc.intervals[1].busy_gpus == pytest.approx(72 + 36 + 36, abs=1e-2)
+    # the calibration counts only the GPUs that draw now (72 of RUNNING's, idle elsewhere)
+    cal = forecast(snap(RUNNING, late, later, f=factory(draw=72 * KW + 72 * IDLE + 5.0)),
+                   ForecastConfig(horizon_hours=1, interval_seconds=600))
+    assert cal.calibration_kw == pytest.approx(5.0, abs=1e-2)
+    assert bind_lag(snap(RUNNING), 72) == (timedelta(0), frozenset())

@@ -1,0 +1,59 @@
+"""The forecast scenario's figures (twinkit.forecast): m2g's forecast against the sampled draw,
+as docs/twin-metrics.md "Forecast" defines them; the twin's site config in wall time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from twinkit import forecast as F
+from twinkit import harness as H
+from twinkit import scenarios as S
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def iso(s: float) -> str:
+    return (T0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fc(values: list[float], made: float = 10.0, step: float = 60.0) -> dict[str, object]:
+    ivs = [{"start": iso(made + i * step), "end": iso(made + (i + 1) * step), "siteKw": v,
+            "lowKw": v * 0.9, "highKw": v * 1.1, "committedKw": v / 2, "limitKw": None,
+            "busyGpus": 10.0, "newWorkGpus": 5.0, "flexTier1Kw": v / 4, "flexTier2Kw": 0.0,
+            "flexTier3Kw": 0.0} for i, v in enumerate(values)]
+    return {"madeAt": iso(made), "intervalSeconds": step, "intervals": ivs,
+            "calibrationKw": 3.0, "report": {"reportName": "x"}}
+
+
+def test_mape_is_over_whole_intervals_against_the_mean_sampled_draw() -> None:
+    # actual: 100 kW in the first interval, 200 in the second; the third is past the samples
+    samples = [(float(t), 100.0 if t < 70 else 200.0) for t in range(10, 130, 2)]
+    got = F.figures(fc([110.0, 150.0, 999.0]), samples, T0.timestamp(), 60.0)
+    assert got is not None
+    assert got["intervalsCompared"] == 2
+    assert got["horizonHours"] == 2.0  # 2 × 60 wall s at time scale 60
+    assert got["madeAtSeconds"] == 10.0
+    assert [r["actualKw"] for r in got["intervals"]] == [100.0, 200.0]
+    assert got["mapePct"] == pytest.approx((10 + 25) / 2)
+    assert got["committedMapePct"] == pytest.approx((45 + 62.5) / 2)
+    assert got["biasPct"] == pytest.approx((10 - 50) / 2 / 150 * 100, abs=0.01)
+    assert got["nrmsePct"] == pytest.approx(((100 + 2500) / 2) ** 0.5 / 150 * 100, abs=0.01)
+    assert got["bandCoveragePct"] == 50.0  # 100 in [99, 121]; 200 not in [135, 165]
+    assert got["flexibleSharePct"] == 25.0
+    assert got["report"] == {"reportName": "x"}
+
+
+def test_no_whole_interval_no_figures() -> None:
+    assert F.figures(fc([100.0]), [(12.0, 90.0), (20.0, 95.0)], T0.timestamp(), 60.0) is None
+
+
+def test_the_twin_gives_m2g_its_default_runtime_in_wall_time(tmp_path: Path) -> None:
+    tl = S.Timeline(S.Scenario.FORECAST, 180, 207, 17, 0.3)
+    cfg = H.RunConfig("m2g", 2, None, tl, 60.0, 537, tmp_path, tmp_path)  # type: ignore[arg-type]
+    doc = yaml.safe_load(H.site_config(cfg).read_text())
+    assert doc["planner"]["defaultRuntimeSeconds"] == 60.0  # one trace hour at scale 60
+    assert doc["planner"]["rampKwPerSecond"] == 50  # the rest is the shipped file's
+    assert S.Scenario.FORECAST in S.GRID_SCENARIOS and H.SCENARIOS[S.Scenario.FORECAST].start
