@@ -376,14 +376,21 @@ class Firing:
         self.data.timeline.append((self.cfg.timeline.start_s if at is None else at, what))
 
 
-def _dr_srp(f: Firing) -> None:
+def _ramp_event(f: Firing, program: str, pre_kw: float) -> None:
+    """A GridEvent whose IMPORT_CAPACITY_LIMIT ramps from ``pre_kw`` down by the scenario's
+    depth over its ramp and holds (S.ramp_intervals); the run's target is its last limit."""
     tl, data = f.cfg.timeline, f.data
-    data.intervals = S.ramp_intervals(f.pre_kw, tl.depth, tl.ramp_s, tl.duration_s)
+    data.intervals = S.ramp_intervals(pre_kw, tl.depth, tl.ramp_s, tl.duration_s)
     data.target_kw, data.ramp_s = data.intervals[-1].limit_kw, tl.ramp_s
-    f.grid_event({"programName": "twin-srp", "intervals": [
+    f.grid_event({"programName": program, "intervals": [
         {"start": rfc3339(f.start + iv.offset_s), "duration": f"PT{int(iv.duration_s)}S",
          "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": iv.limit_kw}}
         for iv in data.intervals]})
+
+
+def _dr_srp(f: Firing) -> None:
+    tl, data = f.cfg.timeline, f.data
+    _ramp_event(f, "twin-srp", f.pre_kw)
     f.note(f"GridEvent {f.name}: IMPORT_CAPACITY_LIMIT from {data.intervals[0].limit_kw:.0f} "
            f"to {data.target_kw:.0f} kW over {tl.ramp_s:.0f} s (pre-event draw "
            f"{f.pre_kw:.0f} kW)")
@@ -457,12 +464,7 @@ def _notify_and_forecast(f: Firing, interval: int, count: int) -> None:
     during = [iv["siteKw"] for iv in base_fc.get("intervals") or []
               if _iso(iv["start"]) - t0 < tl.end_s and _iso(iv["end"]) - t0 > tl.start_s]
     pre = sum(during) / len(during) if during else 0.0
-    data.intervals = S.ramp_intervals(pre, tl.depth, tl.ramp_s, tl.duration_s)
-    data.target_kw, data.ramp_s = data.intervals[-1].limit_kw, tl.ramp_s
-    f.grid_event({"programName": "twin-forecast", "intervals": [
-        {"start": rfc3339(f.start + iv.offset_s), "duration": f"PT{int(iv.duration_s)}S",
-         "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": iv.limit_kw}}
-        for iv in data.intervals]})
+    _ramp_event(f, "twin-forecast", pre)
     f.note(f"GridEvent {f.name} notified for t = {tl.start_s:.0f} s: IMPORT_CAPACITY_LIMIT "
            f"from {data.intervals[0].limit_kw:.0f} to {data.target_kw:.0f} kW (m2g's forecast "
            f"for the event's hours: {pre:.0f} kW)", time.time() - t0)
