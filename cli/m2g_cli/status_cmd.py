@@ -13,17 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from m2g.model.cluster import ClusterSnapshot
+from m2g.k8s.parse import parse_time
+from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot
 from m2g_cli.views import Output, structured, table
-
-CHECK_CONTROLLER = "m2g.io/policy"
-
-
-def _parse_time(value: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -40,7 +32,7 @@ def leader_data(lease: dict[str, Any] | None, namespace: str, name: str, now: da
     if lease is None:
         return {"lease": f"{namespace}/{name}", "holder": None, "state": "NoLease"}
     spec = lease.get("spec") or {}
-    renewed = _parse_time(spec.get("renewTime"))
+    renewed = parse_time(spec.get("renewTime"))
     age = (now - renewed).total_seconds() if renewed else None
     duration = float(spec.get("leaseDurationSeconds") or 15)
     holder = spec.get("holderIdentity") or None
