@@ -430,7 +430,7 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
             await asyncio.wait_for(all_shed.wait(), 120)
         await asyncio.sleep(2)  # anything shed beyond the expected set shows up here
         all_shed.set()
-        first = min(seen.values()) - t0
+        first = min(seen.values()) - t0 if seen else math.nan  # nothing shed: a mismatch
         last = max(seen[k] for k in victims) - t0 if victims <= seen.keys() else math.nan
         unexpected = len(set(seen) - victims) + len(victims - set(seen))
         n_early = len(seen)
