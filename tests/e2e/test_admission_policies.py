@@ -83,11 +83,17 @@ def _denied(out: Any, *words: str) -> bool:
 
 def test_tenant_cannot_forge_shed_bookkeeping(kubeconfig: Path, guarded: Path) -> None:
     forged = unique("m2g-e2e-forged")
-    # the policy takes effect a moment after it is created: retry the first refusal
-    wait_until("the workload policy to refuse a forged shed-at", lambda: _denied(
-        _as_tenant(kubeconfig, "create", "-f", "-",
-                   stdin=_workload(forged, {SHED_AT: "2099-01-01T00:00:00Z"})),
-        "m2g-workload-bookkeeping", SHED_AT), timeout=60)
+    try:
+        # the policy takes effect a moment after it is created: retry the first refusal (an
+        # attempt made before it did creates the Workload, which the finally removes, so that
+        # no later test that lists every namespace finds it)
+        wait_until("the workload policy to refuse a forged shed-at", lambda: _denied(
+            _as_tenant(kubeconfig, "create", "-f", "-",
+                       stdin=_workload(forged, {SHED_AT: "2099-01-01T00:00:00Z"})),
+            "m2g-workload-bookkeeping", SHED_AT), timeout=60)
+    finally:
+        kubectl(kubeconfig, "delete", "-n", "default", f"workloads.kueue.x-k8s.io/{forged}",
+                "--ignore-not-found", check=False)
 
     name = unique("m2g-e2e-wl")
     ok = _as_tenant(kubeconfig, "create", "-f", "-", stdin=_workload(name))
