@@ -8,7 +8,9 @@ it afterwards.
 1. Setup: m2g's CRDs, a site PowerDomain (budget far above the draw), a ClusterQueue with the
    whole factory's GPUs and m2g's admission check, LocalQueues in a few namespaces; the
    controller as its own process (bench/controller_proc.py: the objects of ``m2g run`` with
-   modelled power); then ``--workloads`` batch/v1 Jobs (1–2 pods of 1–4 GPUs, flex tiers 0–3),
+   modelled power, pauses as its only power lever: with GPU caps on, m2g would meet the
+   shortfall by capping flexible jobs first and shed nothing; caps are timed by the twin,
+   bench/twin.py); then ``--workloads`` batch/v1 Jobs (1–2 pods of 1–4 GPUs, flex tiers 0–3),
    created concurrently (bounded), and waited for until every Workload is Admitted (m2g
    answered its check) and every pod runs.
 2. ``--repeats`` times: compute the site draw the controller sees (idle + 1.3 kW per bound GPU)

@@ -140,9 +140,11 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
     metrics = Metrics()
     config = PlannerConfig(check_name=args.check_name,
                            ramp_kw_per_second=args.ramp_kw_per_second,
-                           max_step_kw=args.max_step_kw)
+                           max_step_kw=args.max_step_kw, power_caps=args.power_caps)
+    # as m2g run: gc.freeze() after each snapshot (m2g_controllers.collector)
     manager = TimedManager(cluster, PolicyStore(make_runtime()), metrics, config=config,
-                           resync_seconds=args.resync_seconds, policy_dir=args.policies)
+                           resync_seconds=args.resync_seconds, policy_dir=args.policies,
+                           freeze_collector=True)
     manager.tally = count_requests(kube)
     health = HealthServer(metrics.registry, manager.ready, "127.0.0.1", args.metrics_port)
     await health.start()
@@ -166,6 +168,10 @@ def main() -> int:
     p.add_argument("--check-name", default="m2g-bench")
     p.add_argument("--ramp-kw-per-second", type=float, default=PlannerConfig.ramp_kw_per_second)
     p.add_argument("--max-step-kw", type=float, default=PlannerConfig.max_step_kw)
+    # The latency bench times GridEvent -> sheds: with graded curtailment on, m2g meets the
+    # shortfall with GPU caps first and sheds nothing (bench/controller_latency.py --levers).
+    p.add_argument("--power-caps", action=argparse.BooleanOptionalAction, default=False,
+                   help="cap GPUs of flexible jobs before pausing (m2g run's default: on)")
     p.add_argument("--profile", help="write cProfile stats of the whole run here on exit")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
