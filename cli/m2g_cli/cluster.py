@@ -19,7 +19,7 @@ from m2g.config import SiteConfig, SiteConfigError, load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.build import ClusterObjects
 from m2g.k8s.cache import object_key
-from m2g.k8s.kubeconfig import merged_kubeconfig
+from m2g.k8s.kubeconfig import context_namespace, merged_kubeconfig
 from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
 from m2g.model.cluster import ClusterSnapshot
 from m2g.signals.config import PrometheusSettings
@@ -81,7 +81,9 @@ async def read(kubeconfig: str | None, context: str | None,
     except k.KubeError as exc:
         raise CliError(str(exc)) from None
     warnings: list[str] = []
-    namespace = kube.namespace
+    # the same function as `m2g submit` (kr8s's own namespace is the current context's even
+    # under --context, so it is not used)
+    namespace = context_namespace(kubeconfig, context)
     try:
         listed = await list_objects(kube)
         try:

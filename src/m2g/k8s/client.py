@@ -196,15 +196,6 @@ class Kube:
         self.api = api
         self.timeout = timeout
 
-    @property
-    def namespace(self) -> str:
-        """The namespace kubectl would default to: the context's, the ServiceAccount's in a
-        pod, else ``default``."""
-        try:
-            return str(self.api.namespace or "default")
-        except (AttributeError, AssertionError):
-            return "default"
-
     async def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str | None = None) -> Obj:
         """One call; returns the decoded JSON object ({} for an empty body)."""
