@@ -135,13 +135,18 @@ def rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class BenchTimeout(Exception):
+    """A wait that did not end: the bench stops with this one line (exit 1), no traceback."""
+
+
 async def until(what: str, check: Callable[[], bool], timeout: float,
-                every: float = 0.5) -> float:
+                every: float = 0.5, progress: Callable[[], str] | None = None) -> float:
     """Wait (on local caches, not the API) until ``check()``; returns the seconds waited."""
     t = time.monotonic()
     while not check():
         if time.monotonic() - t > timeout:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            where = f" ({progress()})" if progress else ""
+            raise BenchTimeout(f"timed out after {timeout:.0f}s waiting for {what}{where}")
         await asyncio.sleep(every)
     return time.monotonic() - t
 
@@ -344,6 +349,12 @@ class World:
         return sum(1 for p in self.pods.view().values()
                    if meta(dict(p)).get("namespace", "").startswith("bench-"))
 
+    def progress(self) -> str:
+        mine = self.mine()
+        done = sum(admitted(wl) and active(wl) for wl, _ in mine.values())
+        return (f"{done}/{len(self.jobs)} workloads admitted, "
+                f"{self.running_pods()}/{self.expected_pods()} pods running")
+
     def steady(self) -> bool:
         mine = self.mine()
         return (len(mine) == len(self.jobs)
@@ -460,7 +471,8 @@ async def one_round(kube: k.Kube, world: World, ctl: Controller, shed_kw: float,
         f"({shortfall:.1f} kW): first {first:.3f} s, all {last:.3f} s, restore {restore:.3f} s"
         f"; pods gone {evict:.1f} s after the first shed"
         + (f", {unexpected} unexpected" if unexpected else "") + (f", {late} late" if late else ""))
-    await until("everything admitted and running again", world.steady, 1800, every=1)
+    await until("everything admitted and running again", world.steady, 1800, every=1,
+                progress=world.progress)
     await asyncio.sleep(1)
     return Sample(len(victims), shortfall, first, last, restore, unexpected, n_between, late,
                   evict)
@@ -518,7 +530,7 @@ async def run(args: argparse.Namespace) -> int:
                 "existed); waiting for admission")
             t = time.monotonic()
             await until("every workload admitted and every pod running", world.steady,
-                        args.setup_timeout, every=2)
+                        args.setup_timeout, every=2, progress=world.progress)
             report["admit_s"] = time.monotonic() - t
             report["rss_loaded_mib"] = proc_memory(ctl.proc.pid)
             log(f"all admitted and running after {report['admit_s']:.1f} s more; "
@@ -646,7 +658,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return asyncio.run(run(parse(argv)))
+    try:
+        return asyncio.run(run(parse(argv)))
+    except BenchTimeout as e:
+        print(f"bench-controller: {e} (load average {os.getloadavg()[0]:.1f}; the bench "
+              "wants a quiet machine)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
