@@ -12,6 +12,12 @@ decisions are trusted, the same way (a first recording at bd5ce53 went stale whe
 changed checkpoint ages, and thereby the shedding order). On cel-expr-python only: cel-python
 takes minutes here, and tests/unit/test_differential.py holds the two engines to the same
 answers.
+
+Policy changes since the recording are explained, not re-recorded: health-admission stopped
+deferring work whose cliques are healthy but busy (the busy-clique Retry found by the twin). The
+same-plan comparison runs the shipped policies with health-admission as it was
+(tests/unit/fixtures/health-admission-busy.yaml, the policy of commit 19a52d2), and a second test
+holds the shipped policy to changing exactly those answers.
 """
 
 from __future__ import annotations
@@ -24,11 +30,15 @@ from typing import Any
 from m2g.k8s.build import build_snapshot
 from m2g.planner.config import PlannerConfig
 from m2g.planner.plan import make_plan
-from m2g.policy import Evaluator, load_dir
+from m2g.policy import Evaluator
+from m2g.policy.loader import build, make_runtime, read_texts
 from m2g.testing.scale import LABELS, NOW, generate, plan_record
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "scale100_plan.json.gz"
+#: health-admission before it left busy cliques to the scheduler (see the module docstring).
+BUSY_HEALTH = Path(__file__).parent / "fixtures" / "health-admission-busy.yaml"
+HEALTH = "health.admission.yaml"
 
 
 def _expected() -> dict[str, Any]:
@@ -53,14 +63,24 @@ def _diff(want: list[Any], got: list[Any], key: str) -> list[str]:
     return out[:5]
 
 
-def test_100_racks_same_plan_as_before() -> None:
+def _plan(*, busy_health: bool) -> dict[str, Any]:
+    """The 100-rack plan with the shipped policies (``busy_health``: health-admission as the
+    fixture was recorded with)."""
+    texts = {p.name: p.read_text() for p in sorted((ROOT / "deploy" / "policies").glob("*.yaml"))}
+    assert HEALTH in texts
+    if busy_health:
+        texts[HEALTH] = BUSY_HEALTH.read_text()
+    evaluator = Evaluator(build(read_texts(texts), make_runtime("cel-expr-python")))
     objs, readings = generate(100, 2000)
-    evaluator = Evaluator(load_dir(ROOT / "deploy" / "policies", "cel-expr-python"))
     snap = build_snapshot(objs, readings, NOW, labels=LABELS)
     # pauses only: the recording predates graded curtailment (issue 12; test_curtail.py)
-    got = json.loads(json.dumps(plan_record(make_plan(snap, evaluator, PlannerConfig(
-        power_caps=False))),
-                                sort_keys=True, default=str))
+    plan = make_plan(snap, evaluator, PlannerConfig(power_caps=False))
+    out: dict[str, Any] = json.loads(json.dumps(plan_record(plan), sort_keys=True, default=str))
+    return out
+
+
+def test_100_racks_same_plan_as_before() -> None:
+    got = _plan(busy_health=True)
     want = _expected()
     problems = [p for k in want for p in _diff(want[k], got[k], k)]
     assert not problems, "\n".join(problems)
@@ -68,6 +88,23 @@ def test_100_racks_same_plan_as_before() -> None:
     states = {c["state"] for c in want["checks"]}
     assert {"Ready", "Retry"} <= states and want["sheds"] and want["quotas"]
     assert any(c["pod_set_updates"] for c in want["checks"])
+
+
+def test_shipped_health_admission_changes_only_its_busy_clique_deferrals() -> None:
+    """On this factory (10 of 100 cliques degraded, 90 healthy and busy) the shipped
+    health-admission no longer defers anything: every answer that changed is one the recorded
+    policy gave as ``defer-no-healthy-clique``, now without it; sheds and quotas are the same."""
+    got, want = _plan(busy_health=False), _expected()
+    assert [_diff(want[k], got[k], k) for k in ("sheds", "quotas")] == [[], []]
+    rule = "health-admission/defer-no-healthy-clique"
+    changed = [(w, g) for w, g in zip(want["checks"], got["checks"], strict=True)
+               if w != _recorded(w, g)]
+    assert changed, "the recorded busy-clique deferrals should have changed"
+    assert all(rule in w["message"] and rule not in g["message"] for w, g in changed)
+    assert {w["name"] for w, _ in changed} == {
+        c["name"] for c in want["checks"] if rule in c["message"]}
+    # a deferral that only the busy cliques made is now an admission
+    assert any(w["state"] == "Retry" and g["state"] == "Ready" for w, g in changed)
 
 
 def test_a_changed_decision_is_caught() -> None:

@@ -12,6 +12,7 @@ leaves them out.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -316,11 +317,15 @@ class FactsView(CelModel):
       and that a short job may still use.
     * ``cliquesFit[n]`` (n = 0 … 72): how many cliques with a known size (``totalGpus > 0``)
       have at least ``n`` usable GPUs.
+    * ``cliquesHealthyFit[n]`` (n = 0 … 72): how many cliques with a known size, not in thermal
+      alarm, have at least ``n`` healthy GPUs, free or busy: the cliques that could hold ``n``
+      GPUs once their running work ends (``cliquesFit`` counts those that can now).
     """
 
     coolest_fit: tuple[str, ...] = ()
     maintenance_ahead: tuple[DomainView, ...] = ()
     cliques_fit: tuple[int, ...] = ()
+    cliques_healthy_fit: tuple[int, ...] = ()
 
 
 def usable_gpus(d: DomainView) -> int:
@@ -328,12 +333,12 @@ def usable_gpus(d: DomainView) -> int:
     return d.free_gpus - (d.total_gpus - d.healthy_gpus) if d.total_gpus > 0 else d.free_gpus
 
 
-def _count_fit(domains: tuple[DomainView, ...]) -> tuple[int, ...]:
-    """For n = 0 … FACTS_MAX_GPUS, how many of ``domains`` have at least n usable GPUs."""
+def _count_fit(counts: Iterable[int], size: int) -> tuple[int, ...]:
+    """For n = 0 … FACTS_MAX_GPUS, how many of the ``size`` ``counts`` are at least n."""
     at = [0] * (FACTS_MAX_GPUS + 2)
-    for d in domains:
-        at[max(0, min(FACTS_MAX_GPUS + 1, usable_gpus(d) + 1))] += 1  # usable < n from n+1 on
-    out, fit = [], len(domains)
+    for c in counts:
+        at[max(0, min(FACTS_MAX_GPUS + 1, c + 1))] += 1  # c < n from n+1 on
+    out, fit = [], size
     for n in range(FACTS_MAX_GPUS + 1):
         fit -= at[n]
         out.append(fit)
@@ -356,8 +361,11 @@ def facts_of(topology: TopologyView) -> FactsView:
             names.append("")
     ahead = tuple(r for r in racks if not r.maintenance.active
                   and r.maintenance.starts_in_seconds > 0)
+    cliques = [c for c in topology.cliques if c.total_gpus > 0]
+    cool = [c for c in cliques if not c.thermal.alarm]
     return FactsView(coolest_fit=tuple(names), maintenance_ahead=ahead,
-                     cliques_fit=_count_fit(tuple(c for c in topology.cliques if c.total_gpus > 0)))
+                     cliques_fit=_count_fit((usable_gpus(c) for c in cliques), len(cliques)),
+                     cliques_healthy_fit=_count_fit((c.healthy_gpus for c in cool), len(cool)))
 
 
 M = TypeVar("M", bound=CelModel)
