@@ -49,6 +49,8 @@ class ClusterView:
     topologies: dict[str, Any] = field(default_factory=dict)  # Kueue Topologies (explain)
     namespace: str = "default"  # the context's namespace: what -n defaults to, as in kubectl
     lease: dict[str, Any] | None = None  # m2g's Lease, when asked for (m2g status)
+    #: NS/NAME of the Workloads the API server matched to a field selector (None: not asked)
+    selected: set[str] | None = None
 
 
 def server(kubeconfig: str | None, context: str | None) -> str:
@@ -67,9 +69,11 @@ def server(kubeconfig: str | None, context: str | None) -> str:
 
 
 async def read(kubeconfig: str | None, context: str | None,
-               prometheus: str | None = None, lease: tuple[str, str] | None = None
-               ) -> ClusterView:
-    """List everything once; raise CliError with one clear line on failure."""
+               prometheus: str | None = None, lease: tuple[str, str] | None = None,
+               field_selector: str | None = None) -> ClusterView:
+    """List everything once; raise CliError with one clear line on failure.
+    ``field_selector``: also list the Workloads it selects, evaluated by the API server
+    (``ClusterView.selected``); one it refuses is exit code 2."""
     if k.resolve_kubeconfig(kubeconfig) is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise CliError("no cluster: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running "
                        "in a pod; pass --kubeconfig")
@@ -96,6 +100,7 @@ async def read(kubeconfig: str | None, context: str | None,
         except k.ResourceMissing:  # Kueue without TAS
             topologies = {}
         held = await kube.get_or_none(k.LEASES, lease[1], lease[0]) if lease else None
+        selected = await _selected(kube, field_selector) if field_selector else None
     except RequiredKindMissing as exc:
         raise CliError(f"{exc.resource.kind} ({exc.resource.group}) is not served by this "
                        "cluster: is Kueue installed (v1beta2 CRDs)?") from None
@@ -111,7 +116,20 @@ async def read(kubeconfig: str | None, context: str | None,
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
                     labels=(site_config() or SiteConfig()).topology.labels)
     warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
-    return ClusterView(snap, listed.objects, policies, warnings, topologies, namespace, held)
+    return ClusterView(snap, listed.objects, policies, warnings, topologies, namespace, held,
+                       selected)
+
+
+async def _selected(kube: k.Kube, field_selector: str) -> set[str]:
+    """The keys of the Workloads the API server selects with ``field_selector``."""
+    try:
+        found = await kube.list(k.WORKLOADS, params={"fieldSelector": field_selector})
+    except k.PermanentError as exc:
+        if exc.status == 400:  # the API server's word on a selector it cannot read
+            raise CliError(f"--field-selector {field_selector!r}: "
+                           f"{exc.api_message or exc}", code=2) from None
+        raise
+    return {object_key(o) for o in found.get("items") or []}
 
 
 def site_config() -> SiteConfig | None:

@@ -7,7 +7,7 @@ unknown workload too).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -21,11 +21,14 @@ from m2g_cli import term
 from m2g_cli.blockers import kueue_blockers, power_blockers
 from m2g_cli.selectors import SelectorError, parse_selector
 from m2g_cli.views import (
+    Listing,
     Output,
+    SortKeyError,
     render_explanation,
     render_queues,
     render_signals,
     render_workloads,
+    sort_path,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +54,30 @@ def chosen_namespace(view: ClusterView, namespace: str | None, all_namespaces: b
                      ) -> str | None:
     """kubectl's rule: -A is every namespace (None), else -n, else the context's."""
     return None if all_namespaces else namespace or view.namespace
+NoHeaders = Annotated[bool, typer.Option(
+    "--no-headers", help="Tables without their header line (as kubectl)")]
+SortBy = Annotated[str | None, typer.Option(
+    "--sort-by", help="Sort by a field of the -o json items: .name, {.gpus} (as kubectl)")]
+
+
+def listing(no_headers: bool, sort_by: str | None) -> Listing:
+    """--no-headers and --sort-by; a --sort-by that is not a field path is exit code 2."""
+    if sort_by is not None:
+        try:
+            sort_path(sort_by)
+        except SortKeyError as exc:
+            term.fail(str(exc), term.USAGE)
+    return Listing(no_headers, sort_by)
+
+
+def rendered(render: Callable[[], str]) -> None:
+    """Print what ``render`` gives; a --sort-by naming no field of the items is exit 2."""
+    try:
+        typer.echo(render(), nl=False)
+    except SortKeyError as exc:
+        term.fail(str(exc), term.USAGE)
+
+
 Prom = Annotated[str | None, typer.Option(
     "--prometheus", envvar="M2G_PROMETHEUS_URL", help="Prometheus URL for power and thermal")]
 
@@ -65,19 +92,24 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None,
-          lease: tuple[str, str] | None = None) -> ClusterView:
+          lease: tuple[str, str] | None = None, field_selector: str | None = None
+          ) -> ClusterView:
     from m2g_cli.cluster import read  # kr8s and the adapters: only for commands that need them
 
-    view = _run(read(kubeconfig, context, prometheus, lease=lease))
+    view = _run(read(kubeconfig, context, prometheus, lease=lease,
+                     field_selector=field_selector))
     for w in view.warnings:
         typer.echo(f"warning: {w}", err=True)
     return view
 
 
 def queues(kubeconfig: Kubeconfig = None, context: Context = None,
-           output: Out = Output.TABLE) -> None:
+           output: Out = Output.TABLE, no_headers: NoHeaders = False,
+           sort_by: SortBy = None) -> None:
     """ClusterQueues: GPU quota (m2g-derated vs base), usage, pending, stopPolicy."""
-    typer.echo(render_queues(_view(kubeconfig, context).snapshot, output), nl=False)
+    how = listing(no_headers, sort_by)
+    snap = _view(kubeconfig, context).snapshot
+    rendered(lambda: render_queues(snap, output, how))
 
 
 def workloads(
@@ -85,7 +117,11 @@ def workloads(
     queue: Annotated[str | None, typer.Option("--queue", "-q", help="LocalQueue or CQ")] = None,
     selector: Annotated[str | None, typer.Option(
         "--selector", "-l", help="Label selector, as kubectl's (app=x,tier in (2,3),!y)")] = None,
+    field_selector: Annotated[str | None, typer.Option(
+        "--field-selector", help="Field selector the API server evaluates, as kubectl's "
+        "(metadata.name=x, status.admission.clusterQueue=cq)")] = None,
     kubeconfig: Kubeconfig = None, context: Context = None, output: Out = Output.TABLE,
+    no_headers: NoHeaders = False, sort_by: SortBy = None,
 ) -> None:
     """Workloads with their Kueue phase and m2g's check state and message."""
     try:
@@ -93,9 +129,11 @@ def workloads(
     except SelectorError as exc:
         term.fail(str(exc), term.USAGE)
     check_namespaces(namespace, all_namespaces)
-    view = _view(kubeconfig, context)
+    how = listing(no_headers, sort_by)
+    view = _view(kubeconfig, context, field_selector=field_selector)
     ns = chosen_namespace(view, namespace, all_namespaces)
-    typer.echo(render_workloads(view.snapshot, output, ns, queue, match), nl=False)
+    rendered(lambda: render_workloads(view.snapshot, output, ns, queue, match, how,
+                                      view.selected))
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,

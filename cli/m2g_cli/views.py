@@ -6,7 +6,9 @@ No I/O and no cluster here, so every command's output has golden tests (tests/un
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -32,12 +34,74 @@ class Output(StrEnum):
     JSON = "json"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by three spaces, like kubectl get."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], no_headers: bool = False
+          ) -> str:
+    """Left-aligned columns separated by three spaces, like kubectl get (``no_headers``: the
+    header line left out, the columns as wide as with it)."""
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
     lines = ["   ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
-             for r in [headers, *rows]]
+             for r in ([] if no_headers else [headers]) + list(rows)]
     return "\n".join(lines) + "\n"
+
+
+def as_list(items: Iterable[Any]) -> dict[str, Any]:
+    """The items as kubectl prints a list with -o json|yaml: a ``v1`` ``List``."""
+    return {"apiVersion": "v1", "kind": "List", "items": list(items)}
+
+
+class SortKeyError(ValueError):
+    """A ``--sort-by`` that is not a field path, or names no field of the items."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """kubectl's list habits: ``--no-headers`` (tables) and ``--sort-by`` (a field of the
+    items as ``-o json`` prints them: ``.name``, ``{.gpus}``; every output format)."""
+
+    no_headers: bool = False
+    sort_by: str | None = None
+
+
+_FIELD_PATH = re.compile(r"^\{?((?:\.[A-Za-z0-9_-]+)+)\}?$")
+
+
+def sort_path(expr: str) -> tuple[str, ...]:
+    """``.a.b`` or ``{.a.b}`` (kubectl's JSONPath for --sort-by, fields only) as its parts."""
+    m = _FIELD_PATH.match(expr.strip())
+    if m is None or expr.strip().startswith("{") != expr.strip().endswith("}"):
+        raise SortKeyError(f"--sort-by {expr!r}: not a field path such as .name or {{.gpus}}")
+    return tuple(m.group(1).split(".")[1:])
+
+
+def _lookup(item: Any, path: tuple[str, ...]) -> tuple[bool, Any]:
+    for part in path:
+        if not isinstance(item, Mapping) or part not in item:
+            return False, None
+        item = item[part]
+    return True, item
+
+
+def sort_items(items: list[dict[str, Any]], expr: str | None) -> list[dict[str, Any]]:
+    """``items`` sorted by the field ``expr`` names (None: as they are): numbers by value,
+    then text, empty values last; the order of equal ones kept. Raises SortKeyError when no
+    item has the field."""
+    if not expr:
+        return items
+    path = sort_path(expr)
+    found = [_lookup(i, path) for i in items]
+    if items and not any(ok for ok, _ in found):
+        fields = ", ".join(f".{k}" for k in items[0])
+        raise SortKeyError(f"--sort-by {expr!r}: no such field in these items (fields: "
+                           f"{fields})")
+
+    def key(pair: tuple[tuple[bool, Any], dict[str, Any]]) -> tuple[int, float, str]:
+        v = pair[0][1]
+        if isinstance(v, bool | int | float) and v == v:
+            return (0, float(v), "")
+        if v is None or v == "" or isinstance(v, float):
+            return (2, 0.0, "")
+        return (1, 0.0, v if isinstance(v, str) else json.dumps(v, sort_keys=True))
+    return [i for _, i in sorted(zip(found, items, strict=True), key=key)]
 
 
 def structured(data: Any, out: Output) -> str:
@@ -77,10 +141,10 @@ def queue_rows(snap: ClusterSnapshot) -> list[dict[str, Any]]:
     return out
 
 
-def render_queues(snap: ClusterSnapshot, out: Output) -> str:
-    rows = queue_rows(snap)
+def render_queues(snap: ClusterSnapshot, out: Output, listing: Listing = Listing()) -> str:
+    rows = sort_items(queue_rows(snap), listing.sort_by)
     if out in (Output.YAML, Output.JSON):
-        return structured({"clusterQueues": rows}, out)
+        return structured(as_list(rows), out)
     head = ["CLUSTERQUEUE", "FLAVOR", "GPUS", "USED", "PENDING", "STOP"]
     if out is Output.WIDE:
         head += ["COHORT", "WEIGHT", "NOTE"]
@@ -99,7 +163,8 @@ def render_queues(snap: ClusterSnapshot, out: Output) -> str:
             weight = "-" if r["weight"] is None else f"{r['weight']:g}"
             row += [r["cohort"] or "-", weight, note or "-"]
         body.append(row)
-    return table(head, body) if body else "No ClusterQueues with GPU quota found.\n"
+    return table(head, body, listing.no_headers) if body else \
+        "No ClusterQueues with GPU quota found.\n"
 
 
 # ---- workloads ---------------------------------------------------------------------------
@@ -116,16 +181,19 @@ def workload_row(w: WorkloadState, now: datetime) -> dict[str, Any]:
 
 def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None = None,
                      queue: str | None = None,
-                     labels: Callable[[Mapping[str, str]], bool] | None = None) -> str:
+                     labels: Callable[[Mapping[str, str]], bool] | None = None,
+                     listing: Listing = Listing(), keys: set[str] | None = None) -> str:
     """``labels``: a label selector's matcher (m2g_cli.selectors) over the workload's labels
-    (its own and its pod templates', as m2g reads them)."""
+    (its own and its pod templates', as m2g reads them); ``keys``: only these NS/NAMEs (what
+    the API server answered to a field selector)."""
     chosen = [w for w in snap.workloads
               if (namespace is None or w.namespace == namespace)
               and (queue is None or queue in (w.view.queue, w.cluster_queue))
-              and (labels is None or labels(w.view.labels))]
-    rows = [workload_row(w, snap.now) for w in chosen]
+              and (labels is None or labels(w.view.labels))
+              and (keys is None or f"{w.namespace}/{w.name}" in keys)]
+    rows = sort_items([workload_row(w, snap.now) for w in chosen], listing.sort_by)
     if out in (Output.YAML, Output.JSON):
-        return structured({"workloads": rows}, out)
+        return structured(as_list(rows), out)
     head = ["NAMESPACE", "NAME", "QUEUE", "PHASE", "M2G", "GPUS", "FLEX", "WAIT"]
     if out is Output.WIDE:
         head += ["KIND", "MESSAGE"]
@@ -139,7 +207,7 @@ def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None =
         if out is Output.WIDE:
             row += [r["kind"] or "-", r["message"] or "-"]
         body.append(row)
-    return table(head, body) if body else "No workloads found.\n"
+    return table(head, body, listing.no_headers) if body else "No workloads found.\n"
 
 
 # ---- signals -----------------------------------------------------------------------------

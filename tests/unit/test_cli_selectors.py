@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from m2g_cli.app import app
 from m2g_cli.selectors import SelectorError, parse_selector
 
 LABELS = {"app": "train", "tier": "2", "m2g.io/workload-kind": "training"}
@@ -24,3 +28,20 @@ def test_selector_matches_like_kubectl(selector: str, matches: bool) -> None:
 def test_unreadable_selector_is_one_error(bad: str) -> None:
     with pytest.raises(SelectorError):
         parse_selector(bad)
+
+
+@pytest.mark.parametrize(("args", "start"), [
+    (["workloads", "-l", "a in (b"], "error: selector 'a in (b': unbalanced '('"),
+    (["workloads", "--sort-by", "name"], "error: --sort-by 'name': not a field path"),
+    (["queues", "--sort-by", "{.gpus"], "error: --sort-by '{.gpus': not a field path"),
+])
+def test_bad_selector_or_sort_key_is_exit_2_before_any_cluster_read(
+        args: list[str], start: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No kubeconfig anywhere: had the command read the cluster first, it would exit 1."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.startswith(start) and result.stderr.count("\n") == 1, result.stderr
+    assert result.stdout == ""

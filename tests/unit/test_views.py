@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from m2g.model.cluster import (
     CheckState,
@@ -30,13 +32,17 @@ from m2g.model.inputs import WorkloadKind, WorkloadView
 from m2g.planner.explain import explain
 from m2g_cli.selectors import parse_selector
 from m2g_cli.views import (
+    Listing,
     Output,
+    SortKeyError,
     explanation_data,
     render_explanation,
     render_preview,
     render_queues,
     render_signals,
     render_workloads,
+    sort_items,
+    sort_path,
 )
 from tests.unit.goldens import golden
 from tests.unit.policy_helpers import evaluator, policy
@@ -95,11 +101,68 @@ def test_workloads_filters() -> None:
 def test_workloads_label_selector() -> None:
     def names(selector: str) -> list[str]:
         text = render_workloads(cluster(), Output.JSON, labels=parse_selector(selector))
-        return [w["name"] for w in json.loads(text)["workloads"]]
+        return [w["name"] for w in json.loads(text)["items"]]
     assert names("team=llm") == ["llama-8b-ft"]
     assert names("team!=llm") == ["sweep-17", "pretrain-405b"]
     assert names("team in (llm,search)") == ["llama-8b-ft", "sweep-17", "pretrain-405b"]
     assert names("missing") == []
+
+
+@pytest.mark.parametrize("render", [render_queues, render_workloads])
+def test_lists_are_kubectl_lists_of_the_same_items(render: Any) -> None:
+    """-o json|yaml of a list command: apiVersion v1, kind List, the rows as items."""
+    for out in (Output.JSON, Output.YAML):
+        text = render(cluster(), out)
+        data = json.loads(text) if out is Output.JSON else yaml.safe_load(text)
+        assert list(data) == ["apiVersion", "kind", "items"]
+        assert (data["apiVersion"], data["kind"]) == ("v1", "List")
+        assert data["items"] and all("name" in i or "clusterQueue" in i for i in data["items"])
+
+
+def test_no_headers_drops_only_the_header_line() -> None:
+    full = render_workloads(cluster(), Output.WIDE).splitlines()
+    bare = render_workloads(cluster(), Output.WIDE, listing=Listing(no_headers=True))
+    assert full[0].startswith("NAMESPACE") and bare.splitlines() == full[1:]
+    assert render_queues(cluster(), Output.TABLE, Listing(True)).splitlines() == \
+        render_queues(cluster(), Output.TABLE).splitlines()[1:]
+
+
+def test_sort_by_a_field_of_the_items() -> None:
+    def names(expr: str, out: Output = Output.JSON) -> list[str]:
+        text = render_workloads(cluster(), out, listing=Listing(sort_by=expr))
+        if out is Output.JSON:
+            return [w["name"] for w in json.loads(text)["items"]]
+        return [line.split()[1] for line in text.splitlines()[1:]]
+    assert names(".gpus") == ["llama-8b-ft", "sweep-17", "pretrain-405b"]
+    assert names("{.name}") == ["llama-8b-ft", "pretrain-405b", "sweep-17"]
+    assert names(".name", Output.TABLE) == names(".name")
+    assert names(".flexTier") == ["llama-8b-ft", "sweep-17", "pretrain-405b"]
+    queues = json.loads(render_queues(cluster(), Output.JSON, Listing(sort_by=".usedGpus")))
+    assert [q["clusterQueue"] for q in queues["items"]] == ["research", "prod"]
+
+
+def test_sort_by_puts_numbers_before_text_and_empty_values_last() -> None:
+    items = [{"v": None}, {"v": "b"}, {"v": 10}, {}, {"v": "a"}, {"v": 2.5}, {"v": ""}]
+    assert [i.get("v", "-") for i in sort_items(items, ".v")] == [2.5, 10, "a", "b", None, "-",
+                                                                   ""]
+
+
+@pytest.mark.parametrize("expr", ["name", ".", "{.name", ".a..b", "$.name", ".a[0]", ""])
+def test_sort_by_that_is_not_a_field_path_is_one_line(expr: str) -> None:
+    with pytest.raises(SortKeyError, match="not a field path"):
+        sort_path(expr)
+
+
+def test_sort_by_a_field_no_item_has_names_the_fields() -> None:
+    with pytest.raises(SortKeyError, match=r"'.nope': no such field.*\.name, \.queue"):
+        render_workloads(cluster(), Output.TABLE, listing=Listing(sort_by=".nope"))
+    assert render_workloads(cluster(), Output.TABLE, namespace="other",
+                            listing=Listing(sort_by=".nope")) == "No workloads found.\n"
+
+
+def test_workloads_selected_by_the_api_server() -> None:
+    text = render_workloads(cluster(), Output.JSON, keys={"ml/sweep-17", "other/x"})
+    assert [w["name"] for w in json.loads(text)["items"]] == ["sweep-17"]
 
 
 @pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE])
