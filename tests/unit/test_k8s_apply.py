@@ -145,7 +145,12 @@ async def test_stop_weight_and_shed_restore() -> None:
     assert again.written == 0  # idempotent
     await ap.apply_shed(ShedAction("ns", "w", True, 120.0, "event over"))
     wl = kube.stored(WORKLOADS, "w", "ns")
-    assert wl["spec"]["active"] is True and wl["metadata"]["annotations"] == {}
+    # the restore's own time stays: the ramp counts from it (a successor's too)
+    assert wl["spec"]["active"] is True
+    assert wl["metadata"]["annotations"] == {"m2g.io/restored-at": "2026-11-29T23:00:00Z"}
+    await ap.apply_shed(ShedAction("ns", "w", False, 120.0, "grid event ev-2"))
+    notes = kube.stored(WORKLOADS, "w", "ns")["metadata"]["annotations"]
+    assert "m2g.io/restored-at" not in notes and "m2g.io/shed-at" in notes
 
 
 async def test_restore_leaves_workloads_m2g_did_not_shed() -> None:

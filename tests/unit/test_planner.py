@@ -217,6 +217,25 @@ def test_restore_waits_for_kueue_to_finish_evicting(ev: Evaluator) -> None:
     assert not restored(30.0, holds=False)  # min_shed_seconds
 
 
+def test_restores_are_paced_from_the_last_restore(ev: Evaluator) -> None:
+    """A restore removes its workload's shed-at, so the ramp must count from the restore
+    itself (``m2g.io/restored-at``): the next one waits, whoever makes it. Before, the ramp
+    counted from the oldest shed still waiting and every reconcile restored a full step (the
+    kill test saw two 20.8 kW restores in one second at a 2.1 kW/s ramp)."""
+    slow = replace(CFG, ramp_kw_per_second=2.0, max_step_kw=25.0)
+    long_ago = NOW - timedelta(minutes=30)
+
+    def restores(restored_ago: float) -> list[str]:
+        back = wl("a", Phase.ADMITTED, tier=3, kw=20.0,
+                  restored_at=NOW - timedelta(seconds=restored_ago))
+        waiting = wl("b", Phase.INACTIVE, tier=2, kw=20.0, shed_by_m2g=True, shed_at=long_ago)
+        plan = make_plan(snap(factory(draw_kw=100.0), back, waiting), ev, slow)
+        return [a.name for a in plan.sheds if a.active]
+
+    assert restores(1.0) == []  # 2 kW of ramp: b waits
+    assert restores(15.0) == ["b"]  # 25 kW: b comes back
+
+
 def test_never_shed_on_stale_power(ev: Evaluator) -> None:
     s = snap(factory(draw_kw=500.0, event=True, stale=True), wl("t3", Phase.ADMITTED, tier=3))
     plan = make_plan(s, ev, CFG)

@@ -19,6 +19,16 @@ def test_shed_at_on_a_pod_template_is_ignored() -> None:
     assert not ws.shed_by_m2g and ws.shed_at is None and ws.drained_for == ""
 
 
+def test_restored_at_is_read_and_never_lies_in_the_future() -> None:
+    wl = copy.deepcopy(load("workload_admitted"))
+    wl["metadata"]["annotations"] = {"m2g.io/restored-at": "2099-01-01T00:00:00Z"}
+    assert kc.workload(wl, NOW).restored_at == NOW
+    ago = NOW - timedelta(seconds=3)
+    wl["metadata"]["annotations"] = {"m2g.io/restored-at": ago.isoformat().replace("+00:00", "Z")}
+    ws = kc.workload(wl, NOW)
+    assert ws.restored_at == ago and not ws.shed_by_m2g
+
+
 def test_shed_at_on_the_workload_counts_and_never_lies_in_the_future() -> None:
     wl = copy.deepcopy(load("workload_admitted"))
     wl["metadata"]["annotations"] = {"m2g.io/shed-at": "2099-01-01T00:00:00Z"}

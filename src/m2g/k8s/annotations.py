@@ -2,7 +2,10 @@
 lowers and hands back (pure: no I/O).
 
 On Workloads (a shed or drain): ``m2g.io/shed-at``, ``m2g.io/shed-reason``, ``m2g.io/drained-for``
-(with shed-at: evicted off nodes for maintenance, not for power). All removed on restore.
+(with shed-at: evicted off nodes for maintenance, not for power). All removed on restore, which
+writes ``m2g.io/restored-at`` instead (removed by the next shed): the ramp counts from the last
+restore too, and a restore erased its shed's time — so without it the next restore (by this
+replica or by a successor after a failover) was not paced.
 A power cap: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``.
 
 Values m2g lowers and gives back — a ClusterQueue flavor's ``nominalQuota`` (``owned_quota``)
@@ -32,6 +35,7 @@ Obj = Mapping[str, Any]
 SHED_AT = "m2g.io/shed-at"
 SHED_REASON = "m2g.io/shed-reason"
 DRAINED_FOR = "m2g.io/drained-for"  # with SHED_AT: evicted off nodes (maintenance), not for power
+RESTORED_AT = "m2g.io/restored-at"  # when m2g last restored it (the restore ramp counts from it)
 # Graded curtailment (docs/curtailment.md): the per-GPU cap m2g set on a Workload, since when,
 # and the throughput-seconds its earlier caps cost (its flex allowance spent). Lifting a cap
 # removes the first two and keeps the third.

@@ -16,8 +16,8 @@ plan twice writes nothing the second time.
   target, conditions, message; field manager ``m2g``), only when it differs.
 * ``StopUpdate`` → merge patch ``spec.stopPolicy``; ``WeightUpdate`` → ``spec.fairSharing.weight``.
 * ``ShedAction`` → merge patch ``spec.active`` with ``m2g.io/shed-at``/``m2g.io/shed-reason``
-  (and ``m2g.io/drained-for`` for a maintenance drain; all removed on restore). A restore only
-  touches workloads m2g shed.
+  (and ``m2g.io/drained-for`` for a maintenance drain; all removed on restore, which stamps
+  ``m2g.io/restored-at`` for the ramp). A restore only touches workloads m2g shed.
 * ``NodeTaintUpdate`` → a JSON merge patch of the Node's whole ``spec.taints`` (merge patches
   replace lists) built from the Node as read, with only m2g's entry added, changed or removed,
   and a ``metadata.resourceVersion`` precondition, retried on 409 — so taints others set
@@ -41,6 +41,7 @@ from typing import Any
 
 from m2g.k8s.annotations import (
     DRAINED_FOR,
+    RESTORED_AT,
     SHED_AT,
     SHED_REASON,
     owned_quota,
@@ -430,14 +431,14 @@ class Applier:
         annotations = (wl.get("metadata") or {}).get("annotations") or {}
         if a.active:
             write = SHED_AT in annotations  # only bring back what m2g shed
-            body: Obj = {"metadata": {"annotations": {SHED_AT: None, SHED_REASON: None,
-                                                      DRAINED_FOR: None}},
-                         "spec": {"active": True}}
+            body: Obj = {"metadata": {"annotations": {
+                SHED_AT: None, SHED_REASON: None, DRAINED_FOR: None,
+                RESTORED_AT: format_time(self.clock())}}, "spec": {"active": True}}
         else:
             write = active or SHED_AT not in annotations
             marks: dict[str, Any] = {
                 SHED_AT: annotations.get(SHED_AT) or format_time(self.clock()),
-                SHED_REASON: _cut(a.reason, 1024)}
+                SHED_REASON: _cut(a.reason, 1024), RESTORED_AT: None}
             if a.drain:
                 marks[DRAINED_FOR] = a.drain
             body = {"metadata": {"annotations": marks}, "spec": {"active": False}}

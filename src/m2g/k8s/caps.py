@@ -15,7 +15,7 @@ import logging
 from functools import partial
 from typing import Any
 
-from m2g.k8s.annotations import FLEX_USED, POWER_CAP, POWER_CAP_AT
+from m2g.k8s.annotations import FLEX_USED, POWER_CAP, POWER_CAP_AT, RESTORED_AT
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.client import GPU_POWER_LIMITS, WORKLOADS, KubeError, NotFound, Obj
 from m2g.k8s.parse import format_time
@@ -25,10 +25,13 @@ log = logging.getLogger(__name__)
 
 
 def cap_annotations(a: CapAction, annotations: dict[str, Any], now: str) -> dict[str, Any]:
-    """The annotation changes for ``a`` on a Workload with ``annotations`` ({} : none)."""
+    """The annotation changes for ``a`` on a Workload with ``annotations`` ({} : none). A lift
+    removes the cap's time and stamps ``m2g.io/restored-at``: the ramp counts from it, so the
+    next lift is paced (whoever makes it)."""
     used = f"{a.flex_used_seconds:g}"
     if a.fraction >= 1.0:
-        want: dict[str, Any] = {POWER_CAP: None, POWER_CAP_AT: None, FLEX_USED: used}
+        want: dict[str, Any] = {POWER_CAP: None, POWER_CAP_AT: None, FLEX_USED: used,
+                                RESTORED_AT: now}
     else:
         want = {POWER_CAP: f"{a.fraction:g}", POWER_CAP_AT: now, FLEX_USED: used}
         if annotations.get(POWER_CAP) == want[POWER_CAP]:

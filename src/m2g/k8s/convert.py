@@ -63,6 +63,7 @@ from m2g.k8s.annotations import (
     POWER_CAP,
     POWER_CAP_AT,
     QUOTA_CHANGED_AT,
+    RESTORED_AT,
     SHED_AT,
     quota_base,
 )
@@ -530,7 +531,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
             state = None
         break
     own = own_annotations(wl)
-    shed_at = parse_time(own.get(SHED_AT))
+    shed_at, restored_at = (parse_time(own.get(key)) for key in (SHED_AT, RESTORED_AT))
     if shed_at is not None and shed_at > now:  # a stamp from the future would pause pacing
         shed_at = now
     cap = power_cap(own.get(POWER_CAP))
@@ -542,7 +543,8 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     return WorkloadState(
         namespace=ns, name=name, view=view, phase=phase, cluster_queue=cq, check=check,
         check_state=state, check_message=message, shed_by_m2g=SHED_AT in own,
-        shed_at=shed_at, holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
+        shed_at=shed_at, restored_at=min(restored_at, now) if restored_at else None,
+        holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
         drained_for=own.get(DRAINED_FOR, ""), checkpoint_reported_at=reported,
         power_cap=cap, power_cap_at=min(cap_at, now) if cap_at else None,
         flex_used_seconds=used,

@@ -56,6 +56,9 @@ class WorkloadState:
     check_message: str = ""
     shed_by_m2g: bool = False  # deactivated by m2g (annotation), so m2g may bring it back
     shed_at: datetime | None = None
+    #: When m2g last restored it (``m2g.io/restored-at``): a restore removes ``shed_at``, and
+    #: the ramp counts from the last restore as from the last shed.
+    restored_at: datetime | None = None
     #: Kueue still holds its quota (QuotaReserved): for a deactivated workload, its pods have
     #: not all stopped yet, so it still draws power.
     holds_quota: bool = False

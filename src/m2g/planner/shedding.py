@@ -87,9 +87,10 @@ def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
 
 
 def last_action(builder: InputBuilder) -> datetime | None:
-    """The last shed, restore or cap change (the ramp counts from it)."""
-    times = [t for w in builder.snap.workloads for t in (w.shed_at, w.power_cap_at)
-             if t is not None]
+    """The last shed, restore or cap change (the ramp counts from it; a restore's time is
+    its ``restored_at``: restoring removes ``shed_at``)."""
+    times = [t for w in builder.snap.workloads
+             for t in (w.shed_at, w.restored_at, w.power_cap_at) if t is not None]
     return max(times) if times else None
 
 
