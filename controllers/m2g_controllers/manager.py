@@ -94,6 +94,7 @@ class LoopState:
     last_error: str = ""
     reconciles: int = 0
     failing_since: datetime | None = None  # the first failure since the last success
+    busy_since: datetime | None = None  # the reconcile in progress began then (None: idle)
     signals_fresh_at: datetime | None = None  # the last snapshot with any fresh power reading
     started: datetime | None = None
     wake_at: datetime | None = None  # the last plan's next time boundary
@@ -136,7 +137,8 @@ class Manager:
 
     def ready(self) -> tuple[bool, str]:
         """Ready while reconciles succeed and decide on live data (docs/controllers.md):
-        not before the first success, not once reconciles have failed for longer than
+        not before the first success, not once reconciles have failed — or one has hung, e.g.
+        on an API server whose etcd does not answer — for longer than
         ``unready_failing_seconds``, and (when ``unready_stale_seconds`` is set, i.e. a signal
         source is configured) not once no power reading has been fresh for that long."""
         ok, why = self._readiness()
@@ -154,6 +156,12 @@ class Manager:
             if failing > self.unready_failing_seconds:
                 return False, (f"reconciles failing for {failing:.0f}s (bound "
                                f"{self.unready_failing_seconds:g}s): {st.last_error}")
+        if st.busy_since is not None:
+            busy = (now - st.busy_since).total_seconds()
+            if busy > self.unready_failing_seconds:
+                return False, (f"a reconcile has not finished for {busy:.0f}s (bound "
+                               f"{self.unready_failing_seconds:g}s): the API server or a "
+                               "signal source does not answer")
         if self.unready_stale_seconds is not None:
             since = st.signals_fresh_at or st.started or st.last_ok
             stale = (now - since).total_seconds()
@@ -173,12 +181,15 @@ class Manager:
             self.state.dirty.clear()
             started = self.state.changed_at
             self.state.changed_at = None
+            self.state.busy_since = self.clock()
             try:
                 await self.reconcile()
+                self.state.busy_since = None
                 backoff = 0.5
                 if started is not None:
                     self.metrics.reaction_seconds.observe(time.monotonic() - started)
             except Exception as exc:  # a failed reconcile is retried, never fatal
+                self.state.busy_since = None
                 self.state.last_error = f"{type(exc).__name__}: {exc}"
                 if self.state.failing_since is None:
                     self.state.failing_since = self.clock()

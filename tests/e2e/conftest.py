@@ -24,12 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import Cluster, wait_until
+from e2e_helpers import Cluster, install_crds, wait_until
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localcp import UserError, controlplane, factory
 from localcp.kube import Kube
 from localcp.paths import FACTORIES, run_paths
+
+from m2g.testing.kit import standard_policies
 
 E2E_FACTORY = FACTORIES / "small.yaml"
 EXTRA_CRDS = os.environ.get("M2G_EXTRA_CRDS", "all")
@@ -146,3 +148,17 @@ def clean_taints(cluster: Cluster) -> Iterator[None]:
             keep = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints
                     if not t.key.startswith("m2g.io/")]
             cluster.core.patch_node(node.metadata.name, {"spec": {"taints": keep or None}})
+
+
+@pytest.fixture
+def policy_dir(tmp_path: Path) -> Path:
+    """A folder with the standard e2e policies (``m2g.testing.kit.standard_policies``)."""
+    for name, text in standard_policies("e2e").items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.fixture
+def m2g_crds(api: client.ApiClient) -> None:
+    """m2g's CRDs installed (or brought up to date) and Established."""
+    install_crds(api)

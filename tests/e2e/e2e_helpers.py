@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -85,3 +86,26 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0,
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+def install_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted((REPO / "deploy" / "crds").glob("m2g.io_*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        try:
+            ext.create_custom_resource_definition(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # a reused control plane may hold an older schema: bring it up to date
+            old = ext.read_custom_resource_definition(body["metadata"]["name"])
+            body["metadata"]["resourceVersion"] = old.metadata.resource_version
+            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        crds = [ext.read_custom_resource_definition(yaml.safe_load(p.read_text())["metadata"][
+            "name"]) for p in (REPO / "deploy" / "crds").glob("m2g.io_*.yaml")]
+        if all(any(c.type == "Established" and c.status == "True"
+                   for c in (crd.status.conditions or [])) for crd in crds):
+            return
+        time.sleep(0.5)
+    raise AssertionError("m2g CRDs not Established in 30 s")

@@ -26,23 +26,9 @@ from typing import Any
 
 import httpx
 import pytest
+import test_controller_e2e as ctl
 import yaml
 from e2e_helpers import Cluster, Obj
-from test_controller_e2e import (  # the fixtures are used by name
-    CHECK,
-    check_state,
-    factory_flavor,
-    grid_event,
-    job,
-    m2g_crds,
-    make_queue,
-    modelled_power,
-    policy_dir,
-    running_m2g,
-    site_with_budget,
-    until,
-    workload_of,
-)
 
 from m2g.k8s import client as k
 from m2g.k8s.leader import LeaderElector
@@ -54,20 +40,19 @@ from m2g_controllers.policies import PolicyStore
 from m2g_controllers.wiring import K8sCluster
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds", "policy_dir"]
 
 SHED_AT = "m2g.io/shed-at"
 
 
 def shed(cluster: Cluster, namespace: str, names: list[str]) -> list[str]:
-    return sorted(n for n in names if (wl := workload_of(cluster, namespace, n))
+    return sorted(n for n in names if (wl := ctl.workload_of(cluster, namespace, n))
                   and wl["spec"].get("active") is False)
 
 
 def shed_stamps(cluster: Cluster, namespace: str, names: list[str]) -> dict[str, str]:
     out = {}
     for n in names:
-        wl = workload_of(cluster, namespace, n)
+        wl = ctl.workload_of(cluster, namespace, n)
         stamp = ((wl or {}).get("metadata", {}).get("annotations") or {}).get(SHED_AT)
         if stamp:
             out[n] = stamp
@@ -75,10 +60,10 @@ def shed_stamps(cluster: Cluster, namespace: str, names: list[str]) -> dict[str,
 
 
 def admitted_jobs(cluster: Cluster, namespace: str, names: list[str]) -> list[str]:
-    return [n for n in names if check_state(workload_of(cluster, namespace, n)) == "Ready"]
+    return [n for n in names if ctl.check_state(ctl.workload_of(cluster, namespace, n)) == "Ready"]
 
 
-SLOW = PlannerConfig(check_name=CHECK, ramp_kw_per_second=5.0, max_step_kw=25.0,
+SLOW = PlannerConfig(check_name=ctl.CHECK, ramp_kw_per_second=5.0, max_step_kw=25.0,
                      settle_seconds=2.0, shed_saving_fraction=1.0)
 
 
@@ -86,15 +71,15 @@ async def four_flexible_jobs(cluster: Cluster, namespace: str) -> list[str]:
     """Four 16-GPU jobs of tiers 1-3, admitted: 40 kW idle + 64 x 1.3 kW = 123.2 kW."""
     names = [f"flex{i}" for i in range(4)]
     for i, name in enumerate(names):
-        cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=1 + i % 3))
-    await until("four workloads answered Ready",
+        cluster.batch.create_namespaced_job(namespace, ctl.job(name, 16, tier=1 + i % 3))
+    await ctl.until("four workloads answered Ready",
                 lambda: len(admitted_jobs(cluster, namespace, names)) == 4, timeout=90)
     return names
 
 
 async def shed_two_and_no_more(cluster: Cluster, namespace: str, names: list[str]) -> None:
     """A limit of 85 kW is 38.2 kW short: exactly two 20.8 kW workloads, in two paced steps."""
-    both = await until("two workloads shed", lambda: len(s := shed(
+    both = await ctl.until("two workloads shed", lambda: len(s := shed(
         cluster, namespace, names)) == 2 and s, timeout=90)
     await asyncio.sleep(6)  # and nothing more: the shortfall is covered
     assert shed(cluster, namespace, names) == both
@@ -151,21 +136,21 @@ async def test_api_server_killed_with_etcd_compacted_mid_event(
         kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
         m2g_crds: None) -> None:
     run, state = _local_control_plane()
-    make_queue(cluster, namespace, factory_flavor(cluster), 144)
-    racks = site_with_budget(cluster, 1000.0)
-    async with running_m2g(kubeconfig, policy_dir, modelled_power(racks), SLOW) as manager:
+    ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 144)
+    racks = ctl.site_with_budget(cluster, 1000.0)
+    async with ctl.running_m2g(kubeconfig, policy_dir, ctl.modelled_power(racks), SLOW) as manager:
         names = await four_flexible_jobs(cluster, namespace)
         m2g = manager.cluster
         assert isinstance(m2g, K8sCluster)
         lists_before = {c.resource.plural: c.lists for c in m2g.all_caches()}
         await asyncio.to_thread(_kill_and_restart_api_server, run, state, 5.0)
         # after the outage: a grid event and a new job, both met by the same controller
-        grid_event(cluster, target_kw=85.0)
+        ctl.grid_event(cluster, target_kw=85.0)
         await shed_two_and_no_more(cluster, namespace, names)
         # (after the sheds: its 5.2 kW would make the shortfall three workloads)
-        cluster.batch.create_namespaced_job(namespace, job("late", 4, tier=0))
-        await until("the job created after the restart answered", lambda: check_state(
-            workload_of(cluster, namespace, "late")) == "Ready", timeout=60)
+        cluster.batch.create_namespaced_job(namespace, ctl.job("late", 4, tier=0))
+        await ctl.until("the job created after the restart answered", lambda: ctl.check_state(
+            ctl.workload_of(cluster, namespace, "late")) == "Ready", timeout=60)
         relisted = [c.resource.plural for c in m2g.all_caches()
                     if c.lists > lists_before[c.resource.plural]]
         assert "workloads" in relisted, f"the workload cache never relisted: {relisted}"
@@ -246,14 +231,14 @@ def _api_port(kubeconfig: Path) -> int:
 async def test_connections_reset_every_two_seconds_lose_no_decision(
         kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
         m2g_crds: None, tmp_path: Path) -> None:
-    make_queue(cluster, namespace, factory_flavor(cluster), 144)
-    racks = site_with_budget(cluster, 1000.0)
+    ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 144)
+    racks = ctl.site_with_budget(cluster, 1000.0)
     async with FlappingProxy(_api_port(kubeconfig), period=2.0) as proxy:
         via = _kubeconfig_via(kubeconfig, proxy.port, tmp_path / "via-proxy.yaml")
-        async with running_m2g(via, policy_dir, modelled_power(racks), SLOW) as manager:
+        async with ctl.running_m2g(via, policy_dir, ctl.modelled_power(racks), SLOW) as manager:
             proxy.start_cutting()
             names = await four_flexible_jobs(cluster, namespace)
-            grid_event(cluster, target_kw=85.0)
+            ctl.grid_event(cluster, target_kw=85.0)
             await shed_two_and_no_more(cluster, namespace, names)
             m2g = manager.cluster
             assert isinstance(m2g, K8sCluster)
@@ -289,7 +274,7 @@ async def elected_m2g(kubeconfig: Path, namespace: str, policy_dir: Path, identi
                             clock=lambda: datetime.now(UTC) + clock_skew)
     c = K8sCluster(kube, instance=identity)
     m = Manager(c, PolicyStore(make_runtime()), Metrics(),
-                config=PlannerConfig(check_name=CHECK), resync_seconds=1.0,
+                config=PlannerConfig(check_name=ctl.CHECK), resync_seconds=1.0,
                 policy_dir=policy_dir, is_leader=lambda: elector.is_leader)
     stop = asyncio.Event()
     await c.start(m.kick)
@@ -312,27 +297,27 @@ def _writes(m: Manager) -> int:
 async def test_a_stranger_holding_the_lease_stops_every_write(
         kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
         m2g_crds: None) -> None:
-    make_queue(cluster, namespace, factory_flavor(cluster), 64)
+    ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 64)
     async with elected_m2g(kubeconfig, namespace, policy_dir, "m2g-a") as (elector, m):
-        await until("m2g-a to lead", lambda: elector.is_leader)
-        cluster.batch.create_namespaced_job(namespace, job("before", 4, tier=0))
-        await until("the leader's answer", lambda: check_state(
-            workload_of(cluster, namespace, "before")) == "Ready")
+        await ctl.until("m2g-a to lead", lambda: elector.is_leader)
+        cluster.batch.create_namespaced_job(namespace, ctl.job("before", 4, tier=0))
+        await ctl.until("the leader's answer", lambda: ctl.check_state(
+            ctl.workload_of(cluster, namespace, "before")) == "Ready")
         # a stranger takes the Lease and keeps renewing it for 8 s
         _steal(cluster, namespace, "m2g-chaos", "stranger")
-        await until("m2g-a to step down", lambda: not elector.is_leader, timeout=10)
+        await ctl.until("m2g-a to step down", lambda: not elector.is_leader, timeout=10)
         writes = _writes(m)
-        cluster.batch.create_namespaced_job(namespace, job("during", 4, tier=0))
+        cluster.batch.create_namespaced_job(namespace, ctl.job("during", 4, tier=0))
         for _ in range(8):
             _steal(cluster, namespace, "m2g-chaos", "stranger")
             assert not elector.is_leader, "two holders of one Lease"
             await asyncio.sleep(1.0)
         assert _writes(m) == writes, "m2g wrote without the Lease"
-        assert check_state(workload_of(cluster, namespace, "during")) in ("Pending", "")
+        assert ctl.check_state(ctl.workload_of(cluster, namespace, "during")) in ("Pending", "")
         # the stranger stops renewing: after the lease duration m2g leads and answers again
-        await until("m2g-a to lead again", lambda: elector.is_leader, timeout=15)
-        await until("the answer after the stranger left", lambda: check_state(
-            workload_of(cluster, namespace, "during")) == "Ready", timeout=30)
+        await ctl.until("m2g-a to lead again", lambda: elector.is_leader, timeout=15)
+        await ctl.until("the answer after the stranger left", lambda: ctl.check_state(
+            ctl.workload_of(cluster, namespace, "during")) == "Ready", timeout=30)
         assert _lease(cluster, namespace, "m2g-chaos")["spec"]["holder_identity"] == "m2g-a"
 
 
@@ -343,18 +328,18 @@ async def test_a_skewed_clock_never_makes_a_second_leader(
         m2g_crds: None, skew: timedelta) -> None:
     """The Lease's timestamps are never compared with the reader's clock: a follower an hour
     off neither takes a live Lease nor waits an hour for a dead one."""
-    make_queue(cluster, namespace, factory_flavor(cluster), 64)
+    ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 64)
     async with contextlib.AsyncExitStack() as follower:
         # (elected_m2g never releases the Lease: leaving its block is a death, not a handover)
         async with elected_m2g(kubeconfig, namespace, policy_dir, "m2g-a") as (a, _ma):
-            await until("m2g-a to lead", lambda: a.is_leader)
+            await ctl.until("m2g-a to lead", lambda: a.is_leader)
             b, mb = await follower.enter_async_context(
                 elected_m2g(kubeconfig, namespace, policy_dir, "m2g-b", skew))
             for _ in range(16):  # four lease durations
                 assert a.is_leader and not b.is_leader, "a skewed clock took a live Lease"
                 await asyncio.sleep(0.5)
             assert _writes(mb) == 0, "the follower wrote"
-        await until("the skewed follower to take over", lambda: b.is_leader, timeout=15)
-        cluster.batch.create_namespaced_job(namespace, job("after", 4, tier=0))
-        await until("the skewed leader's answer", lambda: check_state(
-            workload_of(cluster, namespace, "after")) == "Ready", timeout=30)
+        await ctl.until("the skewed follower to take over", lambda: b.is_leader, timeout=15)
+        cluster.batch.create_namespaced_job(namespace, ctl.job("after", 4, tier=0))
+        await ctl.until("the skewed leader's answer", lambda: ctl.check_state(
+            ctl.workload_of(cluster, namespace, "after")) == "Ready", timeout=30)

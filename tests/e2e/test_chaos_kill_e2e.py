@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import test_controller_e2e as ctl
 from chaos_helpers import (
     Fleet,
     Replica,
@@ -35,21 +36,6 @@ from chaos_helpers import (
     undone,
 )
 from e2e_helpers import Cluster, unique
-from test_controller_e2e import (  # the fixtures are used by name
-    CHECK,
-    _delete,
-    check_state,
-    factory_flavor,
-    grid_event,
-    job,
-    m2g_crds,
-    make_queue,
-    modelled_power,
-    policy_dir,
-    site_with_budget,
-    until,
-    workload_of,
-)
 
 from m2g.config import load_site_config
 from m2g.k8s import client as k
@@ -63,7 +49,6 @@ from m2g_controllers.policies import PolicyStore
 from m2g_controllers.wiring import K8sCluster
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds", "policy_dir"]
 
 #: m2g run's Lease (m2g.k8s.leader's defaults): a follower takes over once the record has not
 #: changed for the lease duration by its own clock, observed at most a retry period late and
@@ -90,14 +75,14 @@ class Kills:
     async def first_leader(self) -> str:
         for rep in (self.fleet.start("m2g-0"), self.fleet.start("m2g-1")):
             await self.ready(rep)
-        return str(await until("a leader", lambda: (
+        return str(await ctl.until("a leader", lambda: (
             (h := self.holder()) in self.fleet.replicas and h), timeout=30))
 
     async def ready(self, rep: Replica) -> None:
         """Wait until ``rep`` is ready and has read the Lease: only a replica that has watched
         the Lease unchanged for a lease duration may take it (by its own clock), so a kill
         before that would measure the newcomer's start-up, not the takeover."""
-        await until(f"{rep.identity} ready", lambda: rep.ready()[0] == 200, timeout=90)
+        await ctl.until(f"{rep.identity} ready", lambda: rep.ready()[0] == 200, timeout=90)
         await asyncio.sleep(RETRY_SECONDS)
 
     async def kill_leader(self, why: str) -> str:
@@ -110,26 +95,26 @@ class Kills:
         # the Deployment's new pod starts at once (it cannot lead before it has watched the
         # Lease for a lease duration; either survivor taking it is a takeover)
         fresh = self.fleet.start(f"m2g-{len(self.fleet.replicas)}")
-        new = str(await until(f"another replica to take the Lease ({why})", lambda: (
+        new = str(await ctl.until(f"another replica to take the Lease ({why})", lambda: (
             (h := self.holder()) and h != old and h), timeout=TAKEOVER_BOUND + 15))
         took = time.monotonic() - t0
         self.takeovers.append(took)
         assert took <= TAKEOVER_BOUND, f"{new} took the Lease {took:.1f}s after the kill"
         assert new in self.fleet.replicas and self.fleet.replicas[new].alive()
         leader = self.fleet.replicas[new]
-        await until(f"{new} ready and counting itself the leader", lambda: (
+        await ctl.until(f"{new} ready and counting itself the leader", lambda: (
             leader.ready()[0] == 200 and leader.metric("m2g_leader") == 1.0), timeout=15)
         await self.ready(fresh)
         return new
 
 
 def shed(cluster: Cluster, namespace: str, names: list[str]) -> list[str]:
-    return sorted(n for n in names if (wl := workload_of(cluster, namespace, n))
+    return sorted(n for n in names if (wl := ctl.workload_of(cluster, namespace, n))
                   and wl["spec"].get("active") is False)
 
 
 def restored(cluster: Cluster, namespace: str, name: str) -> bool:
-    wl = workload_of(cluster, namespace, name) or {}
+    wl = ctl.workload_of(cluster, namespace, name) or {}
     return (wl.get("spec") or {}).get("active", True) is not False and \
         SHED_AT not in ((wl.get("metadata") or {}).get("annotations") or {})
 
@@ -146,7 +131,7 @@ async def fresh_plan(kubeconfig: Path, policy_dir: Path, config: PlannerConfig,
     """What a controller that was never disturbed decides now (a follower: it writes
     nothing), from the same policies, configuration and power model."""
     kube = await k.connect(kubeconfig)
-    cluster = K8sCluster(kube, readings=modelled_power(racks), instance="fresh")
+    cluster = K8sCluster(kube, readings=ctl.modelled_power(racks), instance="fresh")
     manager = Manager(cluster, PolicyStore(make_runtime()), Metrics(), config=config,
                       policy_dir=policy_dir, is_leader=lambda: False)
     try:
@@ -188,15 +173,15 @@ async def test_kill_9_of_the_leading_m2g_run_mid_reconcile_mid_shed_and_mid_rest
     # in the admission reconcile, during the two paced sheds, during the restores
     delays = [rng.uniform(0.0, 3.0), rng.uniform(0.0, 12.0), rng.uniform(0.0, 6.0)]
     print("kill delays (s):", [round(d, 2) for d in delays])
-    cq = make_queue(cluster, namespace, factory_flavor(cluster), 144)
-    racks = site_with_budget(cluster, 1000.0)
+    cq = ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 144)
+    racks = ctl.site_with_budget(cluster, 1000.0)
     out = tmp_path_factory.mktemp("kill")  # not under the policy folder: m2g reads it all
-    site = site_file(out / "site.yaml", CHECK, PLANNER)
-    config = load_site_config(site).planner_config(PlannerConfig(check_name=CHECK))
+    site = site_file(out / "site.yaml", ctl.CHECK, PLANNER)
+    config = load_site_config(site).planner_config(PlannerConfig(check_name=ctl.CHECK))
     victim = sorted(racks)[0]
     names = [f"flex{i}" for i in range(4)]
     with pod_power_prometheus(cluster, racks) as prom, \
-            WorkloadRecorder(cluster, namespace, CHECK) as rec:
+            WorkloadRecorder(cluster, namespace, ctl.CHECK) as rec:
         fleet = Fleet(kubeconfig, site, policy_dir, namespace, unique("m2g-kill"), out, prom)
         kills = Kills(cluster, fleet)
         try:
@@ -204,31 +189,31 @@ async def test_kill_9_of_the_leading_m2g_run_mid_reconcile_mid_shed_and_mid_rest
             # 1. mid-reconcile: four answers and a quota derate (a node's GPUs fail)
             cluster.core.patch_node(victim, {"spec": {"taints": [XID]}})
             for i, name in enumerate(names):
-                cluster.batch.create_namespaced_job(namespace, job(name, 16, tier=1 + i % 3))
+                cluster.batch.create_namespaced_job(namespace, ctl.job(name, 16, tier=1 + i % 3))
             await asyncio.sleep(delays[0])
             await kills.kill_leader("mid-reconcile")
-            await until("four workloads answered Ready", lambda: all(check_state(
-                workload_of(cluster, namespace, n)) == "Ready" for n in names), timeout=90)
-            await until("the quota derated by the failed node's GPUs",
+            await ctl.until("four workloads answered Ready", lambda: all(ctl.check_state(
+                ctl.workload_of(cluster, namespace, n)) == "Ready" for n in names), timeout=90)
+            await ctl.until("the quota derated by the failed node's GPUs",
                         lambda: gpu_quota(cluster, cq) == 140, timeout=30)
-            await until("the four jobs running", lambda: len(cluster.core.list_namespaced_pod(
+            await ctl.until("the four jobs running", lambda: len(cluster.core.list_namespaced_pod(
                 namespace, field_selector="status.phase=Running").items) == 16, timeout=60)
             # 2. mid-shed: 40 kW idle + 64 x 1.3 = 123.2 kW, limit 85: two paced pauses
-            event = grid_event(cluster, target_kw=85.0)
+            event = ctl.grid_event(cluster, target_kw=85.0)
             event_on = time.monotonic()
-            cluster.batch.create_namespaced_job(namespace, job("late", 4, tier=2))
+            cluster.batch.create_namespaced_job(namespace, ctl.job("late", 4, tier=2))
             await asyncio.sleep(delays[1])
             await kills.kill_leader("mid-shed")
-            both = await until("two workloads shed", lambda: len(
+            both = await ctl.until("two workloads shed", lambda: len(
                 s := shed(cluster, namespace, names)) == 2 and s, timeout=120)
             await asyncio.sleep(8)  # and nothing more: the shortfall is covered
             assert shed(cluster, namespace, names) == both
             # 3. mid-restore: the event ends
-            _delete(cluster, "gridevents", event)
+            ctl._delete(cluster, "gridevents", event)
             event_off = time.monotonic()
             await asyncio.sleep(delays[2])
             await kills.kill_leader("mid-restore")
-            await until("both shed workloads restored", lambda: all(
+            await ctl.until("both shed workloads restored", lambda: all(
                 restored(cluster, namespace, n) for n in both), timeout=120)
             await asyncio.sleep(4)
             # invariants over the whole run
@@ -248,13 +233,13 @@ async def test_kill_9_of_the_leading_m2g_run_mid_reconcile_mid_shed_and_mid_rest
             for reason in ("Shed", "Restored"):
                 counts = m2g_events(cluster, namespace, reason)
                 assert all(v == 1 for v in counts.values()) and set(counts) <= {
-                    workload_of(cluster, namespace, n)["metadata"]["name"] for n in both}, \
+                    ctl.workload_of(cluster, namespace, n)["metadata"]["name"] for n in both}, \
                     f"{reason} Events: {counts}"
             assert gpu_quota(cluster, cq) == 140
             await converged(kubeconfig, cluster, namespace, policy_dir, config, racks)
             live = fleet.live()
             assert len(live) == 2, f"a replica died by itself:\n{fleet.tails()}"
-            await until("exactly one replica leading, all ready", lambda: sorted(
+            await ctl.until("exactly one replica leading, all ready", lambda: sorted(
                 r.metric("m2g_leader") or 0.0 for r in live) == [0.0, 1.0] and all(
                 r.ready()[0] == 200 for r in live), timeout=15)
             assert kills.count == 3

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_helpers import REPO, Cluster, Obj, condition, unique
+from e2e_helpers import Cluster, Obj, condition, unique
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -42,29 +42,6 @@ POLICIES = standard_policies("e2e")
 
 
 # ---- setup helpers ---------------------------------------------------------------------
-
-def install_crds(api: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(api)
-    for path in sorted((REPO / "deploy" / "crds").glob("m2g.io_*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        try:
-            ext.create_custom_resource_definition(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            # a reused control plane may hold an older schema: bring it up to date
-            old = ext.read_custom_resource_definition(body["metadata"]["name"])
-            body["metadata"]["resourceVersion"] = old.metadata.resource_version
-            ext.replace_custom_resource_definition(body["metadata"]["name"], body)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        crds = [ext.read_custom_resource_definition(yaml.safe_load(p.read_text())["metadata"][
-            "name"]) for p in (REPO / "deploy" / "crds").glob("m2g.io_*.yaml")]
-        if all(any(c.type == "Established" and c.status == "True"
-                   for c in (crd.status.conditions or [])) for crd in crds):
-            return
-        time.sleep(0.5)
-    raise AssertionError("m2g CRDs not Established in 30 s")
 
 
 def factory_flavor(cluster: Cluster) -> str:
@@ -132,12 +109,13 @@ def modelled_power(rack_of_node: dict[str, str], inlet: dict[str, float] | None 
 async def running_m2g(kubeconfig: Path, policy_dir: Path | None,
                       power: Callable[[K8sCluster], Any] | None = None,
                       config: PlannerConfig | None = None,
-                      decision_log: Any = None) -> AsyncIterator[Manager]:
+                      decision_log: Any = None, **manager_args: Any) -> AsyncIterator[Manager]:
+    """The control loop in this process; ``manager_args``: more of ``Manager``'s options."""
     kube = await k.connect(kubeconfig)
     cluster = K8sCluster(kube, readings=power)
     manager = Manager(cluster, PolicyStore(make_runtime()), Metrics(),
                       config=config or PlannerConfig(check_name=CHECK), resync_seconds=1.0,
-                      policy_dir=policy_dir, decision_log=decision_log)
+                      policy_dir=policy_dir, decision_log=decision_log, **manager_args)
     stop = asyncio.Event()
     await cluster.start(manager.kick)
     task = asyncio.create_task(manager.run(stop))
@@ -147,21 +125,10 @@ async def running_m2g(kubeconfig: Path, policy_dir: Path | None,
         stop.set()
         manager.kick()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(task, 40)  # a reconcile may wait on its requests (30 s)
         await cluster.stop()
         await kube.close()
 
-
-@pytest.fixture
-def policy_dir(tmp_path: Path) -> Path:
-    for name, text in POLICIES.items():
-        (tmp_path / name).write_text(text)
-    return tmp_path
-
-
-@pytest.fixture
-def m2g_crds(api: client.ApiClient) -> None:
-    install_crds(api)
 
 
 def grid_event(cluster: Cluster, target_kw: float, minutes: int = 60) -> str:

@@ -19,16 +19,14 @@ from pathlib import Path
 import pytest
 from e2e_helpers import Cluster, Obj, unique
 from kubernetes.client.exceptions import ApiException
-from test_controller_e2e import (  # the fixtures are used by name
+from test_controller_e2e import (
     CHECK,
     _delete,
     admitted,
     factory_flavor,
     job,
-    m2g_crds,
     make_queue,
     modelled_power,
-    policy_dir,
     running_m2g,
     site_with_budget,
     until,
@@ -40,7 +38,6 @@ from m2g.planner.config import PlannerConfig
 from m2g_controllers.nodeagent import Agent
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds", "policy_dir"]
 G, V, P = "m2g.io", "v1alpha1", "gpupowerlimits"
 LEASE, GRACE = 8.0, 3.0
 CFG = PlannerConfig(check_name=CHECK, ramp_kw_per_second=1000.0, settle_seconds=5.0,

@@ -12,14 +12,12 @@ from typing import Any
 
 import pytest
 from e2e_helpers import Cluster, Obj, condition, unique
-from test_controller_e2e import (  # the fixtures are used by name
+from test_controller_e2e import (
     CHECK,
     _delete,
     factory_flavor,
     job,
-    m2g_crds,
     make_queue,
-    policy_dir,
     running_m2g,
     until,
     workload_of,
@@ -31,7 +29,6 @@ from m2g_cli.report_view import summary
 from m2g_controllers.decisionlog import DecisionLog
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds", "policy_dir"]
 
 
 def _time(t: datetime) -> str:

@@ -10,10 +10,10 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from e2e_helpers import Cluster, Obj, unique
+from e2e_helpers import Cluster, Obj, install_crds, unique
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from test_controller_e2e import grid_event, install_crds, running_m2g, until
+from test_controller_e2e import grid_event, running_m2g, until
 
 from m2g.model import labels as L
 from m2g.planner.config import PlannerConfig

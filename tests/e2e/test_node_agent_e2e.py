@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 from e2e_helpers import Cluster, Obj
 from kubernetes.client.exceptions import ApiException
-from test_controller_e2e import m2g_crds, until
+from test_controller_e2e import until
 
 from m2g.k8s import client as k
 from m2g.model import labels as L
 from m2g_controllers.nodeagent import Agent
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds"]
 G, V, P = "m2g.io", "v1alpha1", "gpupowerlimits"
 
 

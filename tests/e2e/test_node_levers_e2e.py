@@ -22,7 +22,6 @@ from test_controller_e2e import (
     THERMAL,
     factory_flavor,
     job,
-    m2g_crds,
     make_queue,
     modelled_power,
     running_m2g,
@@ -33,7 +32,6 @@ from test_controller_e2e import (
 from m2g.planner.config import PlannerConfig
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds"]  # a fixture of test_controller_e2e's, used here
 
 MAINT, HOT = "m2g.io/maintenance", "m2g.io/thermal"
 PIN_RACK = {"kueue.x-k8s.io/podset-required-topology": RACK_LABEL}

@@ -26,7 +26,6 @@ from test_controller_e2e import (
     RACK_LABEL,
     factory_flavor,
     job,
-    m2g_crds,
     make_queue,
     running_m2g,
     until,
@@ -38,7 +37,6 @@ from m2g.model import labels as L
 from m2g.planner.config import PlannerConfig
 
 pytestmark = pytest.mark.e2e
-__all__ = ["m2g_crds"]
 
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
@@ -443,3 +444,45 @@ async def test_forecast_metrics_are_set_once_per_period() -> None:
     assert reg.get_sample_value("m2g_forecast_kilowatts", labels) == 0.0
     assert reg.get_sample_value("m2g_forecast_kilowatts",
                                 {**labels, "hours_ahead": "23"}) is not None
+
+
+class HangingCluster(FakeCluster):
+    """An API server that takes connections and never answers (its etcd paused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = asyncio.Event()
+        self.entered = asyncio.Event()
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        if self.hang.is_set():
+            self.entered.set()
+            await asyncio.Event().wait()  # until cancelled
+        return await super().snapshot(now)
+
+
+async def test_readyz_fails_when_a_reconcile_hangs_beyond_the_bound() -> None:
+    """A reconcile that never returns is no failure (nothing is raised), yet m2g decides
+    nothing meanwhile: /readyz says so after the same bound (before, it said ok for as long
+    as the request hung)."""
+    c, clock = HangingCluster(), Clock()
+    m = Manager(c, PolicyStore(make_runtime("cel-expr-python")), Metrics(), clock=clock,
+                resync_seconds=0.01, unready_failing_seconds=120)
+    await m.reconcile()
+    c.hang.set()
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    m.kick()
+    await asyncio.wait_for(c.entered.wait(), 10)
+    clock.now += timedelta(seconds=100)
+    assert m.ready() == (True, "ok")  # a slow reconcile within the bound
+    clock.now += timedelta(seconds=21)
+    ok, why = m.ready()
+    assert not ok and "a reconcile has not finished for 121s (bound 120s)" in why
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    c.hang.clear()
+    m.state.busy_since = None  # the loop is gone; a new one reconciles
+    await m.reconcile()
+    assert m.ready() == (True, "ok")
