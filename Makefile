@@ -47,7 +47,7 @@ test-unit: $(STAMP)
 test-e2e: $(STAMP)
 	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
 	bash kind-e2e/tools/build.sh helm
-	$(PY) -m pytest -m e2e -q
+	$(PY) -m pytest -m "e2e and not image" -q
 
 ## test-prereqs / demo-prereqs: what the README's two commands need besides the venv, said in
 ## their first second with the exact command that installs each (kind-e2e/prereqs.py: Python
@@ -119,9 +119,13 @@ wheel: $(STAMP)
 image: $(STAMP)
 	bash image/build.sh
 
-## image-test: run m2g inside the built image's root filesystem (tests/image, needs make image)
+## image-test: run m2g inside the built image's root filesystem (tests/image, needs make image),
+## and the image's entry point as the chart's Deployment starts it, in-cluster, against the
+## local control plane (tests/e2e/test_chart_install.py; needs root for chroot)
 image-test: $(STAMP)
-	$(PY) -m pytest -m image tests/image -q
+	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
+	bash kind-e2e/tools/build.sh helm
+	$(PY) -m pytest -m image tests/image tests/e2e/test_chart_install.py -q
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -12,11 +12,13 @@ chart's RBAC is the controller's).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ from manifests_helpers import (
     render,
     sa_kubeconfig,
 )
+from tests.image import oci
 
 pytestmark = pytest.mark.e2e
 
@@ -88,11 +91,11 @@ def chart(kubeconfig: Path, port: int) -> Iterator[list[dict[str, Any]]]:
         applied.delete()
 
 
-def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path,
-                       prometheus: str) -> tuple[list[str], dict[str, str]]:
-    """The Deployment's container command and env, made runnable here: this venv's m2g, the
-    ConfigMap's file at ``config`` with the site's Prometheus URL set to ``prometheus`` (what
-    an operator edits), the ServiceAccount's kubeconfig, metrics on loopback."""
+def _container(docs: list[dict[str, Any]], prometheus: str
+               ) -> tuple[dict[str, Any], Path, str]:
+    """The Deployment's container, where its command reads the config file (inside the
+    ConfigMap's mount) and that file: the chart's ConfigMap with the site's Prometheus URL set
+    to ``prometheus`` (what an operator edits)."""
     (dep,) = (d for d in docs if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -100,21 +103,66 @@ def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path,
              next(v["configMap"]["name"] for v in pod["volumes"] if "configMap" in v))
     site = yaml.safe_load(cm["data"]["config.yaml"])
     site["prometheus"]["url"] = prometheus
-    config.write_text(yaml.safe_dump(site))
-    cmd = list(container["command"])
+    cmd = container["command"]
     assert cmd[0] == "m2g"  # the image's entry point
-    at = cmd.index("--config") + 1
-    mount = next(m for m in container["volumeMounts"] if cmd[at].startswith(m["mountPath"]))
-    assert Path(cmd[at]).relative_to(mount["mountPath"]) == Path("config.yaml")
-    cmd[at] = str(config)
-    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", *cmd[1:],
-           "--kubeconfig", str(kube), "--metrics-host", "127.0.0.1"]
-    env = {**os.environ}
+    path = Path(cmd[cmd.index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"]
+                 if path.is_relative_to(m["mountPath"]))
+    assert path.relative_to(mount["mountPath"]) == Path("config.yaml")
+    return container, path, yaml.safe_dump(site)
+
+
+def _pod_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's env (the downward API's pod name and namespace)."""
+    env = {}
     for var in container["env"]:
         field = var["valueFrom"]["fieldRef"]["fieldPath"]
         env[var["name"]] = {"metadata.name": "m2g-chart-e2e-0", "metadata.namespace": NS}[field]
+    return env
+
+
+def deployment_command(docs: list[dict[str, Any]], config: Path, kube: Path,
+                       prometheus: str) -> tuple[list[str], dict[str, str]]:
+    """The Deployment's container command and env, made runnable here: this venv's m2g, the
+    ConfigMap's file at ``config``, the ServiceAccount's kubeconfig, metrics on loopback."""
+    container, path, site = _container(docs, prometheus)
+    config.write_text(site)
+    cmd = list(container["command"])
+    cmd[cmd.index(str(path))] = str(config)
+    cmd = [sys.executable, "-c", "from m2g_cli.app import main; main()", *cmd[1:],
+           "--kubeconfig", str(kube), "--metrics-host", "127.0.0.1"]
+    env = {**os.environ, **_pod_env(container)}
     env.pop("M2G_CONFIG", None)
     return cmd, env
+
+
+def image_command(docs: list[dict[str, Any]], rootfs: Path, kubeconfig: Path,
+                  prometheus: str) -> tuple[list[str], dict[str, str]]:
+    """The Deployment's container as its kubelet would start it, without a container engine:
+    the image's root filesystem (chroot as the image's user, only its PATH), the ConfigMap's
+    file at its mount path, the ServiceAccount's token, CA and namespace where a pod has them
+    (/var/run/secrets/kubernetes.io/serviceaccount) and KUBERNETES_SERVICE_HOST/PORT — m2g's
+    in-cluster configuration, no kubeconfig — and the Deployment's command unchanged."""
+    container, path, site = _container(docs, prometheus)
+    config = oci.path_in(rootfs, str(path))
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(site)
+    admin = yaml.safe_load(kubectl(kubeconfig, "config", "view", "--minify", "--raw",
+                                   "-o", "yaml").stdout)["clusters"][0]["cluster"]
+    sa = oci.path_in(rootfs, "/var/run/secrets/kubernetes.io/serviceaccount")
+    sa.mkdir(parents=True, exist_ok=True)
+    (sa / "token").write_text(kubectl(kubeconfig, "create", "token", "m2g", "-n", NS,
+                                      "--duration=30m").stdout.strip())
+    (sa / "ca.crt").write_bytes(base64.b64decode(admin["certificate-authority-data"])
+                                if "certificate-authority-data" in admin
+                                else Path(admin["certificate-authority"]).read_bytes())
+    (sa / "namespace").write_text(NS)
+    for f in sa.iterdir():
+        f.chmod(0o644)
+    server = urllib.parse.urlsplit(admin["server"])
+    env = {"KUBERNETES_SERVICE_HOST": str(server.hostname),
+           "KUBERNETES_SERVICE_PORT": str(server.port or 443), **_pod_env(container)}
+    return oci.argv(rootfs, *container["command"], env=env), {"PATH": os.environ["PATH"]}
 
 
 def dcgm_and_facility_series(kubeconfig: Path, pdu_kw: float) -> dict[str, dict[str, float]]:
@@ -222,7 +270,8 @@ def test_the_chart_installs_and_its_controller_governs_the_queues(
 
 
 def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: dict[str, str],
-            port: int, tmp_path: Path, series: dict[str, dict[str, float]], racks: int) -> None:
+            port: int, tmp_path: Path, series: dict[str, dict[str, float]], racks: int,
+            xid: bool = True) -> None:
     policies = sum(d["kind"] == "Policy" for d in chart)
     log = tmp_path / "m2g.log"
     url = f"http://127.0.0.1:{port}"
@@ -269,7 +318,8 @@ def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: 
             http_get(f"{url}/metrics")[1], "m2g_site_draw_kilowatts") == 40.0 * racks,
             timeout=60)
         _second_check_is_answered(kubeconfig)
-        _xid_on_most_gpus_holds_the_queues(kubeconfig, series)
+        if xid:
+            _xid_on_most_gpus_holds_the_queues(kubeconfig, series)
     finally:
         proc.terminate()
         try:
@@ -282,3 +332,17 @@ def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: 
         kubectl(kubeconfig, "delete", "leases.coordination.k8s.io/m2g-controller", "-n", NS,
                 "--ignore-not-found", check=False)
     assert not denied_lines(log), denied_lines(log)[:5]
+
+
+@pytest.mark.image
+def test_the_image_runs_the_chart_s_controller_in_cluster(
+        kubeconfig: Path, chart: list[dict[str, Any]], port: int, tmp_path: Path) -> None:
+    """The image of ``make image`` (``make image-test`` runs this; ``make test`` does not):
+    its entry point with the Deployment's command, in-cluster credentials only, as user 65532
+    in its own root filesystem — leads, answers both checks, reads the PDUs' draw."""
+    rootfs = oci.unpack_rootfs(oci.unpack_layout(tmp_path / "oci"), tmp_path / "bundle")
+    series = dcgm_and_facility_series(kubeconfig, pdu_kw=40.0)
+    racks = len(series["facility_pdu_power_watts"])
+    with fake_prometheus(series) as prom:
+        cmd, env = image_command(chart, rootfs, kubeconfig, prom)
+        _govern(kubeconfig, chart, cmd, env, port, tmp_path, series, racks, xid=False)

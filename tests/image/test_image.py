@@ -8,32 +8,20 @@ Run by ``make image-test`` (needs root for chroot and umoci); not part of ``make
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import m2g
+from tests.image.oci import ENV, REPO, inside, unpack_layout, unpack_rootfs
 
 pytestmark = pytest.mark.image
-
-REPO = Path(__file__).resolve().parents[2]
-ARCHIVE = REPO / "dist" / f"m2g-{m2g.__version__}-oci.tar"
-ENV = dict(line.split("=", 1) for line in (REPO / "image" / "image.env").read_text().splitlines()
-           if line and not line.startswith("#"))
 
 
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not ARCHIVE.is_file():
-        pytest.fail(f"no {ARCHIVE.relative_to(REPO)}: run make image first", pytrace=False)
-    out = tmp_path_factory.mktemp("oci")
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(out, filter="tar")
-    return out
+    return unpack_layout(tmp_path_factory.mktemp("oci"))
 
 
 def blob(layout: Path, digest: str) -> Any:
@@ -43,20 +31,7 @@ def blob(layout: Path, digest: str) -> Any:
 
 @pytest.fixture(scope="module")
 def rootfs(layout: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("umoci") is None:
-        pytest.fail("no umoci: apt-get install umoci", pytrace=False)
-    bundle = tmp_path_factory.mktemp("bundle") / "b"
-    subprocess.run(["umoci", "unpack", "--image", f"{layout}:{m2g.__version__}", str(bundle)],
-                   check=True, capture_output=True)
-    return bundle / "rootfs"
-
-
-def inside(rootfs: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``args`` in the image's root filesystem as its user, with only the image's PATH."""
-    return subprocess.run(
-        ["chroot", f"--userspec={ENV['UID_GID']}", str(rootfs), "/usr/bin/env", "-i",
-         "PATH=/opt/m2g/bin:/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", *args],
-        capture_output=True, text=True, timeout=300, check=False)
+    return unpack_rootfs(layout, tmp_path_factory.mktemp("bundle"))
 
 
 def test_the_config_runs_m2g_as_a_non_root_user(layout: Path) -> None:
