@@ -133,7 +133,7 @@ def workloads(
     view = _view(kubeconfig, context, field_selector=field_selector)
     ns = chosen_namespace(view, namespace, all_namespaces)
     rendered(lambda: render_workloads(view.snapshot, output, ns, queue, match, how,
-                                      view.selected))
+                                      view.selected, view.objects.workloads))
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from m2g.k8s.parse import parse_time
 from m2g.model.cluster import ClusterSnapshot, Phase, QueueState, WorkloadState
 from m2g.model.factory import FactorySnapshot, Node, Reading, site_view
 from m2g.model.labels import GPU_RESOURCE
@@ -169,43 +170,69 @@ def render_queues(snap: ClusterSnapshot, out: Output, listing: Listing = Listing
 
 # ---- workloads ---------------------------------------------------------------------------
 
-def workload_row(w: WorkloadState, now: datetime) -> dict[str, Any]:
+def job_of(raw: Mapping[str, Any] | None) -> str:
+    """The name of the object the Workload belongs to (its Job, JobSet, ...): the controller
+    owner reference, else the first one; "" for none."""
+    refs = [r for r in ((raw or {}).get("metadata") or {}).get("ownerReferences") or []
+            if isinstance(r, Mapping) and r.get("name")]
+    refs.sort(key=lambda r: r.get("controller") is not True)
+    return str(refs[0]["name"]) if refs else ""
+
+
+def workload_row(w: WorkloadState, now: datetime, raw: Mapping[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """One Workload as -o json prints it; ``raw``: the Workload object, for its Job, its
+    ``spec.active`` and its age (without it: no Job, active unless Inactive, no age)."""
     v = w.view
-    return {"namespace": w.namespace, "name": w.name, "queue": v.queue,
+    spec = (raw or {}).get("spec") or {}
+    created = parse_time(((raw or {}).get("metadata") or {}).get("creationTimestamp"))
+    return {"namespace": w.namespace, "name": w.name, "job": job_of(raw), "queue": v.queue,
             "clusterQueue": w.cluster_queue, "phase": w.phase.value,
+            "active": spec["active"] is not False if "active" in spec
+            else w.phase is not Phase.INACTIVE,
             "m2gCheck": w.check_state.value if w.check_state else "",
             "message": w.check_message, "gpus": v.gpus, "flexTier": v.flex_tier,
             "kind": v.kind.value, "waitSeconds": v.wait_seconds,
+            "ageSeconds": None if created is None else (now - created).total_seconds(),
             "shedByM2g": w.shed_by_m2g}
 
 
 def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None = None,
                      queue: str | None = None,
                      labels: Callable[[Mapping[str, str]], bool] | None = None,
-                     listing: Listing = Listing(), keys: set[str] | None = None) -> str:
+                     listing: Listing = Listing(), keys: set[str] | None = None,
+                     raws: Mapping[str, Mapping[str, Any]] | None = None) -> str:
     """``labels``: a label selector's matcher (m2g_cli.selectors) over the workload's labels
     (its own and its pod templates', as m2g reads them); ``keys``: only these NS/NAMEs (what
-    the API server answered to a field selector)."""
+    the API server answered to a field selector); ``raws``: the Workload objects by NS/NAME
+    (JOB, ACTIVE, AGE)."""
     chosen = [w for w in snap.workloads
               if (namespace is None or w.namespace == namespace)
               and (queue is None or queue in (w.view.queue, w.cluster_queue))
               and (labels is None or labels(w.view.labels))
               and (keys is None or f"{w.namespace}/{w.name}" in keys)]
-    rows = sort_items([workload_row(w, snap.now) for w in chosen], listing.sort_by)
+    rows = sort_items([workload_row(w, snap.now, (raws or {}).get(f"{w.namespace}/{w.name}"))
+                       for w in chosen], listing.sort_by)
     if out in (Output.YAML, Output.JSON):
         return structured(as_list(rows), out)
-    head = ["NAMESPACE", "NAME", "QUEUE", "PHASE", "M2G", "GPUS", "FLEX", "WAIT"]
+    # AGE last: its width varies (9s .. 119s) and nothing after it moves with it
+    head = ["NAMESPACE", "NAME", "JOB", "QUEUE", "CLUSTERQUEUE", "PHASE", "M2G", "GPUS",
+            "FLEX", "WAIT"]
     if out is Output.WIDE:
-        head += ["KIND", "MESSAGE"]
+        head += ["ACTIVE", "KIND", "MESSAGE"]
+    head.append("AGE")
     body = []
     for r in rows:
         check = r["m2gCheck"] or "-"
         if r["shedByM2g"]:
             check = "Shed"
-        row = [r["namespace"], r["name"], r["queue"] or "-", r["phase"], check,
-               str(r["gpus"]), str(r["flexTier"]), _age(r["waitSeconds"])]
+        age = "-" if r["ageSeconds"] is None else _age(r["ageSeconds"])
+        row = [r["namespace"], r["name"], r["job"] or "-", r["queue"] or "-",
+               r["clusterQueue"] or "-", r["phase"], check, str(r["gpus"]),
+               str(r["flexTier"]), _age(r["waitSeconds"])]
         if out is Output.WIDE:
-            row += [r["kind"] or "-", r["message"] or "-"]
+            row += [str(r["active"]).lower(), r["kind"] or "-", r["message"] or "-"]
+        row.append(age)
         body.append(row)
     return table(head, body, listing.no_headers) if body else "No workloads found.\n"
 

@@ -5,7 +5,7 @@ tests/e2e/golden/ (review the diff), as tests/unit/goldens.py does for the pure 
 
 What the normaliser masks, and only that — everything else in the output is compared as is:
 
-* ``WAIT``/``AGE`` table cells and ``waitSeconds``/``powerAgeSeconds`` values: seconds since the
+* ``WAIT``/``AGE`` table cells and ``waitSeconds``/``powerAgeSeconds``/``ageSeconds`` values: seconds since the
   workload was created or a reading was taken (``<age>``);
 * seconds until the test's grid event ends or its maintenance window starts: policy messages
   ("ends in N s", "window in N s", "retry in Ns": every "in N s") and ``requeueAfterSeconds`` count down with
@@ -23,7 +23,7 @@ GOLDEN = Path(__file__).parent / "golden"
 
 _AGE_CELL = re.compile(r"^\d+[smh]$")
 _STRUCTURED = [
-    (re.compile(r'("?(?:waitSeconds|powerAgeSeconds)"?: )-?[0-9.]+(?:[eE][-+]?\d+)?'),
+    (re.compile(r'("?(?:waitSeconds|powerAgeSeconds|ageSeconds)"?: )-?[0-9.]+(?:[eE][-+]?\d+)?'),
      r"\1<age>"),
     (re.compile(r'("?requeueAfterSeconds"?: )\d+'), r"\1<secs>"),
     (re.compile(r"\bin \d+( ?s)\b"), r"in <secs>\1"),

@@ -328,9 +328,9 @@ def test_no_headers_sorted_is_the_sorted_table_without_its_header(factory: Facto
     headed, _ = m2g(*args, kubeconfig=factory.kubeconfig)
     bare, _ = m2g(*args, "--no-headers", kubeconfig=factory.kubeconfig)
     assert headed.startswith("NAMESPACE ")
-    strip = [line.rsplit(None, 1)[0] for line in headed.splitlines()[1:]]  # the WAIT cell
-    assert [line.rsplit(None, 1)[0] for line in bare.splitlines()] == strip
-    assert [int(line.split()[5]) for line in bare.splitlines()] == [4, 8, 16, 200]
+    strip = [line.rsplit(None, 2)[0] for line in headed.splitlines()[1:]]  # WAIT and AGE
+    assert [line.rsplit(None, 2)[0] for line in bare.splitlines()] == strip
+    assert [int(line.split()[7]) for line in bare.splitlines()] == [4, 8, 16, 200]
 
 
 def test_bad_field_selector_or_sort_key_is_exit_2(factory: Factory) -> None:

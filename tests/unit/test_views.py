@@ -88,9 +88,36 @@ def test_queues(out: Output) -> None:
     golden(f"queues_{out.value}.txt", render_queues(cluster(), out))
 
 
+def raws() -> dict[str, dict[str, Any]]:
+    """The Workload objects behind cluster()'s workloads: owners, ages, spec.active."""
+    def obj(name: str, minutes: int, owners: list[dict[str, Any]], active: bool = True
+            ) -> dict[str, Any]:
+        created = (NOW - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
+        return {"metadata": {"name": name, "namespace": "ml", "creationTimestamp": created,
+                             "ownerReferences": owners}, "spec": {"active": active}}
+    return {"ml/llama-8b-ft": obj("llama-8b-ft", 3, [
+                {"kind": "Pod", "name": "not-it"},
+                {"kind": "PyTorchJob", "name": "llama-ft", "controller": True}]),
+            "ml/sweep-17": obj("sweep-17", 300, [{"kind": "Job", "name": "sweep"}]),
+            "ml/pretrain-405b": obj("pretrain-405b", 1, [], active=False)}
+
+
 @pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE, Output.YAML])
 def test_workloads(out: Output) -> None:
-    golden(f"workloads_{out.value}.txt", render_workloads(cluster(), out))
+    golden(f"workloads_{out.value}.txt", render_workloads(cluster(), out, raws=raws()))
+
+
+def test_workload_job_active_and_age_come_from_the_object() -> None:
+    items = json.loads(render_workloads(cluster(), Output.JSON, raws=raws()))["items"]
+    assert [(i["job"], i["active"], i["ageSeconds"]) for i in items] == [
+        ("llama-ft", True, 180.0), ("sweep", True, 18000.0), ("", False, 60.0)]
+    bare = json.loads(render_workloads(cluster(), Output.JSON))["items"]  # no objects
+    assert [(i["job"], i["active"], i["ageSeconds"]) for i in bare] == [
+        ("", True, None), ("", True, None), ("", False, None)]
+    table = render_workloads(cluster(), Output.WIDE, raws=raws()).splitlines()
+    assert table[0].split()[:5] == ["NAMESPACE", "NAME", "JOB", "QUEUE", "CLUSTERQUEUE"]
+    assert table[2].split()[2] == "sweep" and table[2].split()[-1] == "5h"
+    assert table[3].split()[10] == "false" and table[0].split()[-1] == "AGE"
 
 
 def test_workloads_filters() -> None:
@@ -154,7 +181,7 @@ def test_sort_by_that_is_not_a_field_path_is_one_line(expr: str) -> None:
 
 
 def test_sort_by_a_field_no_item_has_names_the_fields() -> None:
-    with pytest.raises(SortKeyError, match=r"'.nope': no such field.*\.name, \.queue"):
+    with pytest.raises(SortKeyError, match=r"'.nope': no such field.*\.name, \.job"):
         render_workloads(cluster(), Output.TABLE, listing=Listing(sort_by=".nope"))
     assert render_workloads(cluster(), Output.TABLE, namespace="other",
                             listing=Listing(sort_by=".nope")) == "No workloads found.\n"
