@@ -24,11 +24,15 @@ from m2g_cli.views import (
     Listing,
     Output,
     SortKeyError,
+    WorkloadFilter,
     render_explanation,
     render_queues,
     render_signals,
     render_workloads,
     sort_path,
+    table,
+    workload_cells,
+    workload_rows,
 )
 
 if TYPE_CHECKING:
@@ -122,6 +126,9 @@ def workloads(
         "(metadata.name=x, status.admission.clusterQueue=cq)")] = None,
     kubeconfig: Kubeconfig = None, context: Context = None, output: Out = Output.TABLE,
     no_headers: NoHeaders = False, sort_by: SortBy = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="After the list, print each workload whose row changes, as "
+        "kubectl -w (table or wide; Ctrl-C ends)")] = False,
 ) -> None:
     """Workloads with their Kueue phase and m2g's check state and message."""
     try:
@@ -129,11 +136,43 @@ def workloads(
     except SelectorError as exc:
         term.fail(str(exc), term.USAGE)
     check_namespaces(namespace, all_namespaces)
+    if watch and output not in (Output.TABLE, Output.WIDE):
+        term.fail("-w prints table rows: use -o table or -o wide with it", term.USAGE)
     how = listing(no_headers, sort_by)
     view = _view(kubeconfig, context, field_selector=field_selector)
     ns = chosen_namespace(view, namespace, all_namespaces)
     rendered(lambda: render_workloads(view.snapshot, output, ns, queue, match, how,
                                       view.selected, view.objects.workloads))
+    if watch:
+        _watch(kubeconfig, context, field_selector, WorkloadFilter(ns, queue, match), how,
+               output is Output.WIDE, view)
+
+
+def _watch(kubeconfig: str | None, context: str | None, field_selector: str | None,
+           chosen: WorkloadFilter, how: Listing, wide: bool, first: ClusterView) -> None:
+    """m2g workloads -w (m2g_cli.watch_cmd): until Ctrl-C (exit 0) or a failure (one line)."""
+    import asyncio
+    import dataclasses
+
+    from m2g_cli.cluster import CliError, read
+    from m2g_cli.watch_cmd import Rows, follow_workloads, keyed
+
+    def rows_of(view: ClusterView) -> Rows:
+        rows = workload_rows(view.snapshot, dataclasses.replace(chosen, keys=view.selected),
+                             how.sort_by, view.objects.workloads)
+        head, body = workload_cells(rows, wide)
+        return keyed(rows, table(head, body, no_headers=True).splitlines() if body else [])
+
+    async def read_rows() -> Rows:
+        return rows_of(await read(kubeconfig, context, field_selector=field_selector))
+
+    try:
+        asyncio.run(follow_workloads(kubeconfig, context, chosen.namespace, read_rows,
+                                     rows_of(first), typer.echo))
+    except KeyboardInterrupt:
+        return
+    except CliError as exc:
+        term.fail(str(exc), exc.code)
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,

@@ -197,28 +197,39 @@ def workload_row(w: WorkloadState, now: datetime, raw: Mapping[str, Any] | None 
             "shedByM2g": w.shed_by_m2g}
 
 
-def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None = None,
-                     queue: str | None = None,
-                     labels: Callable[[Mapping[str, str]], bool] | None = None,
-                     listing: Listing = Listing(), keys: set[str] | None = None,
-                     raws: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """``labels``: a label selector's matcher (m2g_cli.selectors) over the workload's labels
-    (its own and its pod templates', as m2g reads them); ``keys``: only these NS/NAMEs (what
-    the API server answered to a field selector); ``raws``: the Workload objects by NS/NAME
-    (JOB, ACTIVE, AGE)."""
-    chosen = [w for w in snap.workloads
-              if (namespace is None or w.namespace == namespace)
-              and (queue is None or queue in (w.view.queue, w.cluster_queue))
-              and (labels is None or labels(w.view.labels))
-              and (keys is None or f"{w.namespace}/{w.name}" in keys)]
-    rows = sort_items([workload_row(w, snap.now, (raws or {}).get(f"{w.namespace}/{w.name}"))
-                       for w in chosen], listing.sort_by)
-    if out in (Output.YAML, Output.JSON):
-        return structured(as_list(rows), out)
+@dataclass(frozen=True)
+class WorkloadFilter:
+    """Which workloads a listing shows: ``labels``, a label selector's matcher
+    (m2g_cli.selectors) over the workload's labels (its own and its pod templates', as m2g
+    reads them); ``keys``, only these NS/NAMEs (what the API server answered to a field
+    selector)."""
+
+    namespace: str | None = None
+    queue: str | None = None
+    labels: Callable[[Mapping[str, str]], bool] | None = None
+    keys: set[str] | None = None
+
+
+def workload_rows(snap: ClusterSnapshot, chosen: WorkloadFilter, sort_by: str | None = None,
+                  raws: Mapping[str, Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The -o json items of the workloads ``chosen`` selects; ``raws``: the Workload objects by
+    NS/NAME (JOB, ACTIVE, AGE)."""
+    picked = [w for w in snap.workloads
+              if (chosen.namespace is None or w.namespace == chosen.namespace)
+              and (chosen.queue is None or chosen.queue in (w.view.queue, w.cluster_queue))
+              and (chosen.labels is None or chosen.labels(w.view.labels))
+              and (chosen.keys is None or f"{w.namespace}/{w.name}" in chosen.keys)]
+    return sort_items([workload_row(w, snap.now, (raws or {}).get(f"{w.namespace}/{w.name}"))
+                       for w in picked], sort_by)
+
+
+def workload_cells(rows: Sequence[Mapping[str, Any]], wide: bool
+                   ) -> tuple[list[str], list[list[str]]]:
+    """The table's header and cells of ``rows`` (-o table, or -o wide)."""
     # AGE last: its width varies (9s .. 119s) and nothing after it moves with it
     head = ["NAMESPACE", "NAME", "JOB", "QUEUE", "CLUSTERQUEUE", "PHASE", "M2G", "GPUS",
             "FLEX", "WAIT"]
-    if out is Output.WIDE:
+    if wide:
         head += ["ACTIVE", "KIND", "MESSAGE"]
     head.append("AGE")
     body = []
@@ -230,10 +241,24 @@ def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None =
         row = [r["namespace"], r["name"], r["job"] or "-", r["queue"] or "-",
                r["clusterQueue"] or "-", r["phase"], check, str(r["gpus"]),
                str(r["flexTier"]), _age(r["waitSeconds"])]
-        if out is Output.WIDE:
+        if wide:
             row += [str(r["active"]).lower(), r["kind"] or "-", r["message"] or "-"]
         row.append(age)
         body.append(row)
+    return head, body
+
+
+def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None = None,
+                     queue: str | None = None,
+                     labels: Callable[[Mapping[str, str]], bool] | None = None,
+                     listing: Listing = Listing(), keys: set[str] | None = None,
+                     raws: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """``m2g workloads`` in ``out`` (see WorkloadFilter for the selection)."""
+    rows = workload_rows(snap, WorkloadFilter(namespace, queue, labels, keys), listing.sort_by,
+                         raws)
+    if out in (Output.YAML, Output.JSON):
+        return structured(as_list(rows), out)
+    head, body = workload_cells(rows, out is Output.WIDE)
     return table(head, body, listing.no_headers) if body else "No workloads found.\n"
 
 

@@ -430,3 +430,56 @@ def test_no_kueue_is_exit_1(tmp_path: Path) -> None:
                       "Kueue installed")
     finally:
         server.shutdown()
+
+
+def test_watch_prints_a_new_workload_and_ctrl_c_is_exit_0(factory: Factory) -> None:
+    """``m2g workloads -w``: the table, then a row for a Job created meanwhile (the API
+    server's Workload watch), and SIGINT ends it quietly with exit 0."""
+    import queue
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "M2G_PROMETHEUS_URL")}
+    proc = subprocess.Popen([*RUN_M2G, "workloads", "-n", "research", "-w", "--kubeconfig",
+                             str(factory.kubeconfig)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for x in proc.stdout or []:
+            lines.put(x)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+
+    def line_with(text: str) -> bool:
+        with contextlib.suppress(queue.Empty):
+            while True:
+                seen.append(lines.get_nowait())
+        return any(text in x for x in seen)
+
+    try:
+        wait_until("the first table", lambda: line_with("job-ft-flex-"), timeout=60)
+        first = len(seen)
+        kubectl(factory.kubeconfig, "create", "-f", "-",
+                stdin=json.dumps(job("research", "watched", 4, 2)))
+        wait_until("a row for the new Job's Workload", lambda: line_with("job-watched-"),
+                   timeout=60)
+        assert seen[0].startswith("NAMESPACE") and not any(
+            x.startswith("NAMESPACE") for x in seen[1:]), seen  # one header, as kubectl
+        assert any("job-watched-" in x for x in seen[first:]), seen
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "Traceback" not in err and "Aborted" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kubectl(factory.kubeconfig, "delete", "job", "watched", "-n", "research",
+                "--ignore-not-found", check=False)
+
+
+def test_watch_with_json_output_is_exit_2(factory: Factory) -> None:
+    _, err = m2g("workloads", "-w", "-o", "json", kubeconfig=factory.kubeconfig, code=2)
+    one_line(err, "error: -w prints table rows")
