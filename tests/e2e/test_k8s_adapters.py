@@ -320,9 +320,13 @@ async def test_snapshot_from_live_caches(kube: k.Kube, cluster: Cluster, namespa
             snap = build_snapshot(ClusterObjects(**{n: c.view() for n, c in caches.items()}),
                                   None, datetime.now(UTC))
             mine = [w for w in snap.workloads if w.namespace == namespace]
-            return snap if mine and mine[0].check_state is CheckState.PENDING else None
+            # Kueue may list the check (Pending) a moment before it reserves quota: wait for
+            # both (CI once took the snapshot in between)
+            return snap if mine and mine[0].check_state is CheckState.PENDING and (
+                mine[0].phase is Phase.RESERVED) else None
 
-        snap = await until("the workload with m2g's check Pending in the snapshot", with_check)
+        snap = await until("the workload reserved, m2g's check Pending, in the snapshot",
+                           with_check)
     finally:
         for c in caches.values():
             await c.stop()
