@@ -211,7 +211,8 @@ def test_class_keys_partition_as_item_classes(sample: list[PolicyInput]) -> None
     item_classes does on their plain data, for a subset too."""
     from m2g.policy.batch import ClassKeys, item_classes
 
-    for fields in (["gpus"], ["flex_tier", "gpus"], ["annotations", "gpus"], ["checkpoint"]):
+    for fields in (["gpus"], ["flex_tier", "gpus"], ["annotations", "gpus"], ["checkpoint"],
+                   ["kind", "power_cap"]):
         data = [workload_data(i.workload, set(fields)) for i in sample]
         want = item_classes(data, [FIELD_ALIAS[f] for f in fields])
         got = ClassKeys(sample).classes(fields, False)
@@ -220,3 +221,137 @@ def test_class_keys_partition_as_item_classes(sample: list[PolicyInput]) -> None
         where = list(range(1, len(sample), 2))
         sub = item_classes([data[i] for i in where], [FIELD_ALIAS[f] for f in fields])
         assert ClassKeys(sample).classes(fields, False, where=where) == sub
+
+
+def _running(n: int, level: int = 2) -> list[PolicyInput]:
+    """``n`` admitted workloads in one emergency snapshot: four tiers, a few priorities and
+    every checkpoint age its own (some never checkpoint, some over two intervals)."""
+    grid = PolicyInput(grid={"event": {"active": True, "level": level}}).grid  # type: ignore[arg-type]
+    site = PolicyInput().site
+    return [PolicyInput(site=site, grid=grid, workload={  # type: ignore[arg-type]
+        "name": f"w{i}", "gpus": 4, "flexTier": i % 4, "priority": (i % 5) * 100 - 100,
+        "checkpoint": {"intervalSeconds": 0 if i % 7 == 0 else 600,
+                       "lastAgeSeconds": 13 * i, "reported": i % 3 == 0}})
+        for i in range(n)]
+
+
+def test_rules_of_a_policy_split_by_what_they_read(fast: Evaluator) -> None:
+    """checkpoint-preemption over workloads that each have their own checkpoint age: its tier
+    and priority rules are evaluated once per class of flexTier / priority, only its
+    checkpoint rules per workload (the split path is taken), with the answers of one workload
+    at a time on both engines, reasons in the rules' order."""
+    import m2g.policy.batch as batch
+
+    items = _running(200)
+    slow = Evaluator(load_dir(POLICIES, "cel-python"))
+    one = [slow.preemption(i).to_json() for i in items]
+    ev = Evaluator(fast.policy_set)
+    taken: list[bool] = []
+    inner = batch._split
+
+    def spy(*args: object) -> object:
+        out = inner(*args)  # type: ignore[arg-type]
+        taken.append(out is not None)
+        return out
+
+    batch._split = spy  # type: ignore[assignment]
+    try:
+        batched = [r.to_json() for r in ev.preemption_many(items)]
+    finally:
+        batch._split = inner
+    assert taken == [True]
+    assert batched == one == [fast.preemption(i).to_json() for i in items]
+    rules = [[r["rule"] for r in res["reasons"]] for res in batched]
+    assert ["flexible", "fresh-checkpoint", "priority"] in rules
+    assert {r["eligible"] for r in batched} == {True, False}
+    assert len({r["score"] for r in batched}) > 40
+
+
+def test_split_rules_that_raise_fall_back_to_the_whole_policy(tmp_path: Path) -> None:
+    """A rule of a split part raises for some items (a missing label): the policy is
+    evaluated as a whole, and each item's error is reported where it belongs."""
+    ev = evaluator(tmp_path, "cel-expr-python", {"p.yaml": policy("p", "Preemption", """
+        - {name: tier, when: "workload.flexTier >= 1", eligible: true, score: "1.0"}
+        - {name: team, when: "workload.labels['team'] == 'x'", score: "2.0"}
+        - {name: age, when: "workload.checkpoint.lastAgeSeconds > 100",
+           score: "double(workload.checkpoint.lastAgeSeconds)"}
+    """, extra="failurePolicy: Ignore")})
+    items = [i.model_copy(update={"workload": i.workload.model_copy(update={
+        "labels": {"team": "x"} if k % 9 else {}})}) for k, i in enumerate(_running(90))]
+    batched = [r.to_json() for r in ev.preemption_many(items)]
+    assert batched == [ev.preemption(i).to_json() for i in items]
+    assert any(r.get("errors") for r in batched)
+    assert len({r["score"] for r in batched}) > 20
+
+
+def test_nested_models_as_pydantic_dumps_them() -> None:
+    """workload_data's nested models field by field, as pydantic's JSON dump (an int in a
+    float field, unvalidated, is written as a float: the fast path hands it to pydantic)."""
+    from m2g.model.inputs import Checkpoint, PowerCap, WorkloadView, shallow_copy
+
+    views = [WorkloadView(checkpoint=Checkpoint(interval_seconds=60, last_age_seconds=7,
+                                                reported=True),
+                          power_cap=PowerCap(capped=True, fraction=0.5)),
+             WorkloadView(power_cap=shallow_copy(PowerCap(), fraction=1, capped=True))]
+    for w in views:
+        got = workload_data(w, {"checkpoint", "power_cap"})
+        want = w.model_dump(mode="json", by_alias=True, include={"checkpoint", "power_cap"})
+        assert got == want
+        assert [type(v) for v in got["powerCap"].values()] == [
+            type(v) for v in want["powerCap"].values()]
+
+
+def test_split_rules_keep_the_rules_order(tmp_path: Path) -> None:
+    """Rules of one class part around a per-workload one: the reasons still come in the
+    rules' order."""
+    ev = evaluator(tmp_path, "cel-expr-python", {"p.yaml": policy("p", "Preemption", """
+        - {name: tier, when: "workload.flexTier >= 1", eligible: true, score: "1.0"}
+        - {name: age, when: "workload.checkpoint.lastAgeSeconds > 100",
+           score: "double(workload.checkpoint.lastAgeSeconds)"}
+        - {name: high, when: "workload.flexTier >= 2", score: "3.0"}
+    """)})
+    items = _running(90)
+    batched = [r.to_json() for r in ev.preemption_many(items)]
+    assert batched == [ev.preemption(i).to_json() for i in items]
+    assert ["tier", "age", "high"] in [[r["rule"] for r in res["reasons"]] for res in batched]
+
+
+def test_cheap_class_keys_are_not_probed() -> None:
+    """Integer checkpoint ages: the first PROBE of 3,000 workloads are all distinct, all of
+    them fall into 1,400 classes. A column of cheap keys (scalars, flat models) is keyed
+    whole, so the classes are found; one of dear keys (labels) is still probed first."""
+    from m2g.model.inputs import Checkpoint
+    from m2g.policy.batch import ClassKeys, item_classes
+
+    items = [i.model_copy(update={"workload": i.workload.model_copy(update={
+        "checkpoint": Checkpoint(interval_seconds=600, last_age_seconds=k % 1400),
+        "labels": {"n": str(k % 1400)}})}) for k, i in enumerate(_running(3_000))]
+    got = ClassKeys(items).classes(["checkpoint"], False, len(items) // 2)
+    data = [workload_data(i.workload, {"checkpoint"}) for i in items]
+    assert got is not None and len(got[0]) == 1400
+    assert got == item_classes(data, ["checkpoint"])
+    assert ClassKeys(items).classes(["labels"], False, len(items) // 2) is None
+
+
+def test_items_over_a_base_decide_as_whole_inputs(sample: list[PolicyInput],
+                                                  fast: Evaluator) -> None:
+    """Evaluator.admission_items / preemption_items (WorkloadItems over one base input, no
+    input per workload) decide as admission_many / preemption_many of whole inputs."""
+    from m2g.model.inputs import WorkloadItem
+
+    ev = Evaluator(fast.policy_set)
+    base = PolicyInput(**_small(SCENARIOS[0]))  # type: ignore[arg-type]
+    queue = QueueView(name="cq-0", nominal_gpus=576, used_gpus=97)
+    items = [WorkloadItem(i.workload, queue) for i in sample]
+    whole = [base.with_workload(i.workload, queue) for i in sample]
+    assert [r.to_json() for r in ev.admission_items(base, items)] == [
+        r.to_json() for r in Evaluator(fast.policy_set).admission_many(whole)]
+    running = _running(120, level=3)
+    pbase = PolicyInput(site=running[0].site, grid=running[0].grid)
+    got = ev.preemption_items(pbase, [WorkloadItem(i.workload, i.queue) for i in running])
+    assert [r.to_json() for r in got] == [fast.preemption(i).to_json() for i in running]
+    assert ev.admission_items(base, []) == []
+    slow = Evaluator(load_dir(POLICIES, "cel-python"))  # no batch programs: one at a time
+    assert [r.to_json() for r in slow.preemption_items(pbase, [
+        WorkloadItem(i.workload, i.queue) for i in running[:20]])] == [
+        r.to_json() for r in got[:20]]

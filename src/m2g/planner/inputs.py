@@ -18,6 +18,7 @@ from m2g.model.inputs import (
     PolicyInput,
     QueueView,
     SiteView,
+    WorkloadItem,
     WorkloadView,
 )
 from m2g.model.labels import GPU_RESOURCE
@@ -98,6 +99,11 @@ class InputBuilder:
     def for_workload(self, w: WorkloadState, view: WorkloadView | None = None) -> PolicyInput:
         return self.base().with_workload(trusted_view(view or w.view, self.kw_floor),
                                          self.queue(w.cluster_queue))
+
+    def item(self, w: WorkloadState) -> WorkloadItem:
+        """``for_workload(w)`` as a batch item over ``base()`` (Evaluator.*_items): no copy of
+        the input per workload."""
+        return WorkloadItem(trusted_view(w.view, self.kw_floor), self.queue(w.cluster_queue))
 
     def for_flavor(self, flavor: FlavorState, nominal: int) -> PolicyInput:
         domain_name = flavor.domain or self.snap.factory.site

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from m2g.model.inputs import PolicyInput
-from m2g.policy.batch import FusedCache, fired_many, snapshot_key
+from m2g.model.inputs import PolicyInput, WorkloadItem
+from m2g.policy.batch import FusedCache, Item, fired_many, snapshot_key
 from m2g.policy.compiler import SITE_LABEL_KEYS, CompiledPolicy, PolicySet
 from m2g.policy.fired import Err, Hit, RenderedUpdate
 from m2g.policy.results import (
@@ -86,7 +86,7 @@ class _Updates:
         return tuple(out)
 
 
-def _pod_set_names(inp: PolicyInput) -> list[str]:
+def _pod_set_names(inp: Item) -> list[str]:
     return [ps.name or "main" for ps in inp.workload.pod_sets] or ["main"]
 
 
@@ -190,11 +190,24 @@ def combine_capacity(fired: Fired) -> CapacityResult:
     return CapacityResult(quota, stop, tuple(reasons), tuple(errors), failed)
 
 
-def combine_preemption(fired: Fired) -> PreemptionResult:
+_Part = tuple[bool, float, float | None, Reason]
+
+
+def _preemption_part(item: Hit) -> _Part:
+    """What one fired rule adds to a Preemption result: (eligible, score, minCap, reason)."""
+    pay = item.payload
+    ok = True if pay.eligible is None else pay.eligible
+    cap = None if pay.min_cap is None else min(1.0, max(0.0, pay.min_cap))
+    return ok, pay.score or 0.0, cap, Reason(item.policy.name, item.rule.name,
+                                             "Eligible" if ok else "Protected", pay.message)
+
+
+def combine_preemption(fired: Fired, parts: dict[int, tuple[Hit, _Part]] | None = None
+                       ) -> PreemptionResult:
     """Preemption: eligible if some fired rule says so and none vetoes; scores add up;
     ``minCap`` is the largest of the fired rules' (the most protective; None: none said).
     An error under failurePolicy Fail vetoes: m2g never sheds on an error — and never caps
-    (minCap 1.0)."""
+    (minCap 1.0). ``parts`` memoises each Hit's share by its id (many workloads share Hits)."""
     yes = veto = False
     score = 0.0
     min_cap: float | None = None
@@ -205,15 +218,20 @@ def combine_preemption(fired: Fired) -> PreemptionResult:
             veto = veto or item.fails
             errors.append(_issue(item))
             continue
-        ok = True if item.payload.eligible is None else item.payload.eligible
+        if parts is None:
+            part = _preemption_part(item)
+        else:
+            got = parts.get(id(item))
+            if got is None or got[0] is not item:
+                got = parts[id(item)] = (item, _preemption_part(item))
+            part = got[1]
+        ok, add, cap, reason = part
         yes, veto = yes or ok, veto or not ok
-        score += item.payload.score or 0.0
-        if item.payload.min_cap is not None:
-            cap = min(1.0, max(0.0, item.payload.min_cap))
+        score += add
+        if cap is not None:
             min_cap = cap if min_cap is None else max(min_cap, cap)
-        reasons.append(Reason(item.policy.name, item.rule.name,
-                              "Eligible" if ok else "Protected", item.payload.message))
-    if any(e.fails for e in fired if isinstance(e, Err)):
+        reasons.append(reason)
+    if errors and any(e.fails for e in fired if isinstance(e, Err)):
         min_cap = 1.0
     return PreemptionResult(yes and not veto, score, tuple(reasons), tuple(errors), min_cap)
 
@@ -262,14 +280,40 @@ class Evaluator:
     def _stage(self, stage: Stage) -> tuple[CompiledPolicy, ...]:
         return self.policy_set.by_stage[stage]
 
-    def _fired(self, stages: tuple[Stage, ...], inputs: Sequence[PolicyInput]) -> list[Fired]:
+    def _policies_of(self, stages: tuple[Stage, ...]) -> tuple[CompiledPolicy, ...]:
         policies = self._policies.get(stages)
         if policies is None:  # one tuple per stage list: the batch path caches plans by it
             policies = self._policies[stages] = tuple(p for s in stages for p in self._stage(s))
+        return policies
+
+    def _fired_items(self, stages: tuple[Stage, ...], base: PolicyInput,
+                     items: Sequence[WorkloadItem]) -> list[Fired]:
+        """``_fired`` of ``items`` over ``base``: one batch, no input per workload."""
+        if not items:
+            return []
+        return fired_many(self._policies_of(stages), self._runtime, self._fused, items,
+                          snapshot_key(base), base)
+
+    def _fired(self, stages: tuple[Stage, ...], inputs: Sequence[PolicyInput]) -> list[Fired]:
+        policies = self._policies_of(stages)
         groups: dict[tuple[Any, ...], list[int]] = {}
         domain_ids: dict[int, tuple[int, ...]] = {}
-        for i, inp in enumerate(inputs):
-            groups.setdefault(snapshot_key(inp, domain_ids), []).append(i)
+        if inputs:  # inputs copied from one base share its parts: no key for each
+            first = inputs[0]
+            site, grid, flavor, domain, domains, now = (
+                first.site, first.grid, first.flavor, first.domain, first.domains, first.now)
+            same: list[int] = []
+            groups[snapshot_key(first, domain_ids)] = same
+            apart = False
+            for i, inp in enumerate(inputs):
+                if inp.domains is domains and inp.site is site and inp.grid is grid and \
+                        inp.flavor is flavor and inp.domain is domain and inp.now is now:
+                    same.append(i)
+                else:
+                    apart = True
+                    groups.setdefault(snapshot_key(inp, domain_ids), []).append(i)
+            if apart:  # some of the first's key may have been appended out of order
+                same.sort()
         out: list[Fired] = [[] for _ in inputs]
         for key, idx in groups.items():
             batch = [inputs[i] for i in idx]
@@ -282,19 +326,29 @@ class Evaluator:
         """Admission (with Placement merged in when Placement policies exist) per workload.
         Workloads whose policies fired the same Hits (shared objects: m2g.policy.batch) on the
         same pod sets share one result, combined once."""
+        fired = self._fired((Stage.ADMISSION, Stage.PLACEMENT), inputs)
+        return self._admission(fired, inputs, list(inputs))
+
+    def admission_items(self, base: PolicyInput, items: Sequence[WorkloadItem]
+                        ) -> list[AdmissionResult]:
+        """``admission_many`` of ``base`` with each item's workload and queue."""
+        fired = self._fired_items((Stage.ADMISSION, Stage.PLACEMENT), base, items)
+        return self._admission(fired, items, [base] * len(items))
+
+    def _admission(self, fired: list[Fired], inputs: Sequence[Item],
+                   bases: Sequence[PolicyInput]) -> list[AdmissionResult]:
         placing = bool(self._stage(Stage.PLACEMENT))
         results = []
         memo: dict[tuple[Any, ...], AdmissionResult] = {}
-        for inp, items in zip(inputs, self._fired((Stage.ADMISSION, Stage.PLACEMENT), inputs),
-                              strict=True):
+        for inp, base, items in zip(inputs, bases, fired, strict=True):
             names = _pod_set_names(inp)
-            key = (*map(id, items), inp.site.labels, *names)
+            key = (*map(id, items), id(base.site.labels), *names)  # inputs alive: ids hold
             hit = memo.get(key)
             if hit is None:
                 adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
                 placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] \
                     if placing else None
-                hit = memo[key] = combine_admission(adm, placed, names, label_keys(inp))
+                hit = memo[key] = combine_admission(adm, placed, names, label_keys(base))
             results.append(hit)
         return results
 
@@ -316,7 +370,16 @@ class Evaluator:
 
     def preemption_many(self, inputs: Sequence[PolicyInput]) -> list[PreemptionResult]:
         """May each admitted workload be shed, and how early (higher score first)."""
-        return _shared(combine_preemption, self._fired((Stage.PREEMPTION,), inputs))
+        parts: dict[int, tuple[Hit, Any]] = {}
+        return _shared(lambda f: combine_preemption(f, parts),
+                       self._fired((Stage.PREEMPTION,), inputs))
+
+    def preemption_items(self, base: PolicyInput, items: Sequence[WorkloadItem]
+                         ) -> list[PreemptionResult]:
+        """``preemption_many`` of ``base`` with each item's workload and queue."""
+        parts: dict[int, tuple[Hit, Any]] = {}
+        return _shared(lambda f: combine_preemption(f, parts),
+                       self._fired_items((Stage.PREEMPTION,), base, items))
 
     def preemption(self, inp: PolicyInput) -> PreemptionResult:
         return self.preemption_many([inp])[0]

@@ -21,6 +21,10 @@ first access, per activation, at roughly a microsecond per value, and the factor
   ``when`` tests it, else inside the fired branch (a variable used only by a message costs
   nothing until the rule fires). Ternaries keep CEL's short-circuit order, so a fused result
   equals the per-input one.
+* workloads are evaluated once per **class** (the values of the fields a policy group reads,
+  ``_by_class``); a policy whose workloads are mostly classes of their own has its rules split
+  by what they read (``_split``): the parts with few classes once per class, the rest per
+  workload, the fired rules merged back in the rules' order.
 
 Fallbacks, each to a slower form with the same answers: the combined expression fails to compile
 (cel-expr-python's parser stops at 32 levels) or raises for some item → one expression per
@@ -34,6 +38,7 @@ runs a batch (``fired_many``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,9 +60,11 @@ from m2g.policy.batch.cel_source import (
 )
 from m2g.policy.batch.decoding import (
     ClassKeys,
+    Item,
     batch_items,
     decode,
     item_classes,
+    items_of,
     view_classes,
     workload_data,
 )
@@ -71,6 +78,7 @@ __all__ = [
     "Combined",
     "Fused",
     "FusedCache",
+    "Item",
     "SnapshotCache",
     "SnapshotState",
     "batch_items",
@@ -90,11 +98,17 @@ _ERRORS = (CelEvalError, TypeError, ValueError, IndexError)
 
 
 def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: FusedCache,
-               inputs: Sequence[PolicyInput], key: tuple[Any, ...] | None = None,
-               ) -> list[list[Hit | Err]]:
+               inputs: Sequence[Item], key: tuple[Any, ...] | None = None,
+               base: PolicyInput | None = None) -> list[list[Hit | Err]]:
     """For each input (all sharing one snapshot, whose batch key is ``key`` when given), the
-    hits and errors of every policy."""
-    snap = cache.snapshots.get(inputs[0], key)
+    hits and errors of every policy. The inputs are PolicyInputs, or WorkloadItems over
+    ``base`` (then given: the snapshot is its)."""
+    if base is None:
+        first = inputs[0]
+        if not isinstance(first, PolicyInput):
+            raise TypeError("a batch of WorkloadItems needs its base input")
+        base = first
+    snap = cache.snapshots.get(base, key)
     items = _Items(cache, policies, inputs)
     done: dict[str, list[list[Hit | Err]]] = {}
     idle, comb = split_by_gates(cache, snap, policies)
@@ -127,7 +141,7 @@ class _Items:
     inputs' workloads (``classes``)."""
 
     def __init__(self, cache: FusedCache, policies: Sequence[CompiledPolicy],
-                 inputs: Sequence[PolicyInput]) -> None:
+                 inputs: Sequence[Item]) -> None:
         self.cache, self.policies, self.inputs = cache, policies, inputs
         self._all: list[dict[str, Any]] | None = None
         self.keys = ClassKeys(inputs)
@@ -178,10 +192,15 @@ def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
     dense: list[CompiledPolicy] = []
     for reads, members in groups.items():
         found = None if reads is None else items.keys.classes(reads[0], reads[1], n // 2)
-        if found is None:
-            dense += members
-        else:
+        if found is not None:
             runs.append((members, *found, None))
+            continue
+        for p in members:
+            split = _split(cache, snap, act, p, items)
+            if split is None:
+                dense.append(p)
+            else:
+                done[p.name] = split
     if dense:
         runs.append((dense, items.all(), None, None))
     for members, rows_in, of, where in runs:
@@ -202,6 +221,56 @@ def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
         except _ERRORS:
             continue
     return done
+
+
+def _split(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPolicy,
+           items: _Items) -> list[list[Hit | Err]] | None:
+    """Hits of ``policy`` for every item, its rules evaluated apart by what they read
+    (FusedCache.parts): a part whose fields put the items into at most half as many classes
+    once per class, the others together over every item. checkpoint-preemption: every running
+    workload has its own checkpoint age, but its tier rules read ``flexTier`` (four classes)
+    and its priority rule ``priority``: only the two checkpoint rules run per workload. None
+    when the policy has one part, no part has few classes, or a part does not compile or
+    raises (then it is evaluated as a whole, which reports the error where it belongs)."""
+    parts = cache.parts(policy)
+    if len(parts) < 2:
+        return None
+    n = len(items.inputs)
+    runs: list[tuple[tuple[int, ...], list[dict[str, Any]], list[int] | None]] = []
+    rest: list[int] = []
+    fields: set[str] | None = set()
+    queue = False
+    for reads, reads_q, idx in parts:
+        found = None if reads is None else items.keys.classes(reads, reads_q, n // 2)
+        if found is not None:
+            runs.append((idx, *found))
+            continue
+        rest += idx
+        fields = None if reads is None or fields is None else fields | set(reads)
+        queue = queue or reads_q
+    if not runs:
+        return None
+    if rest:
+        runs.append((tuple(rest), items_of(items.inputs, fields, queue), None))
+    runs.sort(key=lambda r: min(r[0]))
+    ordered = all(max(a[0]) < min(b[0]) for a, b in itertools.pairwise(runs))
+    hoisted = snap.hoist(cache, policy)
+    out: list[list[Hit | Err]] = [[] for _ in range(n)]
+    try:
+        for idx, rows_in, of in runs:
+            prog = cache.subset(policy, frozenset(idx), hoisted)
+            if prog is None:
+                return None
+            hits = [decode(policy, row[0]) for row in cache.run(prog, act, rows_in)]
+            for i, h in enumerate(hits if of is None else [hits[c] for c in of]):
+                if h:  # the class's list is shared: never extended in place
+                    out[i] = out[i] + h if out[i] else h
+    except _ERRORS:
+        return None
+    if not ordered:  # the rules' order, as one evaluation of the policy gives them
+        pos = {id(r): k for k, r in enumerate(policy.rules)}
+        out = [sorted(h, key=lambda x: pos[id(x.rule)]) if len(h) > 1 else h for h in out]
+    return out
 
 
 def _passing(cache: FusedCache, act: Any, policy: CompiledPolicy, items: _Items

@@ -25,6 +25,8 @@ from m2g.policy.batch.cel_source import (
     match_reads,
     match_source,
     reads_queue,
+    rule_parts,
+    subset_source,
     workload_fields,
 )
 from m2g.policy.compiler import CompiledPolicy
@@ -70,6 +72,8 @@ class FusedCache:
         self._reads: dict[tuple[str, ...], tuple[set[str] | None, bool]] = {}
         self._reads_by_id: dict[int, tuple[Any, tuple[set[str] | None, bool]]] = {}
         self._chunk: dict[int, int] = {}
+        self._parts: dict[str, list[tuple[tuple[str, ...] | None, bool, tuple[int, ...]]]] = {}
+        self._subsets: dict[tuple[Any, ...], Program | None] = {}
         self.snapshots = SnapshotCache(runtime)
         self.batches = runtime.compile_batch("[]") is not None
 
@@ -129,6 +133,26 @@ class FusedCache:
                 if prog is not None:
                     self._matchers[policy.name] = (prog, tuple(sorted(fields)), queue)
         return self._matchers[policy.name]
+
+    def parts(self, policy: CompiledPolicy
+              ) -> list[tuple[tuple[str, ...] | None, bool, tuple[int, ...]]]:
+        """The policy's rules grouped by the workload fields they read (rule_parts)."""
+        if policy.name not in self._parts:
+            self._parts[policy.name] = rule_parts(policy)
+        return self._parts[policy.name]
+
+    def subset(self, policy: CompiledPolicy, only: frozenset[int],
+               hoisted: tuple[str, ...]) -> Program | None:
+        """A batch program for the policy's rules at ``only`` (subset_source); None when it
+        does not compile."""
+        key = (policy.name, tuple(sorted(only)), hoisted)
+        if key not in self._subsets:
+            try:
+                self._subsets[key] = self._runtime.compile_batch(
+                    subset_source(policy, only, hoisted))
+            except CelCompileError:
+                self._subsets[key] = None
+        return self._subsets[key]
 
     def gate(self, policy: CompiledPolicy) -> Program | None:
         """The policy's snapshot-only match conditions as one program (None: it has none)."""

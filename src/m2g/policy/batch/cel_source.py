@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from m2g.model.inputs import WorkloadView
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
@@ -63,18 +64,21 @@ def split_match(policy: CompiledPolicy) -> tuple[list[Program], list[Program]]:
 
 
 def _policy_body(policy: CompiledPolicy, conditions: Sequence[Program],
-                 hoisted: Sequence[str] = ()) -> str:
+                 hoisted: Sequence[str] = (), only: frozenset[int] | None = None) -> str:
     """The per-item expression of one policy under ``conditions`` (match conditions): a list
-    with one cell per rule, or []. The ``hoisted`` variables are read from ``m2g__h``."""
+    with one cell per rule, or []. The ``hoisted`` variables are read from ``m2g__h``. With
+    ``only`` (rule indices), the other rules' cells are ``[]``: they are evaluated apart."""
     fixed = {n: f"m2g__h[{policy.name!r}][{i}]" for i, n in enumerate(hoisted)}
+    live = [(i, r) for i, r in enumerate(policy.rules) if only is None or i in only]
     counts: dict[str, int] = {}
-    for rule in policy.rules:
+    for _, rule in live:
         for name in _needs(policy, rule.when) - fixed.keys():
             counts[name] = counts.get(name, 0) + 1
     outer = {n for n, c in counts.items() if c > 1}
     outer |= set().union(*(policy.variables.deps[n] for n in outer))
     outer -= fixed.keys()
     body = "[" + ", ".join(_rule_source(policy, i, r, outer, fixed)
+                           if only is None or i in only else "[]"
                            for i, r in enumerate(policy.rules)) + "]"
     body = bind_grouped(body, outer, policy.variables, "o", fixed)
     # A match condition binds what it uses itself. "!(M) ? [] : BODY", not "(M) ? BODY : []":
@@ -140,6 +144,31 @@ def combined_source(policies: Sequence[CompiledPolicy],
     hoisted = hoisted or {}
     bodies = [_policy_body(p, split_match(p)[1], hoisted.get(p.name, ())) for p in policies]
     return _over_items("[" + ", ".join(bodies) + "]", reads_queue(policies))
+
+
+def subset_source(policy: CompiledPolicy, only: frozenset[int],
+                  hoisted: Sequence[str] = ()) -> str:
+    """One policy's rules at the indices ``only`` (the others' cells ``[]``) under its
+    item-dependent match conditions (its gate is known to hold), per item a list with the
+    policy's row: the rules that read few workload fields evaluated once per class of them,
+    apart from those that read a field every workload has its own value of (rule_parts)."""
+    body = _policy_body(policy, split_match(policy)[1], hoisted, only)
+    sub = replace(policy, rules=tuple(r for i, r in enumerate(policy.rules) if i in only))
+    return _over_items(f"[{body}]", reads_queue([sub]))
+
+
+def rule_parts(policy: CompiledPolicy
+               ) -> list[tuple[tuple[str, ...] | None, bool, tuple[int, ...]]]:
+    """The policy's rules grouped by what they read (with its item-dependent match
+    conditions): (workload fields, sorted, or None for all; the queue or not; rule indices),
+    in the order of each group's first rule."""
+    parts: dict[tuple[tuple[str, ...] | None, bool], list[int]] = {}
+    for i, rule in enumerate(policy.rules):
+        one = replace(policy, rules=(rule,))
+        fields = workload_fields([one])
+        key = (None if fields is None else tuple(sorted(fields)), reads_queue([one]))
+        parts.setdefault(key, []).append(i)
+    return [(fields, queue, tuple(idx)) for (fields, queue), idx in parts.items()]
 
 
 def reads_queue(policies: Sequence[CompiledPolicy]) -> bool:

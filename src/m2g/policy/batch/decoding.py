@@ -3,17 +3,35 @@ plain data of one batch item (only the fields the policies read)."""
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from m2g.model.inputs import PolicyInput, WorkloadView
+from m2g.model.inputs import CelModel, QueueView, WorkloadView
 from m2g.policy.batch.caches import FusedCache
 from m2g.policy.batch.cel_source import FIELD_ALIAS
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
 from m2g.policy.fired import Err, Hit, payload, slots
+
+
+class Item(Protocol):
+    """What a batch reads of each of its inputs: a PolicyInput, or a WorkloadItem over the
+    batch's base input."""
+
+    @property
+    def workload(self) -> WorkloadView: ...
+
+    @property
+    def queue(self) -> QueueView: ...
+
+    def workload_data(self) -> dict[str, Any]: ...
+
+    def queue_data(self) -> dict[str, Any]: ...
+
 
 _KEYS: dict[int, tuple[CompiledRule, list[Any]]] = {}
 
@@ -64,6 +82,8 @@ def _plain(value: Any) -> Any:
         return value.value
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if isinstance(value, CelModel):
+        return _plain_model(value)
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
     if isinstance(value, dict):
@@ -71,6 +91,34 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
     raise TypeError(type(value).__name__)
+
+
+_FIELDS: dict[type, tuple[tuple[str, str, type | None], ...]] = {}
+_EXACT: tuple[type, ...] = (bool, int, float, str)
+
+
+def _plain_model(model: CelModel) -> dict[str, Any]:
+    """A CelModel's ``model_dump(mode="json", by_alias=True)`` field by field (a nested model
+    such as every running workload's ``checkpoint``: pydantic's serializer costs several
+    times as much). Raises TypeError for a value _plain does not know, a scalar field holding
+    another type (pydantic would convert it: an int in a float field is written 1.0, which
+    CEL tells from 1) or a float that is not finite: the caller then asks pydantic."""
+    fields = _FIELDS.get(type(model))
+    if fields is None:
+        fields = _FIELDS[type(model)] = tuple(
+            (name, info.alias or name,
+             _EXACT[_EXACT.index(info.annotation)] if info.annotation in _EXACT else None)
+            for name, info in type(model).model_fields.items())
+    out: dict[str, Any] = {}
+    for name, alias, kind in fields:
+        v = getattr(model, name)
+        if kind is None:
+            out[alias] = _plain(v)
+            continue
+        if type(v) is not kind or (type(v) is float and not math.isfinite(v)):
+            raise TypeError(kind.__name__)
+        out[alias] = v
+    return out
 
 
 def workload_data(workload: WorkloadView, fields: set[str] | None) -> dict[str, Any]:
@@ -85,10 +133,17 @@ def workload_data(workload: WorkloadView, fields: set[str] | None) -> dict[str, 
 
 
 def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
-                inputs: Sequence[PolicyInput]) -> list[dict[str, Any]]:
+                inputs: Sequence[Item]) -> list[dict[str, Any]]:
     """What ``m2g__items()`` returns: each workload's data (only the fields the policies read),
     with its queue's at ``m2g__q`` when they read ``queue``."""
     fields, queue = cache.reads(policies)
+    return items_of(inputs, fields, queue)
+
+
+def items_of(inputs: Sequence[Item], fields: set[str] | None, queue: bool
+             ) -> list[dict[str, Any]]:
+    """Each input's workload ``fields`` (None: all), with its queue at ``m2g__q`` when
+    ``queue``."""
     items = [workload_data(inp.workload, fields) for inp in inputs]
     if queue:
         for item, inp in zip(items, inputs, strict=True):
@@ -142,17 +197,50 @@ def item_classes(items: Sequence[dict[str, Any]], keys: Sequence[str] | None,
     return reps, of
 
 
-def view_classes(inputs: Sequence[PolicyInput], fields: Sequence[str], queue: bool,
+def view_classes(inputs: Sequence[Item], fields: Sequence[str], queue: bool,
                  most: int | None = None) -> tuple[list[dict[str, Any]], list[int]] | None:
     """``item_classes`` of the inputs' items restricted to the workload ``fields`` (Python
     names) and the queue when ``queue``, read from the workload views (ClassKeys)."""
     return ClassKeys(inputs).classes(fields, queue, most)
 
 
+_FLAT: dict[type, Any] = {}
+
+
+def _flat(model: Any) -> Any:
+    """For a CelModel whose fields are all scalars (``checkpoint``), a getter of its field
+    values in order; None for any other value."""
+    kind = type(model)
+    got = _FLAT.get(kind)
+    if got is None and kind not in _FLAT:
+        got = None
+        if isinstance(model, CelModel):
+            fields = type(model).model_fields
+            if all(info.annotation in _EXACT for info in fields.values()):
+                got = operator.attrgetter(*fields) if len(fields) > 1 else None
+        _FLAT[kind] = got
+    return got
+
+
 def _key(v: Any) -> Any:
-    """A workload value's class key: a scalar's is its type and value, anything else's that
-    of its plain data (raises TypeError for a value _plain does not know)."""
-    return (type(v), v) if type(v) in _SCALARS else _frozen(_plain(v))
+    """A workload value's class key: a scalar's is its type and value, a flat CelModel's its
+    type, field values and their types (as finely as its plain data tells them apart, or
+    more), anything else's that of its plain data (raises TypeError for a value _plain does
+    not know)."""
+    if type(v) in _SCALARS:
+        return (type(v), v)
+    if isinstance(v, Enum):  # as its plain data: its value
+        return (type(v.value), v.value)
+    get = _flat(v)
+    if get is not None:
+        values = get(v)
+        return (type(v), values, tuple(map(type, values)))
+    return _frozen(_plain(v))
+
+
+def cheap_key(v: Any) -> bool:
+    """Is ``v``'s class key cheap to work out (a scalar or a flat CelModel)?"""
+    return type(v) in _SCALARS or isinstance(v, Enum) or _flat(v) is not None
 
 
 class ClassKeys:
@@ -161,7 +249,7 @@ class ClassKeys:
     group), and only as far as needed: a group gives up after PROBE mostly distinct items
     (every running workload's checkpoint age is its own), so a column is extended lazily."""
 
-    def __init__(self, inputs: Sequence[PolicyInput]) -> None:
+    def __init__(self, inputs: Sequence[Item]) -> None:
         self.inputs = inputs
         self._cols: dict[str, list[Any]] = {}
         self._bad: set[str] = set()
@@ -183,7 +271,14 @@ class ClassKeys:
                 return None
         return col
 
-    def _queue(self, inp: PolicyInput) -> Any:
+    def _cheap(self, name: str) -> bool:
+        """Are the keys of this column cheap to work out for every input (then no probe:
+        integer seconds such as a checkpoint age fall into far fewer classes than workloads
+        on a large site, which a probe of the first PROBE cannot tell)?"""
+        return name == "m2g__q" or not self.inputs or cheap_key(
+            getattr(self.inputs[0].workload, name, None))
+
+    def _queue(self, inp: Item) -> Any:
         qk = self._queues.get(id(inp.queue))
         if qk is None:
             qk = self._queues[id(inp.queue)] = _frozen(inp.queue_data())
@@ -198,7 +293,7 @@ class ClassKeys:
         mostly classes of their own."""
         names = [*fields, "m2g__q"] if queue else list(fields)
         n = len(self.inputs) if where is None else len(where)
-        if most is not None and n > 2 * PROBE:
+        if most is not None and n > 2 * PROBE and not all(map(self._cheap, names)):
             keys = self._keys(names, PROBE, None if where is None else where[:PROBE])
             if keys is None or len(set(keys)) > PROBE * 3 // 4:
                 return None
