@@ -79,6 +79,11 @@ class Cluster(Protocol):
         """A Warning Event on each object newly left out of the snapshot (leader only)."""
         ...
 
+    async def mark_rejected(self, rejected: Sequence[Rejected]) -> None:
+        """The status condition on m2g's own objects: False on those left out (``rejected``:
+        all of them), True again once fixed; unchanged ones not written (leader only)."""
+        ...
+
 
 #: The forecast metrics are recomputed this often (seconds of the manager's clock).
 FORECAST_PERIOD_SECONDS = 300.0
@@ -284,8 +289,13 @@ class Manager:
 
     async def _emit_rejected(self, snap: ClusterSnapshot) -> None:
         """One Warning Event per object left out of the snapshot, again only when its reason
-        changes (an object that stays broken is not re-reported every reconcile); a failed
-        Event is logged and retried next reconcile, never a failed reconcile."""
+        changes (an object that stays broken is not re-reported every reconcile), and the
+        ``Accepted`` condition on m2g's own objects (m2g.k8s.validity); a failed Event is
+        logged and retried next reconcile, never a failed reconcile."""
+        try:  # the conditions: the adapter writes only what the objects do not already say
+            await self.cluster.mark_rejected(snap.rejected)
+        except Exception as exc:  # best effort like the Events: the decisions stand
+            log.warning("conditions on objects left out not written: %s", exc)
         new = [r for r in snap.rejected if self._reported.get((r.kind, r.name)) != r.reason]
         if new:
             try:

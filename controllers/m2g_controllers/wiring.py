@@ -23,7 +23,9 @@ from m2g.k8s.build import ClusterObjects, SnapshotMemo
 from m2g.k8s.cache import WatchCache
 from m2g.k8s.convert import placements
 from m2g.k8s.kai import KaiSync
+from m2g.k8s.parse import format_time
 from m2g.k8s.snapshot import WATCHED, DrawHistory, assemble, params
+from m2g.k8s.validity import CONDITIONED, condition_updates
 from m2g.k8s.writer import apply_plan
 from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot, Rejected
 from m2g.model.labels import DEFAULT_TOPOLOGY_LABELS, TopologyLabels
@@ -73,6 +75,10 @@ class K8sCluster:
         self._read_once: asyncio.Event | None = None
         self._poller: asyncio.Task[None] | None = None
         self.topology_labels = topology_labels  # the site's node labels for clique, rack, ...
+        self._clock = clock
+        self._condition_errors: dict[str, str] = {}  # key → the last failed condition write
+        self._conditions_seen: tuple[tuple[int, ...], frozenset[tuple[str, str, str]]] | None \
+            = None  # the caches' generations and left-out set of the last complete pass
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies, self.tenant_policies, *self.kai.caches()]
@@ -217,6 +223,34 @@ class K8sCluster:
                     action="Snapshot")
             except k.KubeError as exc:
                 log.warning("Event on %s %s not written: %s", r.kind, r.name, exc)
+
+    async def mark_rejected(self, rejected: Sequence[Rejected]) -> None:
+        """The ``Accepted`` condition on m2g's own objects (m2g.k8s.validity): False on those
+        left out (``rejected``: all of this snapshot's), True again once fixed; only the
+        conditions the watch cache does not already show are written. A failed write is
+        logged once per object and reason and retried next reconcile, never a failed
+        reconcile. Nothing is looked at while neither those caches nor ``rejected`` changed
+        since a pass that wrote everything it had to (one pass per change, not per reconcile:
+        a large site has a GPUPowerLimit per capped node)."""
+        seen = (tuple(self.caches[name].generation for name, _ in CONDITIONED.values()),
+                frozenset((r.kind, r.name, r.reason) for r in rejected))
+        if seen == self._conditions_seen:
+            return
+        views = {name: self.caches[name].view() for name, _ in CONDITIONED.values()}
+        done = True
+        for u in condition_updates(views, rejected, format_time(self._clock())):
+            try:
+                await self.applier.apply_condition(u)
+                self._condition_errors.pop(u.key, None)
+            except k.KubeError as exc:
+                done = False
+                text = f"{u.condition['reason']}: {exc}"
+                if self._condition_errors.get(u.key) != text:
+                    log.warning("condition Accepted on %s %s not written: %s", u.kind, u.key,
+                                exc)
+                self._condition_errors[u.key] = text
+        # a write shows in the cache (a new generation: one more pass finds nothing to write)
+        self._conditions_seen = seen if done else None
 
     def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
         return {str(name): (ac.get("spec") or {}).get("parameters")

@@ -4,7 +4,10 @@
   added, changed or removed by a tenant who may edit Workloads — only by m2g's ServiceAccount
   (a TokenRequest token, as the Deployment's pod has); other annotations stay the tenant's;
 * m2g's ServiceAccount may change only m2g.io/ taints and annotations on a Node: another
-  controller's taint, a label, a cordon are refused, with the policy's message.
+  controller's taint, a label, a cordon are refused, with the policy's message;
+* a Policy or TenantPolicy that m2g's compiler would refuse for its structure (duplicate rule
+  names, a field of another stage, a rule without its stage's payload, ...) is refused at
+  create time, and every shipped Policy passes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_helpers import unique, wait_until
+from e2e_helpers import REPO, unique, wait_until
 from manifests_helpers import Applied, kubectl, objects, render, sa_kubeconfig
 
 pytestmark = pytest.mark.e2e
@@ -168,3 +171,79 @@ def test_m2g_changes_only_its_own_node_fields(kubeconfig: Path, guarded: Path) -
     live = json.loads(kubectl(kubeconfig, "get", "node", name, "-o", "json").stdout)
     assert "example.com/rack" not in live["metadata"].get("labels", {})
     assert not live["spec"].get("unschedulable")
+
+
+# ---- m2g-policy-structure: the first gate for Policy objects ----------------------------------
+
+def _policy(stage: str, rules: list[dict[str, Any]], kind: str = "Policy") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": unique("m2g-e2e-vap")}
+    if kind == "TenantPolicy":
+        meta["namespace"] = "default"
+    return {"apiVersion": "m2g.io/v1alpha1", "kind": kind, "metadata": meta,
+            "spec": {"stage": stage, "rules": rules}}
+
+
+def _dry_run(kubeconfig: Path, obj: dict[str, Any]) -> Any:
+    return kubectl(kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(obj),
+                   check=False)
+
+
+def _compiler_refuses(obj: dict[str, Any], tmp_path: Path) -> bool:
+    """m2g's own loader on the same object (the gate is a subset of the compiler's checks)."""
+    from m2g.policy import load_dir
+    from m2g.policy.errors import PolicySetError
+    folder = tmp_path / obj["metadata"]["name"]
+    folder.mkdir()
+    (folder / "policy.yaml").write_text(yaml.safe_dump(obj))
+    try:
+        load_dir(folder)
+    except PolicySetError:
+        return True
+    return False
+
+
+ADMIT = {"name": "ok", "when": "true", "decision": "Admit"}
+LONG = "workload.gpus > 0 && " * 480 + "true"  # 9,604 characters (the CRD allows 10,240)
+BAD_POLICIES = [
+    (_policy("Admission", [ADMIT, {**ADMIT, "decision": "Reject"}]), "duplicate rule names: ok"),
+    (_policy("Admission", [{**ADMIT, "quota": "10"}]), "not allowed in stage Admission: ok (quota)"),
+    (_policy("Admission", [{"name": "typo", "decison": "Reject"}]), "typo (decison)"),
+    (_policy("Admission", [{"name": "none", "when": "true"}]), "needs decision"),
+    (_policy("Capacity", [{"name": "none", "when": "true"}]), "needs quota or stopPolicy"),
+    (_policy("Fairness", [{"name": "w", "weight": "2", "score": "1"}]), "(score)"),
+    (_policy("Admission", [{**ADMIT, "decision": "Reject", "requeueAfter": "'1m'"}]),
+     "requeueAfter is only for Defer rules"),
+    (_policy("Admission", [{**ADMIT, "decision": "Defer", "podSetUpdates": [{"name": "main"}]}]),
+     "podSetUpdates are only for Admit rules"),
+    (_policy("Admission", [{"name": f"r{i}", "when": LONG, "decision": "Reject"}
+                           for i in range(28)]), "at most 262144"),
+    (_policy("Admission", [{"name": "t", "decision": "Reject"}, {"name": "t", "decision": "Defer"}],
+             "TenantPolicy"), "duplicate rule names: t"),
+]
+
+
+@pytest.mark.parametrize(("obj", "needle"), BAD_POLICIES,
+                         ids=[n for _, n in BAD_POLICIES])
+def test_the_api_server_refuses_a_structurally_bad_policy(
+        kubeconfig: Path, guarded: Path, m2g_crds: None, obj: dict[str, Any], needle: str,
+        tmp_path: Path) -> None:
+    # the policy takes effect a moment after it is created: the first refusal is waited for
+    wait_until("the policy-structure gate", lambda: _denied(
+        _dry_run(kubeconfig, obj), "m2g-policy-structure", needle), timeout=60)
+    if obj["kind"] == "Policy" and "262144" not in needle:  # the size bound is the gate's own
+        assert _compiler_refuses(obj, tmp_path), "the gate refused what m2g's compiler accepts"
+
+
+def test_every_shipped_policy_passes_the_gate(kubeconfig: Path, guarded: Path,
+                                              m2g_crds: None) -> None:
+    wait_until("the policy-structure gate", lambda: _denied(
+        _dry_run(kubeconfig, BAD_POLICIES[0][0]), "m2g-policy-structure"), timeout=60)
+    shipped = [d for f in sorted((REPO / "policies").glob("*/*.yaml"))
+               for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "Policy"]
+    assert len(shipped) >= 10
+    tenant = _policy("Admission", [{"name": "small", "when": "workload.gpus > 8",
+                                    "decision": "Reject", "message": "at most 8 GPUs"}],
+                     "TenantPolicy")
+    for obj in [*shipped, tenant]:
+        out = _dry_run(kubeconfig, obj)
+        assert out.returncode == 0, (obj["metadata"]["name"], out.stderr)

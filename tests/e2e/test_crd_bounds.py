@@ -91,12 +91,14 @@ def test_ordinary_objects_are_accepted(crds: Path, obj: dict[str, Any]) -> None:
     assert code == 0, err
 
 
-def test_an_object_the_crd_admits_but_m2g_cannot_use_gets_an_event(
+def test_an_object_the_crd_admits_but_m2g_cannot_use_gets_an_event_and_a_condition(
         crds: Path, tmp_path: Path) -> None:
     """A GridEvent the CRD accepts whose end m2g cannot reason about (2199 + 9,999 weeks, past
     2200) is left out of the snapshot: ``m2g run`` stays ready, decides on, and says why on the
     object itself — one Warning Event ``LeftOut`` (kubectl describe shows it), not one per
-    reconcile."""
+    reconcile, and the condition ``Accepted=False`` (written once: the object's
+    resourceVersion stays put across resyncs). Fixed, the condition turns True and stays True
+    beside the status the planner then writes (two field managers)."""
     obj = grid_event("2199-12-01T00:00:00Z", "P9999W")
     obj["metadata"]["name"] = name = unique("m2g-e2e-leftout")
     kubectl(crds, "create", "-f", "-", stdin=json.dumps(obj))
@@ -107,6 +109,13 @@ def test_an_object_the_crd_admits_but_m2g_cannot_use_gets_an_event(
                       "--field-selector", f"regarding.name={name}").stdout
         return [e for e in json.loads(out)["items"] if e.get("reason") == "LeftOut"]
 
+    def current() -> dict[str, Any]:
+        return dict(json.loads(kubectl(crds, "get", "gridevent", name, "-o", "json").stdout))
+
+    def accepted() -> dict[str, Any]:
+        conds = (current().get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c.get("type") == "Accepted"), {})
+
     try:
         with controller(crds, tmp_path / "m2g.log", "--identity", "e2e-leftout",
                         "--check-name", unique("m2g-leftout"),
@@ -114,11 +123,36 @@ def test_an_object_the_crd_admits_but_m2g_cannot_use_gets_an_event(
             wait_until("the LeftOut Event", lambda: bool(events()), timeout=60)
             wait_until("the object to be counted", lambda: 'm2g_rejected_objects{kind="GridEvent"}'
                        ' 1.0' in http_get(f"{url}/metrics")[1], timeout=30)
+            wait_until("the Accepted=False condition",
+                       lambda: accepted().get("status") == "False", timeout=30)
+            rv = current()["metadata"]["resourceVersion"]
             time.sleep(12)  # past one resync: the object stays broken, no second Event
             (event,) = events()
             assert event["type"] == "Warning" and event["regarding"]["kind"] == "GridEvent"
             assert "outside 1970-2200" in event["note"], event["note"]
             assert http_get(f"{url}/readyz")[0] == 200
+            cond = accepted()
+            assert (cond["reason"], cond["observedGeneration"]) == ("LeftOut", 1), cond
+            assert "outside 1970-2200" in cond["message"], cond
+            assert current()["metadata"]["resourceVersion"] == rv  # not written again
+
+            patch = {"spec": {"intervals": [{"start": "2026-12-01T10:00:00Z",
+                                             "duration": "PT1H", "payload": {
+                                                 "type": "IMPORT_CAPACITY_LIMIT",
+                                                 "value": 100}}]}}
+            kubectl(crds, "patch", "gridevent", name, "--type=merge", "-p", json.dumps(patch))
+            wait_until("the Accepted=True condition",
+                       lambda: accepted().get("status") == "True", timeout=30)
+            wait_until("the planner's phase", lambda: bool(
+                (current().get("status") or {}).get("phase")), timeout=30)
+            time.sleep(12)  # past one resync: both writers' fields stay
+            fixed = current()
+            types = {c["type"]: c for c in fixed["status"]["conditions"]}
+            assert types["Accepted"]["status"] == "True", types
+            assert types["Accepted"]["observedGeneration"] == 2, types
+            assert {"Accepted", "Active"} <= set(types), types
+            wait_until("the count to drop", lambda: 'm2g_rejected_objects{kind="GridEvent"}'
+                       ' 0.0' in http_get(f"{url}/metrics")[1], timeout=30)
     finally:
         kubectl(crds, "delete", "gridevent", name, "--ignore-not-found", check=False)
         if made_ns:

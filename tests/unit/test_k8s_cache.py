@@ -161,3 +161,29 @@ async def test_cached_objects_carry_no_managed_fields() -> None:
     assert sorted(cache.view()) == ["a", "b"]
     assert all("managedFields" not in o["metadata"] for o in cache.view().values())
     assert cache.view()["b"]["metadata"]["resourceVersion"] == "6"
+
+
+async def test_a_watch_cut_after_it_worked_is_reopened_soon_a_failing_one_backs_off(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections reset every 2 s: each watch delivers, then is cut. The backoff used to
+    double on every cut and reach max_backoff (30 s), and the cache lagged that long; now a
+    watch that delivered is re-opened after the first step, and only failures back off."""
+    import m2g.k8s.cache as cache_mod
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(cache_mod.asyncio, "sleep", sleep)
+    cut = RetryableError("connection reset")
+    worked = [[{"type": "MODIFIED", "object": obj("a", 11 + i)}, cut] for i in range(4)]
+    failing: list[list[Any]] = [[cut] for _ in range(4)]
+    api = FakeWatchApi([listing(10, obj("a", 5))], [*worked, *failing, []])
+    monkeypatch.setattr(cache_mod, "WORKED_SECONDS", 3600.0)  # only delivery counts here
+    cache = WatchCache(api, NODES, backoff=0.5, max_backoff=30.0)
+    await run_until_idle(cache, api)
+    slept = [s for s in slept if s]  # the fake's own sleep(0) between events
+    assert slept[:4] == [0.5, 0.5, 0.5, 0.5]  # each worked before the cut
+    assert slept[4:8] == [1.0, 2.0, 4.0, 8.0]  # nothing delivered: backing off

@@ -46,6 +46,8 @@ class FakeCluster:
         self.applied: list[tuple[Plan, bool]] = []
         self.statuses: list[LoadResult] = []
         self.reported: list[Rejected] = []
+        self.marked: list[tuple[Rejected, ...]] = []  # each leader reconcile's left-out set
+        self.mark_fails = False
         self.activated: list[str] = []
         self.setups: dict[str, CheckSetup] = {}
         self.checks: dict[str, dict[str, Any] | None] = {}
@@ -73,6 +75,11 @@ class FakeCluster:
 
     async def report_rejected(self, rejected: Sequence[Rejected]) -> None:
         self.reported.extend(rejected)
+
+    async def mark_rejected(self, rejected: Sequence[Rejected]) -> None:
+        if self.mark_fails:
+            raise ConnectionError("apiserver unreachable")
+        self.marked.append(tuple(rejected))
 
     def m2g_checks(self) -> dict[str, dict[str, Any] | None]:
         return self.checks
@@ -411,6 +418,27 @@ async def test_objects_left_out_get_one_event_from_the_leader_only() -> None:
     c.rejected = (Rejected("GridEvent", "far", "ValueError: other"),)
     await m.reconcile()
     assert len(c.reported) == 3
+
+
+async def test_the_leader_hands_every_left_out_object_to_the_conditions_each_reconcile(
+        ) -> None:
+    """The adapter writes the Accepted condition from the whole left-out set (it clears the
+    objects no longer in it), from the leader only; a failure there fails no reconcile."""
+    c = RejectingCluster()
+    leading = False
+    m = manager(c, is_leader=lambda: leading)
+    await m.reconcile()
+    assert c.marked == []  # a follower writes no condition
+    leading = True
+    await m.reconcile()
+    await m.reconcile()
+    assert c.marked == [c.rejected, c.rejected]
+    c.rejected = ()
+    await m.reconcile()
+    assert c.marked[-1] == ()  # fixed: handed over empty, so the adapter clears it
+    c.mark_fails = True
+    plan = await m.reconcile()
+    assert plan is not None and m.ready() == (True, "ok")
 
 
 async def test_only_the_leader_counts_decisions() -> None:

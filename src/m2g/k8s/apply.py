@@ -67,6 +67,8 @@ from m2g.k8s.client import (
     Resource,
 )
 from m2g.k8s.parse import format_time, quantity
+from m2g.k8s.validity import FIELD_MANAGER as VALIDITY_MANAGER
+from m2g.k8s.validity import ConditionUpdate
 from m2g.model.cluster import CHECK_CONTROLLER
 from m2g.model.plan import (
     CheckUpdate,
@@ -77,6 +79,7 @@ from m2g.model.plan import (
     StopUpdate,
     WeightUpdate,
 )
+from m2g.model.status import same_status
 
 log = logging.getLogger(__name__)
 
@@ -510,7 +513,7 @@ class Applier:
         (e.g. GridEvent ``observedBaselineKw``/``phase``); False when they already say this."""
         obj = await self.kube.get(res, name, namespace)
         current = obj.get("status") or {}
-        same = all(current.get(k) == v for k, v in status.items())
+        same = same_status(current, status)
         target = f"{namespace}/{name}" if namespace else name
         detail = str(status.get("message") or ", ".join(sorted(status)))
         if not self._record(result, f"status {res.plural}", target, detail, not same):
@@ -520,6 +523,17 @@ class Applier:
                                           "metadata": meta, "status": dict(status)},
                               namespace=namespace, subresource="status",
                               field_manager=self.field_manager)
+        return True
+
+    async def apply_condition(self, u: ConditionUpdate) -> bool:
+        """Server-side apply one object's ``Accepted`` condition (m2g.k8s.validity: its own
+        field manager, so the planner's status fields stay). Written in dry-run (shadow) mode
+        too: it reports on m2g's input, it decides nothing. False when the object is gone."""
+        try:
+            await self.kube.apply(u.resource, u.key, u.body(), subresource="status",
+                                  field_manager=VALIDITY_MANAGER)
+        except NotFound:
+            return False
         return True
 
     async def emit_event(self, involved: Mapping[str, Any], reason: str, message: str,

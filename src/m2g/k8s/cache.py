@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -30,6 +31,9 @@ from typing import Any, Protocol
 from m2g.k8s.client import Gone, KubeError, Obj, PermanentError, Resource
 
 log = logging.getLogger(__name__)
+
+#: A watch open this long (seconds) before it was cut counts as working: re-opened soon.
+WORKED_SECONDS = 1.0
 
 Subscriber = Callable[[str, str, Obj], None]
 
@@ -104,6 +108,7 @@ class WatchCache:
         self._items: dict[str, Obj] = {}
         self._subscribers: list[Subscriber] = []
         self._task: asyncio.Task[None] | None = None
+        self._delivered = False  # the current watch delivered an event
 
     # ---- reading ---------------------------------------------------------------------
 
@@ -140,10 +145,16 @@ class WatchCache:
         await asyncio.wait_for(self.synced.wait(), timeout)
 
     async def run(self) -> None:
-        """LIST, then WATCH forever (until cancelled)."""
+        """LIST, then WATCH forever (until cancelled). The backoff grows while the API server
+        cannot be reached; a watch that worked before it was cut (it delivered an event, or
+        stayed open for ``WORKED_SECONDS``) is re-opened after the first backoff step — under
+        connections reset every 2 s the backoff used to reach 30 s, and the cache lagged that
+        long behind m2g's own writes (tests/e2e/test_chaos_watch_e2e.py)."""
         delay = self.backoff
         need_list = True
         while True:
+            started = time.monotonic()
+            self._delivered = False
             try:
                 if need_list:
                     await self.relist()
@@ -157,6 +168,9 @@ class WatchCache:
             except KubeError as exc:
                 self.last_error = exc
                 log.warning("%s: %s", self.resource.plural, exc)
+                if not need_list and (self._delivered
+                                      or time.monotonic() - started >= WORKED_SECONDS):
+                    delay = self.backoff  # it worked until it was cut: not a failing server
                 await asyncio.sleep(self.max_backoff if isinstance(exc, PermanentError)
                                     else delay)
                 delay = min(self.max_backoff, delay * 2)
@@ -213,6 +227,7 @@ class WatchCache:
 
     def apply_event(self, event: Obj) -> None:
         """Fold one watch event into the cache (a malformed one is skipped and counted)."""
+        self._delivered = True
         obj = event.get("object") if isinstance(event, dict) else None
         kind = str(event.get("type", "")) if isinstance(event, dict) else ""
         if kind == "BOOKMARK" and isinstance(obj, dict):
