@@ -17,6 +17,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,13 @@ from m2g.nodeagent.nvml import FakeNvml, GpuBackend, GpuError, Nvml, ReadOnly
 
 FIELD_MANAGER = "m2g-node-agent"
 Clock = Callable[[], datetime]
+#: status writes in flight at once in fleet mode: one agent per node acts in parallel on a
+#: real cluster, and a 16-rack twin event changes ~250 nodes' limits (one write after the
+#: other delayed the last node's cap by tens of seconds at load)
+WRITE_PARALLEL = 16
+#: fleet mode lists the Nodes at most this often (and when a limit names a node it has no
+#: agent for), not on every change
+FLEET_REFRESH_SECONDS = 30.0
 
 
 def _now() -> datetime:
@@ -59,11 +67,22 @@ class Agent:
         self.grace, self.min_interval = grace, min_interval
         query = None if fleet else {"fieldSelector": f"metadata.name={next(iter(cores))}"}
         self.cache = WatchCache(kube, k.GPU_POWER_LIMITS, params=query, watch_timeout=120)
+        self._fleet_at: float | None = None  # monotonic time of the last node list
+
+    def fleet_due(self, now: float) -> bool:
+        """Fleet mode: list the Nodes now? (first tick, every FLEET_REFRESH_SECONDS, or a
+        limit for a node with no agent yet)."""
+        if not self.fleet:
+            return False
+        if self._fleet_at is None or now - self._fleet_at >= FLEET_REFRESH_SECONDS:
+            return True
+        return any(name not in self.cores for name in self.cache.view())
 
     async def refresh_fleet(self) -> None:
         """Fleet mode: a fake agent for every GPU node (new nodes join; gone ones leave)."""
         try:
             found = await self.kube.list(k.NODES)
+            self._fleet_at = time.monotonic()
         except k.KubeError as exc:
             _log(f"node-agent: listing nodes failed: {exc}")
             return
@@ -79,25 +98,35 @@ class Agent:
             del self.cores[gone]
 
     async def tick(self) -> None:
+        """One step of every agent; the statuses to write go out up to WRITE_PARALLEL at once
+        (one failed write never holds up the others)."""
         now = self.clock()
+        due = []
         for name, core in sorted(self.cores.items()):
-            obj = self.cache.get(name)
-            status = core.step(obj, now)
-            if status is None:
-                continue
-            body = {"apiVersion": k.GPU_POWER_LIMITS.api_version,
-                    "kind": k.GPU_POWER_LIMITS.kind, "metadata": {"name": name},
-                    "status": status}
-            try:
-                await self.kube.apply(k.GPU_POWER_LIMITS, name, body, subresource="status",
-                                      field_manager=FIELD_MANAGER)
-            except k.NotFound:
-                core.forget_status()  # released meanwhile: nothing to report on
-            except k.KubeError as exc:
-                core.forget_status()
-                _log(f"node-agent: {name}: status not written: {exc}")
-            else:
-                _log(f"node-agent: {name}: {status['phase']}: {status.get('message', '')}")
+            status = core.step(self.cache.get(name), now)
+            if status is not None:
+                due.append((name, core, status))
+        gate = asyncio.Semaphore(WRITE_PARALLEL)
+
+        async def bounded(name: str, core: NodeAgentCore, status: dict[str, Any]) -> None:
+            async with gate:
+                await self._write(name, core, status)
+
+        await asyncio.gather(*(bounded(*d) for d in due))
+
+    async def _write(self, name: str, core: NodeAgentCore, status: dict[str, Any]) -> None:
+        body = {"apiVersion": k.GPU_POWER_LIMITS.api_version,
+                "kind": k.GPU_POWER_LIMITS.kind, "metadata": {"name": name}, "status": status}
+        try:
+            await self.kube.apply(k.GPU_POWER_LIMITS, name, body, subresource="status",
+                                  field_manager=FIELD_MANAGER)
+        except k.NotFound:
+            core.forget_status()  # released meanwhile: nothing to report on
+        except k.KubeError as exc:
+            core.forget_status()
+            _log(f"node-agent: {name}: status not written: {exc}")
+        else:
+            _log(f"node-agent: {name}: {status['phase']}: {status.get('message', '')}")
 
     async def run(self, interval: float, stop: asyncio.Event) -> None:
         self.cache.start()
@@ -107,7 +136,7 @@ class Agent:
             with contextlib.suppress(TimeoutError):
                 await self.cache.wait_synced(timeout=30)
             while not stop.is_set():
-                if self.fleet:
+                if self.fleet_due(time.monotonic()):
                     await self.refresh_fleet()
                 await self.tick()
                 changed.clear()

@@ -19,6 +19,7 @@ from m2g.planner.curtail import cap_saving_kw, flex_used, node_limit_updates, pl
 from m2g.planner.curves import curve_of, kind_curve
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.plan import make_plan
+from m2g.planner.shedding import workload_kw
 from m2g.policy import Evaluator
 from tests.unit.policy_helpers import evaluator, policy
 
@@ -153,9 +154,22 @@ def test_restore_in_reverse_order_paused_work_first(ev: Evaluator) -> None:
     paused = replace(job("p", 2), phase=Phase.INACTIVE, shed_by_m2g=True,
                      shed_at=NOW - timedelta(minutes=25))
     over = replace(factory(200.0, event_minutes=-1), grid_events=())
-    # a paused job waits: caps stay (it comes back first)
-    plan = make_plan(snap(over, old, new, paused), ev, CFG)
+    # room for the paused job only: it comes back, the caps stay
+    p_kw = workload_kw(paused, CFG)
+    just = replace(over, racks=(replace(over.racks[0], power_kw=Reading(
+        1000.0 - CFG.restore_margin * 1000.0 - p_kw - 0.5, 5.0)),))
+    plan = make_plan(snap(just, old, new, paused), ev, CFG)
     assert [a.name for a in plan.sheds] == ["p"] and plan.caps == ()
+    # room for all: the paused job and the caps come back in the same reconcile
+    plan = make_plan(snap(over, old, new, paused), ev, CFG)
+    assert [a.name for a in plan.sheds] == ["p"]
+    assert sorted(c.name for c in plan.caps) == ["new", "old"]
+    # a paused job Kueue is still evicting cannot come back yet: its kW stay reserved
+    evicting = replace(paused, shed_at=NOW - timedelta(seconds=CFG.min_shed_seconds / 2))
+    plan = make_plan(snap(just, old, new, evicting), ev, CFG)
+    assert plan.sheds == () and plan.caps == ()
+    plan = make_plan(snap(over, old, new, evicting), ev, CFG)
+    assert plan.sheds == () and sorted(c.name for c in plan.caps) == ["new", "old"]
     # nothing paused any more: caps lifted, the most recent first, as room allows
     room = CFG.restore_margin * 1000.0 + cap_saving_kw(new, CFG, 1.0, 0.75) + 0.5
     tight = replace(over, racks=(replace(over.racks[0], power_kw=Reading(

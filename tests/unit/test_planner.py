@@ -180,6 +180,24 @@ def test_choose_victims_order_ramp_and_ties() -> None:
     assert keys(0.0) == []
 
 
+def test_victims_from_groups_worked_out_once_as_from_the_candidates_left() -> None:
+    """A pause round chooses from the score groups worked out once per reconcile, leaving out
+    those paused before, what choose_victims chooses from the candidates left."""
+    import random
+
+    from m2g.planner.shedding import Candidate, _choose, by_score, choose_victims
+
+    rng = random.Random(7)
+    for _ in range(200):
+        cands = [Candidate(float(rng.choice((1, 2, 3))), f"k{i}", float(rng.randrange(5, 60)))
+                 for i in range(rng.randrange(0, 12))]
+        out = frozenset(c.key for c in cands if rng.random() < 0.3)
+        shortfall, step = float(rng.randrange(0, 150)), float(rng.choice((20, 60, 1000)))
+        left = [c for c in cands if c.key not in out]
+        assert _choose(by_score(cands), shortfall, step, CFG, out) == choose_victims(
+            left, shortfall, step, CFG)
+
+
 def test_settling_sheds_are_not_shed_twice(ev: Evaluator) -> None:
     just = NOW - timedelta(seconds=10)
     s = snap(factory(draw_kw=160.0, event=True),
@@ -201,6 +219,19 @@ def test_sheds_still_stopping_keep_settling(ev: Evaluator) -> None:
     assert with_gone(90.0, holds=True) == ()  # still stopping: 160 - 65.6 <= 100
     assert with_gone(90.0, holds=False) == ("t2",)  # stopped, yet the meter says 160 kW
     assert with_gone(400.0, holds=True) == ("t2",)  # never released: not hidden for good
+
+    def placed(gone_pods_bound: bool) -> tuple[str, ...]:
+        """Kueue still holds its quota, but the snapshot's placements (built) say whether its
+        pods are still bound: once they are gone the meter has it, past settle_seconds."""
+        gone = wl("gone", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True,
+                  shed_at=NOW - timedelta(seconds=90.0), holds_quota=True)
+        t2 = wl("t2", Phase.ADMITTED, tier=2, kw=70.0)
+        where = {t2.key: ("n1",), **({gone.key: ("n0",)} if gone_pods_bound else {})}
+        s = replace(snap(factory(draw_kw=160.0, event=True), gone, t2), placements=where)
+        return tuple(a.name for a in make_plan(s, ev, CFG).sheds)
+
+    assert placed(gone_pods_bound=True) == ()
+    assert placed(gone_pods_bound=False) == ("t2",)
 
 
 def test_restore_waits_for_kueue_to_finish_evicting(ev: Evaluator) -> None:

@@ -95,6 +95,12 @@ class PlannerSettings(BaseModel):
     cap_horizon_seconds: float | None = Field(default=None, gt=0)
     #: The lease on a node's GPUPowerLimit (the agent restores after lease + its grace).
     cap_lease_seconds: float | None = Field(default=None, gt=0)
+    #: Spend the site's headroom once across one reconcile's admissions (docs/curtailment.md).
+    share_headroom: bool | None = None
+    headroom_retry_seconds: int | None = Field(default=None, ge=1)
+    headroom_min_tier: int | None = Field(default=None, ge=1, le=3)
+    #: A cap the agents report in force shows in the site meter within this long.
+    meter_lag_seconds: float | None = Field(default=None, ge=0)
 
     @field_validator("cap_levels")
     @classmethod

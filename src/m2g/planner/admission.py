@@ -85,7 +85,7 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     order = sorted((iw for _, ws in groups.values() for iw in ws), key=lambda iw: iw[0])
     gates = book.gates(w for _, w in order) if book is not None and order else {}
     for ev, waiting in groups.values():
-        results = ev.admission_many([builder.for_workload(w) for _, w in waiting])
+        results = ev.admission_items(builder.base(), [builder.item(w) for _, w in waiting])
         answers: dict[int, dict[str, Any]] = {}  # workloads of one class share their result
         for (i, w), res in zip(waiting, results, strict=True):
             held = gates.get(w.key)

@@ -27,7 +27,13 @@ class PlannerConfig:
     #: The most kW one reconcile may shed or restore, whatever the time since the last action.
     max_step_kw: float = 500.0
     #: Shed workloads keep drawing until their pods are gone; count them as shed for this long.
+    #: (A cap counts as saved for this long too, unless the node agents report it in force.)
     settle_seconds: float = 60.0
+    #: A cap the node agents report in force (GPUPowerLimit status) shows in the site meter
+    #: within this long (the PDU/exporter interval and the scrape); then it no longer counts
+    #: as settling: the meter has it (counting it again held a 16-rack twin 40–90 kW above
+    #: the event's target for minutes).
+    meter_lag_seconds: float = 5.0
     #: ... and for as long as Kueue still holds its quota (its pods have not stopped), up to
     #: this long: on a busy cluster evicting ~100 workloads took minutes, and after 60 s m2g
     #: shed 4× the kW needed (docs/benchmarks.md). Bounded, so a workload Kueue never
@@ -37,8 +43,17 @@ class PlannerConfig:
     #: A shed workload stays shed at least this long: restoring one that Kueue is still
     #: evicting can leave its Job suspended for good (seen with Kueue v0.19.2).
     min_shed_seconds: float = 60.0
-    #: Restore only while the site stays this fraction below its target after the restore.
+    #: Restore only while the site stays this fraction below its target after the restore
+    #: (and admit flexible work only while it does: ``share_headroom``).
     restore_margin: float = 0.05
+    #: Spend the site's headroom once across the work one reconcile admits
+    #: (m2g.planner.headroom): flexible work that does not fit in what the work before it
+    #: left gets Retry, after ``headroom_retry_seconds``.
+    share_headroom: bool = True
+    headroom_retry_seconds: int = 30
+    #: The lowest flex tier the headroom gate holds back (one lower from SIMPLE level 2 of an
+    #: active grid event), as the shipped grid-demand-response policy does.
+    headroom_min_tier: int = 2
     #: Kueue v0.19 keeps a workload's quota reserved until a Retry's requeueAfterSeconds has
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CapAction, NodeLimitUpdate
 from m2g.planner.config import PlannerConfig
-from m2g.planner.curves import curve_of
+from m2g.planner.curves import CapCurve, curve_of, kind_curve
 from m2g.planner.inputs import InputBuilder
 
 
@@ -96,11 +96,12 @@ _Step = tuple[float, str, float, float]
 def _pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float) -> float:
     """Throughput per kW of pausing it instead: all its throughput, plus the work since its
     last checkpoint spread over the horizon."""
-    kw = _full_kw(w, config) * curve_of(w).power(w.power_cap) * config.shed_saving_fraction
+    curve = curve_of(w)
+    kw = _full_kw(w, config) * curve.power(w.power_cap) * config.shed_saving_fraction
     if kw <= 0:
         return float("inf")
     lost = 1.0 + w.view.checkpoint.last_age_seconds / horizon
-    return w.view.gpus * curve_of(w).throughput(w.power_cap) * lost / kw
+    return w.view.gpus * curve.throughput(w.power_cap) * lost / kw
 
 
 def _levels(w: WorkloadState, now: datetime, horizon: float, config: PlannerConfig,
@@ -112,18 +113,41 @@ def _levels(w: WorkloadState, now: datetime, horizon: float, config: PlannerConf
             if c < w.power_cap and c >= min_cap and 1.0 - curve.throughput(c) <= rate + 1e-9]
 
 
+#: (kind curve's id, full kW, GPUs, from, allowed caps) → (cost, to, kW) of the step down, or
+#: None: most cappable jobs share a kind, a size and the allowed caps, and at 1,400 racks the
+#: ladders take tens of thousands of steps per reconcile. Bounded (cleared when full).
+_STEPS: dict[tuple[int, float, int, float, tuple[float, ...]],
+             tuple[float, float, float] | None] = {}
+
+
 def _next_step(w: WorkloadState, frm: float, levels: list[float],
                config: PlannerConfig) -> _Step | None:
+    curve = curve_of(w)
+    full = _full_kw(w, config)
+    memo = curve is kind_curve(w.view.kind)  # a job's own curve is a new object each time
+    key = (id(curve), full, w.view.gpus, frm, tuple(levels))
+    got = _STEPS.get(key) if memo else None
+    if got is None and not (memo and key in _STEPS):
+        got = _step_down(curve, full, w.view.gpus, frm, levels)
+        if memo:
+            if len(_STEPS) >= 50_000:
+                _STEPS.clear()
+            _STEPS[key] = got
+    return None if got is None else (got[0], w.key, got[1], got[2])
+
+
+def _step_down(curve: CapCurve, full: float, gpus: int, frm: float, levels: list[float]
+               ) -> tuple[float, float, float] | None:
+    """(throughput lost per kW saved, to cap, kW saved) of the step below ``frm``."""
     below = [c for c in levels if c < frm]
     if not below:
         return None
     to = below[0]
-    kw = cap_saving_kw(w, config, frm, to)
+    kw = full * (curve.power(frm) - curve.power(to))
     if kw <= 0:
         return None
-    curve = curve_of(w)
-    lost = w.view.gpus * (curve.throughput(frm) - curve.throughput(to))
-    return (lost / kw, w.key, to, kw)
+    lost = gpus * (curve.throughput(frm) - curve.throughput(to))
+    return (lost / kw, to, kw)
 
 
 @dataclass(frozen=True)
@@ -235,10 +259,32 @@ def lift_caps(builder: InputBuilder, config: PlannerConfig, room: float, limit: 
 
 
 def settling_cap_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
-    """kW of caps set within ``settle_seconds``: the agents and the meter may not show them."""
+    """kW of caps the meter may not show yet: set within ``settle_seconds`` and not reported
+    in force by the agents of all its nodes ``meter_lag_seconds`` before the reading."""
+    draw = snap.factory.site_draw_kw()
+    read_at = snap.now - timedelta(seconds=min(draw.age_seconds, config.settle_seconds))
     return sum(cap_saving_kw(w, config, 1.0, w.power_cap) for w in snap.workloads
                if w.phase is Phase.ADMITTED and w.power_cap < 1.0 and w.power_cap_at
-               and (snap.now - w.power_cap_at).total_seconds() < config.settle_seconds)
+               and (snap.now - w.power_cap_at).total_seconds() < config.settle_seconds
+               and not metered(w, snap, read_at, config))
+
+
+def metered(w: WorkloadState, snap: ClusterSnapshot, read_at: datetime,
+            config: PlannerConfig) -> bool:
+    """Does the reading taken at ``read_at`` show ``w``'s cap: every node of it reports a
+    limit at or under the cap, applied ``meter_lag_seconds`` before the reading and not
+    before the cap was set?"""
+    nodes = snap.placements.get(w.key, ())
+    if not nodes or w.power_cap_at is None:
+        return False
+    lag = timedelta(seconds=config.meter_lag_seconds)
+    for n in nodes:
+        s = snap.node_limits.get(n)
+        if s is None or s.applied_fraction is None or s.applied_at is None or \
+                s.applied_fraction > w.power_cap + 0.01 or \
+                s.applied_at + lag > read_at or s.applied_at < w.power_cap_at - lag:
+            return False
+    return True
 
 
 def node_limit_updates(snap: ClusterSnapshot, config: PlannerConfig,

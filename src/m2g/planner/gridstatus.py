@@ -32,6 +32,7 @@ from typing import Any
 
 from m2g.model.cluster import ClusterSnapshot, GridEventState
 from m2g.model.plan import GridEventStatusUpdate
+from m2g.model.status import same_status
 from m2g.planner.config import PlannerConfig
 
 PENDING, ACTIVE, COMPLETED = "Pending", "Active", "Completed"
@@ -124,13 +125,9 @@ def event_statuses(snap: ClusterSnapshot, config: PlannerConfig, now_text: str
         status, new = _status(ev, snap, config, now_kw, now_text)
         if new is not None:
             baselines[ev.name] = new
-        if not _same(ev.status, status):
+        if not same_status(ev.status, status):
             out.append(GridEventStatusUpdate(ev.name, status))
     return out, baselines
-
-
-def _same(current: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    return all(current.get(k) == v for k, v in want.items())
 
 
 def next_boundary(snap: ClusterSnapshot) -> datetime | None:

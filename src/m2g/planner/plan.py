@@ -16,6 +16,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import node_limit_updates
 from m2g.planner.fairness import weight_updates
 from m2g.planner.gridstatus import event_statuses, next_boundary
+from m2g.planner.headroom import share
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
@@ -51,7 +52,8 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     drains += book.drains(acted | {f"{a.namespace}/{a.name}" for a in drains})
     wake = [t for t in (next_boundary(snap), *book.boundaries(), *hourly.boundaries(snap)) if t]
     return Plan(
-        checks=tuple(check_updates(evaluator, builder, config, check_evaluators, book)),
+        checks=tuple(share(check_updates(evaluator, builder, config, check_evaluators, book),
+                           snap, config, sum(a.kw for a in sheds if a.active))),
         quotas=tuple(quotas),
         stops=tuple(stops),
         sheds=tuple(sheds) + tuple(drains),

@@ -1,0 +1,115 @@
+"""The site's power headroom, spent once across the work one reconcile admits
+(docs/curtailment.md, "Admission shares the headroom").
+
+Admission policies decide each workload against the same snapshot: grid-demand-response
+admits flexible work when ``site.power.drawKw`` plus its own kW stays under the event's
+target. Each workload that fits alone is admitted, however many there are: in a 16-rack twin
+event (2026-12-01, 23:06 UTC) one reconcile admitted 35 flex-2 jobs, ~600 kW, into 20 kW of
+room, and the next reconciles capped them all. The gate spends the room once, after the
+policies:
+
+* room = the limit in force (an active grid event's target, else the site budget) less
+  ``restore_margin`` of it (the margin restores keep), less the measured draw, less the kW of
+  work admitted within ``settle_seconds`` whose pods are not bound yet (it does not show in
+  the meter; bound pods draw at once);
+* the tiers that demand response holds back (the shipped grid-demand-response's: flex ≥ 2,
+  or flex ≥ 1 from SIMPLE level 2 of an active event; ``headroom_min_tier``) are gated; the
+  others are never held back here, but their kW are spent first;
+* then the gated workloads the policies admit, highest priority first (then the snapshot's
+  order), while their kW fit in what is left; the rest get Retry — or, when m2g already
+  deferred them, keep their Retry (Kueue's requeue asks again).
+
+Stale or missing power, or no limit known: no gate (the policies' own fail-safes hold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
+from m2g.model.plan import CheckUpdate
+from m2g.planner.config import PlannerConfig
+from m2g.planner.shedding import workload_kw
+
+POLICY, RULE = "site-headroom", "shared-room"
+
+
+def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
+    """Admitted within ``settle_seconds`` and no pod of it bound yet."""
+    return (w.phase is Phase.ADMITTED and w.admitted_at is not None
+            and (snap.now - w.admitted_at).total_seconds() < config.settle_seconds
+            and w.key not in snap.placements)
+
+
+def min_tier(snap: ClusterSnapshot, config: PlannerConfig) -> int:
+    """The lowest flex tier the gate holds back: ``headroom_min_tier``, one lower from SIMPLE
+    level 2 of an active grid event (as grid-demand-response)."""
+    event = snap.factory.grid_event()
+    high = event is not None and event.active(snap.now) and event.level >= 2
+    return max(1, config.headroom_min_tier - 1) if high else config.headroom_min_tier
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """kW left for new work under ``limit`` (``room`` may be negative)."""
+
+    limit: float
+    draw: float
+    in_flight: float
+    room: float
+
+    @classmethod
+    def of(cls, snap: ClusterSnapshot, config: PlannerConfig) -> Headroom | None:
+        draw = snap.factory.site_draw_kw()
+        limit = snap.factory.effective_budget_kw()
+        if draw.stale or draw.value is None or limit <= 0:
+            return None
+        in_flight = sum(workload_kw(w, config) for w in snap.workloads
+                        if not_drawing_yet(w, snap, config))
+        room = limit * (1.0 - config.restore_margin) - draw.value - in_flight
+        return cls(limit, draw.value, in_flight, room)
+
+
+def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: PlannerConfig,
+          spent: float = 0.0) -> list[CheckUpdate]:
+    """``updates`` with the Ready answers that do not fit in the headroom turned into Retry
+    (or dropped, for a workload m2g already deferred); the order is kept. ``spent``: kW this
+    plan already brings back (restores)."""
+    head = Headroom.of(snap, config) if config.share_headroom else None
+    if head is None or not any(u.state is CheckState.READY for u in updates):
+        return list(updates)
+    by_key = {w.key: w for w in snap.workloads}
+    ready = [(i, by_key[f"{u.namespace}/{u.name}"]) for i, u in enumerate(updates)
+             if u.state is CheckState.READY and f"{u.namespace}/{u.name}" in by_key]
+    tier = min_tier(snap, config)
+    ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, -iw[1].view.priority, iw[0]))
+    room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
+    for i, w in ready:
+        kw = workload_kw(w, config)
+        if w.view.flex_tier < tier or kw <= room:
+            room -= kw
+            admitted += 1
+        else:
+            held[i] = w
+    out: list[CheckUpdate] = []
+    for i, u in enumerate(updates):
+        h = held.get(i)
+        if h is None:
+            out.append(u)
+        elif h.check_state is not CheckState.RETRY:
+            out.append(_hold(h, u, head, admitted, config))
+    return out
+
+
+def _hold(w: WorkloadState, u: CheckUpdate, head: Headroom, admitted: int,
+          config: PlannerConfig) -> CheckUpdate:
+    wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
+    why = (f"site headroom: {workload_kw(w, config):.0f} kW does not fit in what is left of "
+           f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
+           f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
+           f"{admitted} workload(s) admitted before it in this reconcile); asking again in "
+           f"{wait} s")
+    return CheckUpdate(namespace=u.namespace, name=u.name, check=u.check,
+                       state=CheckState.RETRY, message=why[:1024], requeue_after_seconds=wait,
+                       policy=POLICY, rule=RULE)

@@ -1,0 +1,122 @@
+"""The site's headroom spent once across one reconcile's admissions (m2g.planner.headroom)
+and caps that no longer count as settling once the agents report them in force
+(m2g.planner.curtail.settling_cap_kw)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import GridEvent, Reading
+from m2g.model.plan import CheckUpdate
+from m2g.model.powerlimit import LimitSpec, NodeLimitState
+from m2g.planner.curtail import cap_saving_kw, settling_cap_kw
+from m2g.planner.headroom import POLICY, Headroom, min_tier, share
+from m2g.planner.shedding import workload_kw
+from tests.unit.test_curtail import CFG, NOW, factory, job
+
+LIMIT = 300.0
+
+
+def pending(name: str, tier: int, gpus: int = 8, priority: int = 0,
+            state: CheckState = CheckState.PENDING) -> WorkloadState:
+    w = job(name, tier, gpus=gpus)
+    return replace(w, phase=Phase.RESERVED, check="m2g", check_state=state, admitted_at=None,
+                   view=w.view.model_copy(update={"priority": priority}))
+
+
+def ready(w: WorkloadState) -> CheckUpdate:
+    return CheckUpdate(w.namespace, w.name, "m2g", CheckState.READY, "admitted")
+
+
+def room_for(n: int, w: WorkloadState) -> float:
+    """A draw that leaves room for ``n`` workloads like ``w`` (and half of one more)."""
+    return LIMIT * (1 - CFG.restore_margin) - (n + 0.5) * workload_kw(w, CFG)
+
+
+def test_the_room_is_spent_once_in_priority_order() -> None:
+    ws = [pending(f"p{i}", 2, priority=i % 3) for i in range(8)]
+    s = ClusterSnapshot(factory(room_for(3, ws[0]), LIMIT), tuple(ws))
+    out = share([ready(w) for w in ws], s, CFG)
+    assert [u.name for u in out] == [w.name for w in ws]  # the order is kept
+    admitted = [u.name for u in out if u.state is CheckState.READY]
+    assert admitted == ["p1", "p2", "p5"]  # priority 2 (p2, p5), then the first of 1 (p1)
+    held = [u for u in out if u.state is CheckState.RETRY]
+    assert len(held) == 5 and all(u.policy == POLICY and u.requeue_after_seconds == 30
+                                  for u in held)
+    assert "3 workload(s) admitted before it" in held[0].message
+
+
+def test_firm_tiers_are_never_held_but_spend_the_room_first() -> None:
+    firm = [pending(f"f{i}", t) for i, t in enumerate((0, 1, 0))]
+    flex = [pending("x", 2)]
+    s = ClusterSnapshot(factory(room_for(2, flex[0]), LIMIT), tuple(firm + flex))
+    out = share([ready(w) for w in firm + flex], s, CFG)
+    assert [u.state for u in out] == [CheckState.READY] * 3 + [CheckState.RETRY]
+    assert min_tier(s, CFG) == 2
+    high = replace(s.factory, grid_events=tuple(replace(e, level=2)
+                                                for e in s.factory.grid_events))
+    assert min_tier(replace(s, factory=high), CFG) == 1
+
+
+def test_a_deferred_workload_keeps_its_retry_and_restores_spend_first() -> None:
+    again = pending("again", 2, state=CheckState.RETRY)
+    new = pending("new", 2)
+    s = ClusterSnapshot(factory(room_for(1, new), LIMIT), (new, again))
+    assert [u.name for u in share([ready(new), ready(again)], s, CFG)] == ["new"]
+    spent = share([ready(new)], s, CFG, spent=workload_kw(new, CFG))
+    assert spent[0].state is CheckState.RETRY
+
+
+def test_work_admitted_and_not_bound_yet_counts_as_drawing() -> None:
+    w = pending("w", 2)
+    bound = replace(job("bound", 2), admitted_at=NOW - timedelta(seconds=10))
+    unbound = replace(job("unbound", 2), admitted_at=NOW - timedelta(seconds=10))
+    f = factory(room_for(1, w), LIMIT)
+    placed = ClusterSnapshot(f, (w, bound), placements={bound.key: ("n0",)})
+    assert share([ready(w)], placed, CFG)[0].state is CheckState.READY
+    waiting = ClusterSnapshot(f, (w, unbound), placements={})
+    head = Headroom.of(waiting, CFG)
+    assert head is not None and head.in_flight == workload_kw(unbound, CFG)
+    assert share([ready(w)], waiting, CFG)[0].state is CheckState.RETRY
+    old = replace(unbound, admitted_at=NOW - timedelta(seconds=CFG.settle_seconds + 1))
+    assert share([ready(w)], ClusterSnapshot(f, (w, old)), CFG)[0].state is CheckState.READY
+
+
+def test_no_gate_on_stale_power_no_limit_or_when_off() -> None:
+    ws = [pending(f"p{i}", 3) for i in range(4)]
+    f = factory(LIMIT, LIMIT)  # no room at all
+    updates = [ready(w) for w in ws]
+    assert all(u.state is CheckState.RETRY for u in share(updates, ClusterSnapshot(f, tuple(ws)),
+                                                          CFG))
+    stale = replace(f, racks=(replace(f.racks[0], power_kw=Reading(LIMIT, 500.0)),))
+    assert share(updates, ClusterSnapshot(stale, tuple(ws)), CFG) == updates
+    off = replace(CFG, share_headroom=False)
+    assert share(updates, ClusterSnapshot(f, tuple(ws)), off) == updates
+    no_limit = replace(f, site_budget_kw=0.0, grid_events=(GridEvent(
+        "dr", NOW - timedelta(minutes=1), NOW + timedelta(hours=1)),))
+    assert share(updates, ClusterSnapshot(no_limit, tuple(ws)), CFG) == updates
+
+
+def capped_snapshot(applied: float | None, applied_ago: float) -> ClusterSnapshot:
+    w = replace(job("c", 2), power_cap=0.75, power_cap_at=NOW - timedelta(seconds=20))
+    nodes = tuple(f"n{i}" for i in range(4))
+    spec = LimitSpec("n0", 0.75, None, NOW + timedelta(seconds=100), (w.key,))
+    limits = {n: NodeLimitState(n, replace(spec, node=n), applied, "Applied",
+                                NOW - timedelta(seconds=applied_ago)) for n in nodes}
+    f = factory(280.0, LIMIT)  # the reading is 5 s old (factory's racks)
+    return ClusterSnapshot(f, (w,), placements={w.key: nodes}, node_limits=limits)
+
+
+def test_a_cap_in_force_in_the_meter_no_longer_settles() -> None:
+    s = capped_snapshot(0.75, applied_ago=15)
+    assert settling_cap_kw(s, CFG) == 0.0  # applied 15 s ago, read 5 s ago, lag 5 s
+    w = s.workloads[0]
+    full = cap_saving_kw(w, CFG, 1.0, 0.75)
+    assert settling_cap_kw(capped_snapshot(0.75, applied_ago=8), CFG) == full  # too recent
+    assert settling_cap_kw(capped_snapshot(1.0, applied_ago=15), CFG) == full  # not in force
+    assert settling_cap_kw(capped_snapshot(None, applied_ago=15), CFG) == full  # no report
+    late = replace(s, node_limits={**s.node_limits, "n3": replace(
+        s.node_limits["n3"], applied_fraction=None)})
+    assert settling_cap_kw(late, CFG) == full  # one node has not reported
