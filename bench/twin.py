@@ -59,6 +59,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="event length in trace hours (default: the SRP event's)")
     p.add_argument("--gpu-scale", type=float, default=T.Mapping.gpu_scale)
     p.add_argument("--seed", type=int, default=T.Mapping.seed)
+    p.add_argument("--gang-topology", choices=("required", "preferred"),
+                   default=T.Mapping.gang_topology,
+                   help="what an m2g-made gang of <= 72 GPUs asks Kueue TAS for: its NVLink "
+                   "domain required (the templates) or one rack only preferred")
     p.add_argument("--run-dir", type=Path, help="M2G_RUN prefix (default $M2G_RUN or "
                    "~/.cache/m2g/run-twin); each baseline runs in <prefix>-<baseline>")
     return p.parse_args(argv)
@@ -77,7 +81,8 @@ def make_plan(args: argparse.Namespace) -> tuple[T.Plan, S.Timeline, float]:
                     args.event_at_hours * 3600)
     horizon_wall = tl.end_s + args.after_seconds
     read = T.read_trace(text)
-    mapping = T.Mapping(seed=args.seed, gpu_scale=args.gpu_scale)
+    mapping = T.Mapping(seed=args.seed, gpu_scale=args.gpu_scale,
+                        gang_topology=args.gang_topology)
     plan = T.plan_jobs(read, mapping, factory_gpus=args.racks * 72,
                        horizon_s=horizon_wall * args.time_scale,
                        demand=args.demand or None, start=args.window_start,
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                   "compression": round(plan.compression, 4),
                   "offeredGpus": round(plan.offered_gpus, 1), "censored": plan.censored,
                   "gpuScale": args.gpu_scale, "seed": args.seed, "racks": args.racks,
+                  "gangTopology": args.gang_topology,
                   "warmHours": args.warm_hours,
                   "prefilled": sum(1 for j in plan.jobs if j.prefill)}
     rep = R.report(args.scenario, trace_info, args.time_scale, runs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from m2g.model import labels as L
 from m2g.model.inputs import WorkloadKind
 from m2g.sim.power import PowerModel
 from twinkit.kube import TWIN_LABEL
@@ -41,10 +42,12 @@ def manifest(job: TraceJob, time_scale: float, model: PowerModel) -> Obj:
         if job.checkpoint_s > 0:
             annotations["m2g.io/checkpoint-interval-seconds"] = str(
                 max(1, round(job.checkpoint_s / time_scale)))
-    if job.topology == "preferred-rack":
-        annotations[PREFERRED] = "network.topology.nvidia.com/accelerator"
+    if job.topology == "required-clique":
+        annotations[REQUIRED] = L.GPU_CLIQUE  # the templates' default nvlink_level
+    elif job.topology == "preferred-rack":
+        annotations[PREFERRED] = L.RACK
     elif job.topology == "required-block":
-        annotations[REQUIRED] = "network.topology.nvidia.com/block"
+        annotations[REQUIRED] = L.BLOCK
     job_labels = {TWIN_LABEL: "true", "kueue.x-k8s.io/queue-name": "default"}
     if job.priority_class:
         job_labels["kueue.x-k8s.io/priority-class"] = job.priority_class

@@ -182,11 +182,13 @@ def placement_figures(jobs: Sequence[Mapping[str, Any]], node_rack: Mapping[str,
     small = [j for j in jobs if j["gpus"] <= RACK_GPUS and j.get("runs")]
     inside = sum(1 for j in small
                  if all(len({node_rack.get(n, n) for n in run}) == 1 for run in j["runs"]))
+    levels = {"required-clique": node_rack, "required-block": node_block}  # rack = clique
     violations = 0
     for j in jobs:
-        if j.get("topology") == "required-block":
+        level = levels.get(str(j.get("topology")))
+        if level is not None:
             violations += sum(1 for run in j.get("runs") or []
-                              if len({node_block.get(n, n) for n in run}) > 1)
+                              if len({level.get(n, n) for n in run}) > 1)
     return {"inOneNvlinkDomainPct": _r(100.0 * inside / len(small), 2) if small else None,
             "onAlarmedRacks": alarmed_bindings,
             "fragmentation": _r(sum(frag_samples) / len(frag_samples), 2)

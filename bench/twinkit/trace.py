@@ -117,6 +117,9 @@ class Mapping:
     no_checkpoint_probability: float = 0.1  # a checkpointing kind that never checkpoints
     checkpoint_choices_s: tuple[int, ...] = (600, 1800, 3600)  # trace seconds
     training_checkpoint_choices_s: tuple[int, ...] = (1800, 3600)
+    #: what a template-made gang of ≤ 72 GPUs asks Kueue TAS for: "required" (the templates)
+    #: or "preferred" (one rack only preferred, the mapping before 2026-12-02)
+    gang_topology: str = "required"
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ class TraceJob:
     priority_class: str
     checkpoint_s: int  # 0: never checkpoints; -1: stateless (an eviction loses nothing)
     foreign: bool  # arrives without m2g labels and annotations
-    topology: str  # "" | "preferred-rack" | "required-block"
+    topology: str  # "" | "required-clique" | "preferred-rack" | "required-block"
     censored: bool
     prefill: bool = False  # already running when the replay starts (warm start)
 
@@ -178,6 +181,20 @@ def _flavour(qos: str, m: Mapping, rng: random.Random) -> tuple[str, int, str, s
     return "batch", 3, "research", "m2g-batch", ckpt
 
 
+def job_topology(gpus: int, foreign: bool, gang: str = "required") -> str:
+    """The TAS request a job carries. An m2g-made gang asks for what the project's templates
+    write (m2g.templates.sizing): up to one NVLink domain, that domain is **required**; more,
+    one block is. A foreign job (not made by the templates) of more than one pod only prefers
+    one rack, as a hand-written Kueue job often does; one pod needs nothing. ``gang``
+    "preferred" makes every gang only prefer its rack (Kueue then splits it when no rack has
+    room in its view)."""
+    if gpus > RACK_GPUS:
+        return "required-block"
+    if gpus <= TRAY_GPUS:
+        return ""
+    return "preferred-rack" if foreign or gang == "preferred" else "required-clique"
+
+
 def map_pods(pods: Sequence[TracePod], m: Mapping) -> list[TraceJob]:
     """Every pod → one job, arrival = creation time relative to the first pod."""
     rng = random.Random(m.seed)
@@ -190,8 +207,7 @@ def map_pods(pods: Sequence[TracePod], m: Mapping) -> list[TraceJob]:
         if foreign:  # no m2g labels: m2g's defaults (tier 0, kind unspecified, no checkpoint)
             kind, tier, ckpt, prio = "", 0, 0, ""
             ns = "research"
-        topology = "required-block" if gpus > RACK_GPUS else \
-            ("preferred-rack" if gpus > TRAY_GPUS else "")
+        topology = job_topology(gpus, foreign, m.gang_topology)
         jobs.append(TraceJob(f"twin-{i:05d}", p.name, float(p.created - t0), float(p.runtime),
                              gpus, kind, tier, ns, prio, ckpt, foreign, topology, p.censored))
     return jobs

@@ -87,6 +87,11 @@ def test_placement_figures() -> None:
     p = M.placement_figures(jobs, rack, block, 2, [1.0, 3.0])
     assert p == {"inOneNvlinkDomainPct": 50.0, "onAlarmedRacks": 2, "fragmentation": 2.0,
                  "topologyViolations": 1}
+    # a required clique broken by a run over two racks is a violation; a preferred one is not
+    jobs += [job(topology="required-clique", runs=[["n1", "n2"], ["n2", "n3"]]),
+             job(topology="preferred-rack", runs=[["n1", "n3"]])]
+    p = M.placement_figures(jobs, rack, block, 0, [])
+    assert p["topologyViolations"] == 2 and p["inOneNvlinkDomainPct"] == 25.0
 
 
 def test_allocation_outside_the_event_and_its_tail() -> None:

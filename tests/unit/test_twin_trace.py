@@ -134,3 +134,35 @@ def test_warm_start_prefills_what_would_be_running() -> None:
     assert all(j.arrival == 0 for j in pre)
     later = [j for j in plan.jobs if not j.prefill]
     assert later[0].source == "p8" and later[0].arrival == 500 and later[0].runtime == 5000
+
+
+def test_a_template_gang_requires_its_nvlink_domain_a_foreign_one_prefers_a_rack() -> None:
+    from twinkit.jobs import PREFERRED, REQUIRED, manifest
+
+    from m2g.model import labels as L
+    from m2g.sim.power import PowerModel
+
+    assert T.job_topology(4, foreign=False) == T.job_topology(4, foreign=True) == ""
+    assert T.job_topology(16, foreign=False) == "required-clique"
+    assert T.job_topology(72, foreign=True) == "preferred-rack"
+    assert T.job_topology(144, foreign=False) == "required-block"
+    job = T.TraceJob("twin-00001", "p", 0.0, 600.0, 16, "training", 0, "training",
+                     "m2g-training", 1800, False, T.job_topology(16, False), False)
+    ann = manifest(job, 60.0, PowerModel())["spec"]["template"]["metadata"]["annotations"]
+    assert ann[REQUIRED] == L.GPU_CLIQUE and PREFERRED not in ann
+    foreign = T.TraceJob("twin-00002", "p", 0.0, 600.0, 16, "", 0, "research", "", 0, True,
+                         T.job_topology(16, True), False)
+    ann = manifest(foreign, 60.0, PowerModel())["spec"]["template"]["metadata"]["annotations"]
+    assert ann == {PREFERRED: L.RACK}
+
+
+def test_gangs_can_be_made_to_only_prefer_a_rack() -> None:
+    assert T.job_topology(16, foreign=False, gang="preferred") == "preferred-rack"
+    read = T.read_trace(csv_of(*[f"p{i},1,1,1,1000,,Burstable,Running,{i},{i + 500},{i}"
+                                 for i in range(20)]))
+    a = T.map_pods(read.pods, T.Mapping(seed=3, multi_rack_probability=0.0))
+    b = T.map_pods(read.pods, T.Mapping(seed=3, multi_rack_probability=0.0,
+                                        gang_topology="preferred"))
+    assert {j.topology for j in a if not j.foreign} == {"required-clique"}
+    assert {j.topology for j in b} == {"preferred-rack"}
+    assert [j.gpus for j in a] == [j.gpus for j in b]  # the same draws
