@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Annotated
 
@@ -65,11 +66,38 @@ def version() -> None:
     typer.echo(__version__)
 
 
+#: kubectl's ``--dry-run=STRATEGY`` as m2g's flags (typer has no option with an optional
+#: value, so ``--dry-run`` alone stays a flag: kubectl's ``client``).
+DRY_RUN = {"client": ["--dry-run"], "server": ["--server-dry-run"], "none": []}
+
+
+def kubectl_forms(args: list[str]) -> list[str]:
+    """``args`` with ``--dry-run=client|server|none`` spelt as m2g's flags (up to ``--``);
+    ValueError with a one-line message for another strategy."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        if a == "--":
+            return out + args[i:]
+        if a.startswith("--dry-run="):
+            strategy = a.split("=", 1)[1].lower()
+            if strategy not in DRY_RUN:
+                raise ValueError(f"--dry-run must be none, client or server, not {strategy!r}")
+            out += DRY_RUN[strategy]
+        else:
+            out.append(a)
+    return out
+
+
 def main(prog_name: str | None = None) -> None:
     """Console-script entry point."""
     # kr8s warns about API servers newer than it knows (1.36 here); that is noise for users.
     warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported")
-    app(prog_name=prog_name)
+    try:
+        args = kubectl_forms(sys.argv[1:])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    app(args=args, prog_name=prog_name)
 
 
 def kubectl_main() -> None:

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from m2g.model import labels as L
 from m2g.templates import WorkloadApi, render
 from m2g.templates.loader import load_all
-from m2g_cli.app import app
+from m2g_cli.app import app, kubectl_forms
 from m2g_cli.templates_apply import ClusterError, Submitter, connect, create, serves
 
 pytestmark = pytest.mark.e2e
@@ -119,9 +119,10 @@ def test_the_server_really_validates(submitter: Submitter) -> None:
 
 
 def test_submit_server_dry_run_through_the_cli(kubeconfig: Path) -> None:
-    result = CliRunner().invoke(app, [
-        "submit", "rack-benchmark", "--server-dry-run", "--kubeconfig", str(kubeconfig),
-        "--templates-dir", str(REPO / "templates")])
+    """kubectl's spelling, as the console script rewrites it (m2g_cli.app.kubectl_forms)."""
+    result = CliRunner().invoke(app, kubectl_forms([
+        "submit", "rack-benchmark", "--dry-run=server", "--kubeconfig", str(kubeconfig),
+        "--templates-dir", str(REPO / "templates")]))
     assert result.exit_code == 0, (result.stdout, result.stderr)
     assert result.stdout.startswith("validated (server dry-run) Job/rack-benchmark in namespace "
                                     "default, queue default: 72 GPUs in 18 pods")

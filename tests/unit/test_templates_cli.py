@@ -134,3 +134,27 @@ def test_submit_to_an_unreachable_server_is_exit_1(tmp_path: Path) -> None:
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
     _, err = run("submit", "llama31-8b-finetune", "--kubeconfig", str(cfg), code=1)
     assert err.startswith("error: no cluster: ") and err.count("\n") == 1, err
+
+
+def test_kubectl_dry_run_strategies_are_m2g_flags(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from m2g_cli.app import kubectl_forms, main
+
+    base = ["submit", "rack-benchmark", "-n", "bench", "--queue", "racks"]
+    assert kubectl_forms([*base, "--dry-run=client"]) == [*base, "--dry-run"]
+    assert kubectl_forms([*base, "--dry-run=SERVER"]) == [*base, "--server-dry-run"]
+    assert kubectl_forms([*base, "--dry-run=none"]) == base
+    assert kubectl_forms([*base, "--", "--dry-run=x"]) == [*base, "--", "--dry-run=x"]
+    # through the console script: --dry-run=client is --dry-run; a bad strategy is one line
+    monkeypatch.setattr("sys.argv", ["m2g", *base, "--dry-run=client"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code in (0, None)
+    out = capsys.readouterr().out
+    golden("submit_rack_benchmark.yaml.txt", out)  # the same manifests as --dry-run
+    monkeypatch.setattr("sys.argv", ["m2g", *base, "--dry-run=clent"])
+    with pytest.raises(SystemExit) as bad:
+        main()
+    assert bad.value.code == 2
+    assert capsys.readouterr().err == ("error: --dry-run must be none, client or server, "
+                                       "not 'clent'\n")
