@@ -87,6 +87,10 @@ class JobRecord:
     lost: float = 0.0
     evictions: int = 0
     checkpoints: int = 0
+    stops: list[list[Any]] = field(default_factory=list)  # [t, cause] of each stop unfinished
+    event_capped_s: float = 0.0  # trace seconds run under a power cap inside the event
+    event_stalled_s: float = 0.0  # trace seconds stalled (a failed tray) inside the event
+    event_stops: list[str] = field(default_factory=list)  # causes of the stops inside it
 
 
 @dataclass
@@ -151,7 +155,7 @@ class Driver:
             self._job(name, plist, wl_by_job.get(name), t, dt, caps, failed, out, busy_nodes)
         for name in list(self.running):
             if name not in by_job and self.running[name]:
-                self._stopped(name)
+                self._stopped(name, stop_cause(wl_by_job.get(name)), t)
         self._event_marks(t)
         self._sample(t, busy_nodes)
         return out
@@ -203,7 +207,7 @@ class Driver:
         now_running = len(nodes) >= job.pods
         was = self.running.get(name, False)
         if was and now_running and uids.isdisjoint(self.run_pods.get(name, uids)):
-            self._stopped(name)  # evicted and re-admitted between two looks
+            self._stopped(name, stop_cause(wl), t)  # evicted and re-admitted between looks
             was = False
         self.run_pods[name] = uids
         if now_running and not was:
@@ -211,7 +215,7 @@ class Driver:
                 rec.restarts += 1
             rec.runs.append(sorted(nodes))
         elif was and not now_running and name not in self.completing:
-            self._stopped(name)
+            self._stopped(name, stop_cause(wl), t)
         self.running[name] = now_running
         if not (now_running and was):  # progress counts between two looks that saw it run
             return
@@ -220,6 +224,9 @@ class Driver:
         cap = min((min(caps.get(n, 1.0), caps.get(f"rack:{self.node_rack.get(n)}", 1.0))
                    for n in nodes), default=1.0)
         rate = 0.0 if stalled else throughput(self.model, job.kind, cap)
+        if self.started_event and not self.ended_event:
+            rec.event_capped_s += dt if cap < 1.0 and not stalled else 0.0
+            rec.event_stalled_s += dt if stalled else 0.0
         prog, taken = advance(prog, dt, rate)
         self.progress[name] = prog
         rec.checkpoints = prog.checkpoints
@@ -230,7 +237,7 @@ class Driver:
             self.completing.add(name)
             out.complete_pods += [(job.namespace, str(p["metadata"]["name"])) for p in plist]
 
-    def _stopped(self, name: str) -> None:
+    def _stopped(self, name: str, cause: str, t: float) -> None:
         self.running[name] = False
         if name in self.completing:
             return
@@ -238,6 +245,9 @@ class Driver:
         self.progress[name] = prog
         rec = self.records[name]
         rec.evictions, rec.lost = prog.evictions, prog.lost
+        rec.stops.append([round(t, 1), cause])
+        if self.started_event and not self.ended_event:
+            rec.event_stops.append(cause)
 
     def _event_marks(self, t: float) -> None:
         if self.event_start is not None and not self.started_event and t >= self.event_start:
@@ -273,6 +283,25 @@ class Driver:
                 "bindings": self.bindings, "samples": self.samples,
                 "cpuSeconds": round(time.process_time(), 2), "looks": self.looks,
                 **self.watch_stats}
+
+
+def stop_cause(wl: Obj | None) -> str:
+    """Why a job's pods stopped before it finished, from its Workload as the driver sees it
+    then: the reason of Kueue's ``Evicted`` condition (``Preempted`` with the ``Preempted``
+    condition's reason: ``Preempted/InClusterQueue``, ``Preempted/InCohortReclamation``...;
+    ``Deactivated`` or ``InactiveWorkload`` for m2g's pauses), ``inactive`` for a Workload
+    set inactive without the condition yet, else ``pods-stopped`` (nothing on the Workload
+    says why: a lagging cache, a pod failure) or ``workload-gone``."""
+    if wl is None:
+        return "workload-gone"
+    ev = condition(wl, "Evicted")
+    if ev is not None:
+        reason = str(ev.get("reason") or "Evicted")
+        pre = condition(wl, "Preempted")
+        return f"{reason}/{pre.get('reason')}" if reason == "Preempted" and pre else reason
+    if (wl.get("spec") or {}).get("active") is False:
+        return "inactive"
+    return "pods-stopped"
 
 
 def _phase(p: Obj) -> str:

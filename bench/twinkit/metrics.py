@@ -77,6 +77,7 @@ def performance(jobs: Sequence[Mapping[str, Any]], event_s_trace: float) -> dict
     the window / min(remaining, full-speed work in the window)."""
     tiers: dict[str, list[tuple[int, float]]] = {str(t): [] for t in range(4)}
     every: list[tuple[int, float]] = []
+    losses: dict[str, dict[str, float]] = {str(t): {} for t in range(4)}
     for j in jobs:
         if not j.get("running_at_event_start") or j.get("done_at_event_end") is None:
             continue
@@ -87,8 +88,31 @@ def performance(jobs: Sequence[Mapping[str, Any]], event_s_trace: float) -> dict
         perf = min(1.0, max(0.0, done) / full)
         every.append((j["gpus"], perf))
         tiers.setdefault(str(j["tier"]), []).append((j["gpus"], perf))
+        if perf < 1.0:
+            by = losses.setdefault(str(j["tier"]), {})
+            why = loss_class(j)
+            by[why] = by.get(why, 0.0) + j["gpus"] * (1.0 - perf)
     return {"weightedPerformance": _weighted(every),
-            "perTier": {t: _weighted(v) for t, v in sorted(tiers.items())}}
+            "perTier": {t: _weighted(v) for t, v in sorted(tiers.items())},
+            "performanceLostBy": {
+                t: {why: round(v / g, 4) for why, v in sorted(losses[t].items())}
+                for t, g in ((t, sum(gp for gp, _ in tiers[t])) for t in sorted(tiers)) if g}}
+
+
+def loss_class(job: Mapping[str, Any]) -> str:
+    """What cost a job running at the event's start its performance in the window, first
+    match: ``stopped:<cause>`` (its first stop inside the event: the Evicted condition's
+    reason, twinkit.driver.stop_cause), ``capped`` (it ran under a power cap), ``stalled`` (a
+    failed tray), else ``slow`` (it ran, but not all of the window: started late, waited on
+    its pods)."""
+    stops = job.get("event_stops") or []
+    if stops:
+        return f"stopped:{stops[0]}"
+    if float(job.get("event_capped_s") or 0.0) > 0:
+        return "capped"
+    if float(job.get("event_stalled_s") or 0.0) > 0:
+        return "stalled"
+    return "slow"
 
 
 def _weighted(pairs: Sequence[tuple[int, float]]) -> float | None:

@@ -138,7 +138,10 @@ def _fmt(v: Any) -> str:
 
 
 def _step(v: Obj) -> str:
-    """An admission step (``{p50, p95, n}``) in one cell."""
+    """An admission step (``{p50, p95, n}``) in one cell; any other mapping as ``k v; ...``
+    (``performanceLostBy``'s shares per cause)."""
+    if "p50" not in v:
+        return "; ".join(f"{k} {_fmt(x)}" for k, x in v.items()) or "none"
     return f"{_fmt(v.get('p50'))} / {_fmt(v.get('p95'))} (n {v.get('n')})"
 
 

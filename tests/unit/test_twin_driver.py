@@ -63,9 +63,15 @@ def test_an_evicted_job_loses_work_and_restarts() -> None:
     d = driver()
     d.observe(T0, running(), [wl("twin-00001")])
     d.observe(T0 + 3.0, running(), [wl("twin-00001")])  # 180 trace s: checkpoint at 120
-    d.observe(T0 + 4.0, [], [wl("twin-00001")])  # pods gone: evicted
+    evicted = wl("twin-00001")
+    evicted["status"]["conditions"] += [
+        {"type": "Evicted", "status": "True", "reason": "Preempted"},
+        {"type": "Preempted", "status": "True", "reason": "InClusterQueue"}]
+    d.observe(T0 + 4.0, [], [evicted])  # pods gone: evicted (inside the event, 3–6 s)
     rec = d.records["twin-00001"]
     assert rec.evictions == 1 and rec.lost == 8 * 60.0
+    assert rec.stops == [[4.0, "Preempted/InClusterQueue"]]
+    assert rec.event_stops == ["Preempted/InClusterQueue"]
     assert d.progress["twin-00001"].done == 8 * 120.0
     d.observe(T0 + 5.0, [pod("twin-00001", 0, "n3", "Running"),
                          pod("twin-00001", 1, "n1", "Running")], [wl("twin-00001")])
@@ -80,6 +86,12 @@ def test_a_failed_tray_stalls_its_job_and_caps_slow_it() -> None:
     d.observe(T0 + 2.0, running(), [wl("twin-00001")],
               [{"kind": "power-cap", "rack": "r1", "fraction": 0.5}])
     assert 0 < d.progress["twin-00001"].done < 8 * 60.0
+    rec = d.records["twin-00001"]
+    assert rec.event_capped_s == 0.0  # before the event (3–6 s): not counted
+    for t in (3.0, 4.0, 5.0):  # 3: the event begins; 4 and 5 inside it
+        d.observe(T0 + t, running(), [wl("twin-00001")],
+                  [{"kind": "power-cap", "node": "n1", "fraction": 0.7}])
+    assert rec.event_capped_s == 2 * 60.0 and rec.event_stalled_s == 0.0 and not rec.stops
 
 
 def test_event_window_and_allocation_samples() -> None:

@@ -63,6 +63,37 @@ def test_weighted_performance_is_emeralds() -> None:
     assert w["weightedPerformance"] == pytest.approx((8 + 12 + 8) / 40)
 
 
+def test_performance_lost_is_split_by_what_cost_it() -> None:
+    window = 100.0  # each job could do gpus × 100 in the window
+    jobs = [job(gpus=8, tier=0, done_at_event_end=400.0,  # preempted by Kueue: lost 0.5
+                event_stops=["Preempted/InClusterQueue", "Deactivated"]),
+            job(gpus=8, tier=0, done_at_event_end=600.0, event_capped_s=50.0),  # capped: 0.25
+            job(gpus=16, tier=0, done_at_event_end=1600.0),  # full speed: nothing lost
+            job(gpus=8, tier=2, done_at_event_end=0.0, event_stalled_s=100.0),  # stalled: all
+            job(gpus=8, tier=3, done_at_event_end=200.0)]  # ran late: slow, 0.75 lost
+    w = M.workload_figures(jobs, 60.0, 100.0, window)
+    lost = w["performanceLostBy"]
+    assert lost["0"] == {"stopped:Preempted/InClusterQueue": pytest.approx(8 * 0.5 / 32),
+                         "capped": pytest.approx(8 * 0.25 / 32)}
+    assert lost == {"0": lost["0"], "2": {"stalled": 1.0}, "3": {"slow": 0.75}}
+    for t, by in lost.items():  # the parts add up to what the tier lost
+        assert sum(by.values()) == pytest.approx(1.0 - w["perTier"][t], abs=1e-3)
+
+
+def test_stop_cause_reads_kueues_conditions() -> None:
+    from twinkit.driver import stop_cause
+
+    def wl(*conds: dict[str, str], active: bool = True) -> dict[str, object]:
+        return {"spec": {"active": active}, "status": {"conditions": list(conds)}}
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted"}
+    assert stop_cause(wl(evicted, {"type": "Preempted", "status": "True",
+                                   "reason": "InCohortReclamation"})) \
+        == "Preempted/InCohortReclamation"
+    assert stop_cause(wl({**evicted, "reason": "Deactivated"})) == "Deactivated"
+    assert stop_cause(wl({**evicted, "status": "False"}, active=False)) == "inactive"
+    assert stop_cause(wl()) == "pods-stopped" and stop_cause(None) == "workload-gone"
+
+
 def test_waits_and_jct_are_in_trace_seconds() -> None:
     jobs = [job(submitted=0.0, admitted=2.0, finished=10.0),
             job(submitted=5.0, admitted=None)]  # never admitted: waits until the run's end
