@@ -211,3 +211,25 @@ def test_a_preemption_policy_bounds_caps_with_min_cap(tmp_path: Path) -> None:
     plan = make_plan(s, ev, CFG)
     by = {c.name: c.fraction for c in plan.caps}
     assert by["a"] >= 0.75 and by["b"] >= 0.5 and by["b"] < 0.75
+
+
+def test_paused_work_comes_back_during_an_event_when_there_is_room(ev: Evaluator) -> None:
+    """Jobs that finish during an event free kW; they go back to the paused work (in shed
+    order), counting what restores not admitted again yet will draw."""
+    paused = replace(job("p", 2), phase=Phase.INACTIVE, shed_by_m2g=True,
+                     shed_at=NOW - timedelta(minutes=25))
+    p_kw = workload_kw(paused, CFG)
+    room_for_one = factory(300.0 * (1 - CFG.restore_margin) - p_kw - 0.5)  # event active
+    plan = make_plan(snap(room_for_one, paused), ev, CFG)
+    assert [(a.name, a.active) for a in plan.sheds] == [("p", True)]
+    assert any("during grid event dr" in n for n in plan.notes), plan.notes
+    off = replace(CFG, restore_during_events=False)
+    assert make_plan(snap(room_for_one, paused), ev, off).sheds == ()
+    # one restored a minute ago and not admitted again yet takes that room
+    back = replace(job("r", 2), phase=Phase.RESERVED, admitted_at=None,
+                   restored_at=NOW - timedelta(minutes=1))
+    assert make_plan(snap(room_for_one, paused, back), ev, CFG).sheds == ()
+    # ... until Kueue admits it and its pods are bound (then the meter shows it)
+    admitted = replace(back, phase=Phase.ADMITTED, admitted_at=NOW - timedelta(seconds=5))
+    plan = make_plan(snap(room_for_one, paused, admitted), ev, CFG)
+    assert [a.name for a in plan.sheds] == ["p"]

@@ -120,3 +120,20 @@ def test_a_cap_in_force_in_the_meter_no_longer_settles() -> None:
     late = replace(s, node_limits={**s.node_limits, "n3": replace(
         s.node_limits["n3"], applied_fraction=None)})
     assert settling_cap_kw(late, CFG) == full  # one node has not reported
+
+
+def test_restored_work_is_admitted_before_new_work_into_the_room_kept_for_it() -> None:
+    """A workload m2g restored (not admitted again yet) has its kW counted as in flight: it
+    is admitted ahead of new flexible work of a higher priority, which gets what is left."""
+    back = replace(pending("back", 2, priority=0), restored_at=NOW - timedelta(seconds=30))
+    new = pending("new", 2, priority=5)
+    s = ClusterSnapshot(factory(room_for(1, new), LIMIT), (new, back))
+    head = Headroom.of(s, CFG)
+    assert head is not None and head.in_flight == workload_kw(back, CFG)
+    out = {u.name: u.state for u in share([ready(new), ready(back)], s, CFG)}
+    assert out == {"new": CheckState.RETRY, "back": CheckState.READY}
+    # the same workload not restored by m2g: the higher priority goes first
+    plain = replace(back, restored_at=None)
+    s2 = ClusterSnapshot(factory(room_for(1, new), LIMIT), (new, plain))
+    out = {u.name: u.state for u in share([ready(new), ready(plain)], s2, CFG)}
+    assert out == {"new": CheckState.READY, "back": CheckState.RETRY}

@@ -97,6 +97,8 @@ class PlannerSettings(BaseModel):
     cap_lease_seconds: float | None = Field(default=None, gt=0)
     #: Spend the site's headroom once across one reconcile's admissions (docs/curtailment.md).
     share_headroom: bool | None = None
+    #: Restore paused work and lift caps during an active grid event when there is room.
+    restore_during_events: bool | None = None
     headroom_retry_seconds: int | None = Field(default=None, ge=1)
     headroom_min_tier: int | None = Field(default=None, ge=1, le=3)
     #: A cap the agents report in force shows in the site meter within this long.

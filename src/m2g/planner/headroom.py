@@ -9,14 +9,16 @@ room, and the next reconciles capped them all. The gate spends the room once, af
 policies:
 
 * room = the limit in force (an active grid event's target, else the site budget) less
-  ``restore_margin`` of it (the margin restores keep), less the measured draw, less the kW of
-  work admitted within ``settle_seconds`` whose pods are not bound yet (it does not show in
-  the meter; bound pods draw at once);
+  ``restore_margin`` of it (the margin restores keep), less the measured draw, less the kW
+  the meter does not show yet (m2g.planner.shedding.in_flight_kw: work admitted within
+  ``settle_seconds`` whose pods are not bound yet — bound pods draw at once — and work m2g
+  restored that is not admitted again yet);
 * the tiers that demand response holds back (the shipped grid-demand-response's: flex ≥ 2,
   or flex ≥ 1 from SIMPLE level 2 of an active event; ``headroom_min_tier``) are gated; the
   others are never held back here, but their kW are spent first;
-* then the gated workloads the policies admit, highest priority first (then the snapshot's
-  order), while their kW fit in what is left; the rest get Retry — or, when m2g already
+* then the gated workloads the policies admit: first those m2g restored (their room was kept
+  for them: admitted while the room, theirs counted, is not negative), then the others,
+  highest priority first (then the snapshot's order), while their kW fit in what is left; the rest get Retry — or, when m2g already
   deferred them, keep their Retry (Kueue's requeue asks again).
 
 Stale or missing power, or no limit known: no gate (the policies' own fail-safes hold).
@@ -27,19 +29,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import CheckState, ClusterSnapshot, WorkloadState
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
-from m2g.planner.shedding import workload_kw
+from m2g.planner.shedding import in_flight_kw, restoring, workload_kw
 
 POLICY, RULE = "site-headroom", "shared-room"
-
-
-def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
-    """Admitted within ``settle_seconds`` and no pod of it bound yet."""
-    return (w.phase is Phase.ADMITTED and w.admitted_at is not None
-            and (snap.now - w.admitted_at).total_seconds() < config.settle_seconds
-            and w.key not in snap.placements)
 
 
 def min_tier(snap: ClusterSnapshot, config: PlannerConfig) -> int:
@@ -65,8 +60,7 @@ class Headroom:
         limit = snap.factory.effective_budget_kw()
         if draw.stale or draw.value is None or limit <= 0:
             return None
-        in_flight = sum(workload_kw(w, config) for w in snap.workloads
-                        if not_drawing_yet(w, snap, config))
+        in_flight = in_flight_kw(snap, config)
         room = limit * (1.0 - config.restore_margin) - draw.value - in_flight
         return cls(limit, draw.value, in_flight, room)
 
@@ -83,11 +77,13 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     ready = [(i, by_key[f"{u.namespace}/{u.name}"]) for i, u in enumerate(updates)
              if u.state is CheckState.READY and f"{u.namespace}/{u.name}" in by_key]
     tier = min_tier(snap, config)
-    ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, -iw[1].view.priority, iw[0]))
+    back = {w.key for _, w in ready if restoring(w, snap, config)}  # their kW: in in_flight
+    ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, iw[1].key not in back,
+                               -iw[1].view.priority, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
     for i, w in ready:
-        kw = workload_kw(w, config)
-        if w.view.flex_tier < tier or kw <= room:
+        kw = 0.0 if w.key in back else workload_kw(w, config)
+        if w.view.flex_tier < tier or (kw <= room and room >= 0):
             room -= kw
             admitted += 1
         else:

@@ -13,9 +13,12 @@ shed (the meter lags), so a reconcile never sheds twice for the same kW.
   and as the last one the smallest that covers the rest — fewer jobs paused, fewer writes
   (each one passes Kueue's webhooks), and no more overshoot than needed.
 * Stale or missing power: never shed (docs/signals.md: a stale reading is no reason to act).
-* Restore: when there is no shortfall and no grid event is active, workloads m2g shed come
-  back (once Kueue has finished evicting them: ``evicted``), oldest first, while the site
-  stays ``restore_margin`` below its limit with their kW added, at the same ramp.
+* Restore: when there is no shortfall, workloads m2g shed come back (once Kueue has finished
+  evicting them: ``evicted``), oldest first, while the site stays ``restore_margin`` below its
+  limit with their kW and the kW not drawing yet (``in_flight_kw``) added, at the same ramp —
+  during an active grid event too (``restore_during_events``): the kW that jobs finishing
+  during the event free go back to the paused work before new flexible work gets them
+  (m2g.planner.headroom admits restored work first).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from m2g.model.cluster import Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CapAction, ShedAction
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders, lift_caps, plan_caps, settling_cap_kw
@@ -48,6 +51,28 @@ def workload_kw(w: WorkloadState, config: PlannerConfig) -> float:
 def saving_kw(w: WorkloadState, config: PlannerConfig) -> float:
     """What shedding it saves: its draw above the idle its GPUs keep drawing."""
     return workload_kw(w, config) * config.shed_saving_fraction
+
+
+def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
+    """Admitted within ``settle_seconds`` and no pod of it bound yet."""
+    return (w.phase is Phase.ADMITTED and w.admitted_at is not None
+            and (snap.now - w.admitted_at).total_seconds() < config.settle_seconds
+            and w.key not in snap.placements)
+
+
+def restoring(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
+    """Restored by m2g within ``settle_max_seconds`` and not admitted again yet (Kueue
+    re-queues it, m2g's check answers it): the room it was restored into is its own."""
+    return (w.restored_at is not None and not w.shed_by_m2g
+            and w.phase in (Phase.PENDING, Phase.RESERVED)
+            and (snap.now - w.restored_at).total_seconds() < config.settle_max_seconds)
+
+
+def in_flight_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
+    """kW the meter does not show yet but will: work admitted and not bound yet, and work
+    restored and not admitted again yet."""
+    return sum(workload_kw(w, config) for w in snap.workloads
+               if not_drawing_yet(w, snap, config) or restoring(w, snap, config))
 
 
 def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | None) -> float:
@@ -131,9 +156,12 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
             why += f": {len(caps)} cap(s) save {sum(c.kw for c in caps):.0f} kW"
         return sheds, caps, why
     event = factory.grid_event()
-    if event is not None and event.active(factory.now):
+    active = event is not None and event.active(factory.now)
+    if active and not config.restore_during_events:
         return [], [], f"grid event {event.id} is active: shed work returns after it ends"
-    room = limit - draw.value
+    # the room less what restores and admissions not drawing yet will take (during an event
+    # the kW freed by finished jobs go back to the paused work, restored in shed order)
+    room = limit - draw.value - in_flight_kw(builder.snap, config)
     restores = _restore(builder, config, room, limit, step)
     # the reverse order: paused work first, then the caps — in kilowatts, not in time: the
     # room and the ramp go to the restores, and the kW of paused work that cannot come back
@@ -146,7 +174,8 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
                   if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
                   and w.key not in back)
     lifts = lift_caps(builder, config, room - restored - waiting, limit, step - restored)
-    return restores, lifts, f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit"
+    during = f" during grid event {event.id}" if active and event is not None else ""
+    return restores, lifts, f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}"
 
 
 def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, PreemptionResult]:
