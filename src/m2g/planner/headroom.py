@@ -18,8 +18,9 @@ policies:
   others are never held back here, but their kW are spent first;
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
-  highest priority first (then the snapshot's order), while their kW fit in what is left; the rest get Retry — or, when m2g already
-  deferred them, keep their Retry (Kueue's requeue asks again).
+  highest priority first (then the snapshot's order), while their kW fit in what is left;
+  the rest get Retry — or, when m2g already deferred them, keep their Retry (Kueue's
+  requeue asks again).
 
 Stale or missing power, or no limit known: no gate (the policies' own fail-safes hold).
 """

@@ -157,7 +157,7 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
         return sheds, caps, why
     event = factory.grid_event()
     active = event is not None and event.active(factory.now)
-    if active and not config.restore_during_events:
+    if active and event is not None and not config.restore_during_events:
         return [], [], f"grid event {event.id} is active: shed work returns after it ends"
     # the room less what restores and admissions not drawing yet will take (during an event
     # the kW freed by finished jobs go back to the paused work, restored in shed order)
