@@ -67,6 +67,7 @@ class RunKind:
     m2g: bool  # the m2g admission check, the Policy objects and ``m2g run``
     describe: str
     m2g_args: tuple[str, ...] = ()  # extra ``m2g run`` arguments (e.g. a lever set)
+    planner: tuple[tuple[str, Any], ...] = ()  # site-configuration planner settings over it
     policies: Path = REPO / "deploy" / "policies"  # a kustomization of Policy objects
 
 
@@ -77,6 +78,9 @@ RUNS: dict[str, RunKind] = {
     "m2g": RunKind(True, "m2g: the shipped check, deploy/policies and m2g run"),
     "m2g-pause-only": RunKind(True, "m2g with pauses as its only power lever (no GPU caps)",
                               ("--levers", "pause")),
+    "m2g-restore-after": RunKind(True, "m2g with shed work restored only after a grid event "
+                                 "(restoreDuringEvents: false; the behaviour before 2026-12-02)",
+                                 planner=(("restoreDuringEvents", False),)),
 }
 
 
@@ -246,6 +250,7 @@ def site_config(cfg: RunConfig) -> Path:
     doc = yaml.safe_load(SITE_CONFIG.read_text()) or {}
     planner = doc.setdefault("planner", {})
     planner["defaultRuntimeSeconds"] = max(1.0, DEFAULT_RUNTIME_TRACE_S / cfg.time_scale)
+    planner.update(dict(cfg.kind.planner))
     path = cfg.run_dir / "twin-site-config.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -12,7 +12,9 @@ import matplotlib.pyplot as plt
 
 from twinkit.harness import RunData
 
-COLOURS = {"kueue": "tab:gray", "m2g": "tab:blue", "m2g-pause-only": "tab:red"}
+COLOURS = {"kueue": "tab:gray", "m2g": "tab:blue", "m2g-pause-only": "tab:red",
+           "m2g-restore-after": "tab:green"}
+OWN = frozenset(COLOURS)
 OTHER = ["tab:purple", "tab:brown", "tab:olive", "tab:cyan"]  # runs of other names, in turn
 
 
@@ -20,8 +22,7 @@ def colour(name: str) -> str:
     """A run's colour: its own, else one of ``OTHER`` (never another run's: matplotlib's
     default cycle starts with m2g's blue)."""
     if name not in COLOURS:
-        COLOURS[name] = OTHER[sum(1 for k in COLOURS if k not in ("kueue", "m2g",
-                                                                   "m2g-pause-only")) % 4]
+        COLOURS[name] = OTHER[sum(1 for k in COLOURS if k not in OWN) % 4]
     return COLOURS[name]
 
 

@@ -56,4 +56,9 @@ def test_the_twin_gives_m2g_its_default_runtime_in_wall_time(tmp_path: Path) -> 
     doc = yaml.safe_load(H.site_config(cfg).read_text())
     assert doc["planner"]["defaultRuntimeSeconds"] == 60.0  # one trace hour at scale 60
     assert doc["planner"]["rampKwPerSecond"] == 50  # the rest is the shipped file's
+    assert "restoreDuringEvents" not in doc["planner"]
+    after = H.RunConfig("m2g-restore-after", 2, None, tl, 60.0, 537, tmp_path,  # type: ignore[arg-type]
+                        tmp_path)
+    assert yaml.safe_load(H.site_config(after).read_text())["planner"]["restoreDuringEvents"] \
+        is False
     assert S.Scenario.FORECAST in S.GRID_SCENARIOS and H.SCENARIOS[S.Scenario.FORECAST].start
