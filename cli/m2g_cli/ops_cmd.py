@@ -7,7 +7,8 @@ unknown workload too).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -25,17 +26,24 @@ from m2g_cli.views import (
     Output,
     SortKeyError,
     WorkloadFilter,
+    event_note,
+    queue_cells,
+    queue_rows,
     render_explanation,
     render_queues,
     render_signals,
     render_workloads,
+    sort_items,
     sort_path,
+    structured,
     table,
     workload_cells,
     workload_rows,
 )
+from m2g_cli.watch_cmd import queue_key, workload_key
 
 if TYPE_CHECKING:
+    from m2g.k8s.client import Resource
     from m2g_cli.cluster import ClusterView
 
 T = TypeVar("T")
@@ -107,13 +115,87 @@ def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = 
     return view
 
 
+@dataclass(frozen=True)
+class Watched:
+    """What ``-w`` follows (m2g_cli.watch_cmd): ``what`` (for errors), the watches (resource,
+    namespace), each item's key, the items of a read (sorted), their table cells (``wide``),
+    and the table as the one-shot command prints it (the first listing)."""
+
+    what: str
+    resources: Sequence[tuple[Resource, str | None]]
+    key: Callable[[Mapping[str, Any]], str]
+    items: Callable[[ClusterView], list[dict[str, Any]]]
+    cells: Callable[[ClusterView, list[dict[str, Any]], bool],
+                    tuple[list[str], list[list[str]]]]
+    table: Callable[[ClusterView, Output], str]
+
+
+def _watch(kubeconfig: str | None, context: str | None, field_selector: str | None,
+           spec: Watched, output: Output, first: ClusterView) -> None:
+    """``-w``, as kubectl get -w: the list (a table; with -o json|yaml each item as its own
+    document), then each item that changes, until Ctrl-C (exit 0) or a failure (one line)."""
+    import asyncio
+
+    from m2g_cli.cluster import CliError, read
+    from m2g_cli.watch_cmd import Rows, Stream, follow_cluster, keyed
+
+    documents = output in (Output.YAML, Output.JSON)
+
+    def rows_of(view: ClusterView) -> Rows:
+        items = spec.items(view)
+        if documents:
+            return keyed(items, [structured(i, output) for i in items], spec.key)
+        head, body = spec.cells(view, items, output is Output.WIDE)
+        return keyed(items, table(head, body, no_headers=True).splitlines() if body else [],
+                     spec.key)
+
+    async def read_rows() -> Rows:
+        return rows_of(await read(kubeconfig, context, field_selector=field_selector))
+
+    echo = Stream(lambda text: typer.echo(text, nl=False), documents=documents,
+                  separator="---\n" if output is Output.YAML else "")
+    try:
+        shown = rows_of(first)
+        if documents:  # kubectl -w -o json|yaml: the current objects one by one, not a List
+            for _, text in shown.values():
+                echo(text)
+        else:
+            typer.echo(spec.table(first, output), nl=False)
+        asyncio.run(follow_cluster(kubeconfig, context, spec.resources, spec.what, read_rows,
+                                   shown, echo))
+    except KeyboardInterrupt:
+        return
+    except SortKeyError as exc:
+        term.fail(str(exc), term.USAGE)
+    except CliError as exc:
+        term.fail(str(exc), exc.code)
+
+
+Watch = Annotated[bool, typer.Option(
+    "--watch", "-w", help="After the list, print each item that changes, as kubectl -w (a row, "
+    "or with -o json|yaml the item as a document; Ctrl-C ends)")]
+
+
 def queues(kubeconfig: Kubeconfig = None, context: Context = None,
            output: Out = Output.TABLE, no_headers: NoHeaders = False,
-           sort_by: SortBy = None) -> None:
+           sort_by: SortBy = None, watch: Watch = False) -> None:
     """ClusterQueues: GPU quota (m2g-derated vs base), usage, pending, stopPolicy."""
     how = listing(no_headers, sort_by)
-    snap = _view(kubeconfig, context).snapshot
-    rendered(lambda: render_queues(snap, output, how))
+    view = _view(kubeconfig, context)
+    if watch:
+        _watch(kubeconfig, context, None, _queues_watched(how), output, view)
+        return
+    rendered(lambda: render_queues(view.snapshot, output, how))
+
+
+def _queues_watched(how: Listing) -> Watched:
+    from m2g.k8s import client as k
+
+    return Watched(
+        "ClusterQueues", ((k.CLUSTER_QUEUES, None), (k.LOCAL_QUEUES, None)), queue_key,
+        lambda view: sort_items(queue_rows(view.snapshot), how.sort_by),
+        lambda view, rows, wide: queue_cells(rows, wide, event_note(view.snapshot)),
+        lambda view, out: render_queues(view.snapshot, out, how))
 
 
 def workloads(
@@ -125,10 +207,7 @@ def workloads(
         "--field-selector", help="Field selector the API server evaluates, as kubectl's "
         "(metadata.name=x, status.admission.clusterQueue=cq)")] = None,
     kubeconfig: Kubeconfig = None, context: Context = None, output: Out = Output.TABLE,
-    no_headers: NoHeaders = False, sort_by: SortBy = None,
-    watch: Annotated[bool, typer.Option(
-        "--watch", "-w", help="After the list, print each workload whose row changes, as "
-        "kubectl -w (table or wide; Ctrl-C ends)")] = False,
+    no_headers: NoHeaders = False, sort_by: SortBy = None, watch: Watch = False,
 ) -> None:
     """Workloads with their Kueue phase and m2g's check state and message."""
     try:
@@ -136,43 +215,34 @@ def workloads(
     except SelectorError as exc:
         term.fail(str(exc), term.USAGE)
     check_namespaces(namespace, all_namespaces)
-    if watch and output not in (Output.TABLE, Output.WIDE):
-        term.fail("-w prints table rows: use -o table or -o wide with it", term.USAGE)
     how = listing(no_headers, sort_by)
     view = _view(kubeconfig, context, field_selector=field_selector)
     ns = chosen_namespace(view, namespace, all_namespaces)
+    chosen = WorkloadFilter(ns, queue, match)
+    if watch:
+        _watch(kubeconfig, context, field_selector, _workloads_watched(chosen, how), output,
+               view)
+        return
     rendered(lambda: render_workloads(view.snapshot, output, ns, queue, match, how,
                                       view.selected, view.objects.workloads))
-    if watch:
-        _watch(kubeconfig, context, field_selector, WorkloadFilter(ns, queue, match), how,
-               output is Output.WIDE, view)
 
 
-def _watch(kubeconfig: str | None, context: str | None, field_selector: str | None,
-           chosen: WorkloadFilter, how: Listing, wide: bool, first: ClusterView) -> None:
-    """m2g workloads -w (m2g_cli.watch_cmd): until Ctrl-C (exit 0) or a failure (one line)."""
-    import asyncio
+def _workloads_watched(chosen: WorkloadFilter, how: Listing) -> Watched:
     import dataclasses
 
-    from m2g_cli.cluster import CliError, read
-    from m2g_cli.watch_cmd import Rows, follow_workloads, keyed
+    from m2g.k8s import client as k
 
-    def rows_of(view: ClusterView) -> Rows:
-        rows = workload_rows(view.snapshot, dataclasses.replace(chosen, keys=view.selected),
+    def items(view: ClusterView) -> list[dict[str, Any]]:
+        return workload_rows(view.snapshot, dataclasses.replace(chosen, keys=view.selected),
                              how.sort_by, view.objects.workloads)
-        head, body = workload_cells(rows, wide)
-        return keyed(rows, table(head, body, no_headers=True).splitlines() if body else [])
 
-    async def read_rows() -> Rows:
-        return rows_of(await read(kubeconfig, context, field_selector=field_selector))
+    def first(view: ClusterView, out: Output) -> str:
+        c = chosen
+        return render_workloads(view.snapshot, out, c.namespace, c.queue, c.labels, how,
+                                view.selected, view.objects.workloads)
 
-    try:
-        asyncio.run(follow_workloads(kubeconfig, context, chosen.namespace, read_rows,
-                                     rows_of(first), typer.echo))
-    except KeyboardInterrupt:
-        return
-    except CliError as exc:
-        term.fail(str(exc), exc.code)
+    return Watched("Workloads", ((k.WORKLOADS, chosen.namespace),), workload_key, items,
+                   lambda _view, rows, wide: workload_cells(rows, wide), first)
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,

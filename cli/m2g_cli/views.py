@@ -142,28 +142,40 @@ def queue_rows(snap: ClusterSnapshot) -> list[dict[str, Any]]:
     return out
 
 
-def render_queues(snap: ClusterSnapshot, out: Output, listing: Listing = Listing()) -> str:
-    rows = sort_items(queue_rows(snap), listing.sort_by)
-    if out in (Output.YAML, Output.JSON):
-        return structured(as_list(rows), out)
+def queue_cells(rows: Sequence[Mapping[str, Any]], wide: bool, event_note: str = ""
+                ) -> tuple[list[str], list[list[str]]]:
+    """The table's header and cells of ``rows`` (-o table, or -o wide); ``event_note``: what
+    -o wide's NOTE says of an active grid event ("" none)."""
     head = ["CLUSTERQUEUE", "FLAVOR", "GPUS", "USED", "PENDING", "STOP"]
-    if out is Output.WIDE:
+    if wide:
         head += ["COHORT", "WEIGHT", "NOTE"]
     body = []
-    event = snap.factory.grid_event()
-    active = event is not None and event.active(snap.now)
     for r in rows:
         pct = f" ({100 * r['nominalGpus'] // r['baseGpus']}%)" if r["derated"] and r[
             "baseGpus"] else ""
         row = [r["clusterQueue"], r["flavor"], f"{r['nominalGpus']}/{r['baseGpus']}{pct}",
                str(r["usedGpus"]), str(r["pendingWorkloads"]), r["stopPolicy"]]
-        if out is Output.WIDE:
-            note = "derated by m2g" if r["derated"] else ""
-            if active and event is not None:
-                note = (note + "; " if note else "") + f"grid event {event.id} active"
+        if wide:
+            note = "; ".join(n for n in ("derated by m2g" if r["derated"] else "", event_note)
+                             if n)
             weight = "-" if r["weight"] is None else f"{r['weight']:g}"
             row += [r["cohort"] or "-", weight, note or "-"]
         body.append(row)
+    return head, body
+
+
+def event_note(snap: ClusterSnapshot) -> str:
+    """-o wide's NOTE for the grid event in force ("" none)."""
+    event = snap.factory.grid_event()
+    return f"grid event {event.id} active" if event is not None and event.active(snap.now) \
+        else ""
+
+
+def render_queues(snap: ClusterSnapshot, out: Output, listing: Listing = Listing()) -> str:
+    rows = sort_items(queue_rows(snap), listing.sort_by)
+    if out in (Output.YAML, Output.JSON):
+        return structured(as_list(rows), out)
+    head, body = queue_cells(rows, out is Output.WIDE, event_note(snap))
     return table(head, body, listing.no_headers) if body else \
         "No ClusterQueues with GPU quota found.\n"
 

@@ -1,16 +1,21 @@
-"""``m2g workloads -w``: the table, then a line for each workload whose row changes, as
-``kubectl get -w`` does.
+"""``m2g workloads -w`` and ``m2g queues -w``: the listing, then each item whose content
+changes, as ``kubectl get -w`` does.
 
-The API server's Workload watch says when to look again; each time, the CLI reads the cluster
-as the one-shot command does (m2g_cli.cluster.read: the same assembler, so the M2G column means
-the same) and prints the rows whose content changed since it last printed them. WAIT and AGE
-are left out of the comparison: they change with the clock, not with the object. A new workload
-is a new row; a deleted one prints nothing (as kubectl without ``--output-watch-events``).
+The API server's watches (Workloads; ClusterQueues and LocalQueues) say when to look again;
+each time, the CLI reads the cluster as the one-shot command does (m2g_cli.cluster.read: the
+same assembler, so the columns mean the same) and prints the items whose content changed since
+it last printed them. Fields that move with the clock (WAIT, AGE: ``waitSeconds``,
+``ageSeconds``) are left out of the comparison. A new item is printed; a deleted one prints
+nothing (as kubectl without ``--output-watch-events``).
+
+What is printed for an item is its table row, or, with ``-o json|yaml``, the item itself as
+one document (kubectl's ``-w -o json|yaml``: JSON objects one after another, YAML documents
+separated by ``---``; see Stream).
 
 * Events are coalesced: at most one read per ``interval`` seconds, so a burst of a thousand
   changes is one read.
-* When the server ends the watch (its timeout, a 410 Gone, a dropped connection), it is opened
-  again after ``backoff`` seconds. Nothing is lost: the next read compares every row.
+* When the server ends a watch (its timeout, a 410 Gone, a dropped connection), it is opened
+  again after ``backoff`` seconds. Nothing is lost: the next read compares every item.
 * A permanent error (403, the CRD gone) or a read that fails ends the command with one line,
   exit 1. Ctrl-C ends it, exit 0.
 """
@@ -20,10 +25,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-#: NS/NAME → (what is compared, the line printed)
+if TYPE_CHECKING:
+    from m2g.k8s.client import Resource
+
+#: an item's key → (what is compared, the text printed for it)
 Rows = dict[str, tuple[tuple[Any, ...], str]]
+#: opens one watch stream (its events only say "look again")
+Events = Callable[[], AsyncIterator[Any]]
+
+#: the command's pace: at most one read a second; a watch the server ended re-opened after 2 s
+INTERVAL, BACKOFF = 1.0, 2.0
 
 #: -o json fields that change with the clock, not with the object
 TIME_FIELDS = frozenset({"waitSeconds", "ageSeconds"})
@@ -34,20 +47,47 @@ def signature(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple((k, repr(v)) for k, v in sorted(row.items()) if k not in TIME_FIELDS)
 
 
-def keyed(rows: Sequence[Mapping[str, Any]], lines: Sequence[str]) -> Rows:
-    """Each row's NS/NAME → (its signature, its line of the table)."""
-    return {f"{r['namespace']}/{r['name']}": (signature(r), line)
-            for r, line in zip(rows, lines, strict=True)}
+def workload_key(row: Mapping[str, Any]) -> str:
+    """A workload item's key: NS/NAME."""
+    return f"{row['namespace']}/{row['name']}"
+
+
+def queue_key(row: Mapping[str, Any]) -> str:
+    """A queue item's key: one row per ClusterQueue and flavor."""
+    return f"{row['clusterQueue']}/{row['flavor']}"
+
+
+def keyed(rows: Sequence[Mapping[str, Any]], texts: Sequence[str],
+          key: Callable[[Mapping[str, Any]], str] = workload_key) -> Rows:
+    """Each row's key → (its signature, its text: a table line or a document)."""
+    return {key(r): (signature(r), text) for r, text in zip(rows, texts, strict=True)}
 
 
 def changed(before: Rows, now: Rows) -> list[str]:
-    """The lines of the rows that are new or differ from ``before``, in ``now``'s order."""
-    return [line for key, (sig, line) in now.items()
+    """The texts of the rows that are new or differ from ``before``, in ``now``'s order."""
+    return [text for key, (sig, text) in now.items()
             if key not in before or before[key][0] != sig]
 
 
-async def _watching(events: Callable[[], AsyncIterator[Any]], dirty: asyncio.Event,
-                    backoff: float, retryable: tuple[type[BaseException], ...]) -> None:
+class Stream:
+    """Writes what the watch prints: table lines (``documents`` False) or documents, YAML
+    ones separated by ``---`` (``separator``) as kubectl does (the first has none)."""
+
+    def __init__(self, write: Callable[[str], None], *, documents: bool = False,
+                 separator: str = "") -> None:
+        self.write, self.documents, self.separator, self.count = (write, documents,
+                                                                  separator, 0)
+
+    def __call__(self, text: str) -> None:
+        if self.documents:
+            self.write((self.separator if self.count and self.separator else "") + text)
+        else:
+            self.write(text + "\n")
+        self.count += 1
+
+
+async def _watching(events: Events, dirty: asyncio.Event, backoff: float,
+                    retryable: tuple[type[BaseException], ...]) -> None:
     """Set ``dirty`` on every event and whenever the stream ends; re-open it after
     ``backoff``. Errors not in ``retryable`` end it (and the command)."""
     while True:
@@ -60,50 +100,59 @@ async def _watching(events: Callable[[], AsyncIterator[Any]], dirty: asyncio.Eve
         await asyncio.sleep(backoff)
 
 
-async def follow(read: Callable[[], Awaitable[Rows]], events: Callable[[], AsyncIterator[Any]],
+async def follow(read: Callable[[], Awaitable[Rows]], streams: Sequence[Events],
                  echo: Callable[[str], None], shown: Rows, *, interval: float = 1.0,
                  backoff: float = 2.0,
                  retryable: tuple[type[BaseException], ...] = ()) -> None:
-    """Print the changed rows after each event (coalesced to one read per ``interval``),
-    until cancelled or until the watch fails for good (its error is raised)."""
+    """Print the changed rows after each event of any of ``streams`` (coalesced to one read
+    per ``interval``), until cancelled or until a watch fails for good (its error is
+    raised)."""
     dirty = asyncio.Event()
-    watcher = asyncio.create_task(_watching(events, dirty, backoff, retryable))
+    watchers = {asyncio.create_task(_watching(s, dirty, backoff, retryable)) for s in streams}
     try:
         while True:
             waiting = asyncio.create_task(dirty.wait())
-            done, _ = await asyncio.wait({waiting, watcher},
+            done, _ = await asyncio.wait({waiting, *watchers},
                                          return_when=asyncio.FIRST_COMPLETED)
-            if watcher in done:
+            for task in done & watchers:
                 waiting.cancel()
-                watcher.result()  # raises the watch's permanent error
+                task.result()  # raises the watch's permanent error
             dirty.clear()
             now = await read()
-            for line in changed(shown, now):
-                echo(line)
+            for text in changed(shown, now):
+                echo(text)
             shown = now
             await asyncio.sleep(interval)
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await watcher
+        for task in watchers:
+            task.cancel()
+        for task in watchers:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
-async def follow_workloads(kubeconfig: str | None, context: str | None, namespace: str | None,
-                           read: Callable[[], Awaitable[Rows]], shown: Rows,
-                           echo: Callable[[str], None]) -> None:
-    """``follow`` on the cluster's Workload watch (``namespace``; None: every namespace);
-    failures as m2g_cli.cluster.CliError (one line)."""
+async def follow_cluster(kubeconfig: str | None, context: str | None,
+                         watched: Sequence[tuple[Resource, str | None]], what: str,
+                         read: Callable[[], Awaitable[Rows]], shown: Rows,
+                         echo: Callable[[str], None]) -> None:
+    """``follow`` on the cluster's watches of ``watched`` (each a resource and its namespace;
+    None: every namespace, or cluster-scoped); failures as m2g_cli.cluster.CliError (one line
+    naming ``what``)."""
     from m2g.k8s import client as k
     from m2g_cli.cluster import CliError
 
     try:
         kube = await k.connect(kubeconfig, context)
     except k.KubeError as exc:
-        raise CliError(f"cannot watch Workloads: {exc}") from None
+        raise CliError(f"cannot watch {what}: {exc}") from None
+
+    def stream(res: Resource, namespace: str | None) -> Events:
+        return lambda: kube.watch(res, "", namespace=namespace)
+
     try:
-        await follow(read, lambda: kube.watch(k.WORKLOADS, "", namespace=namespace), echo,
-                     shown, retryable=(k.RetryableError,))
+        await follow(read, [stream(r, ns) for r, ns in watched], echo, shown,
+                     interval=INTERVAL, backoff=BACKOFF, retryable=(k.RetryableError,))
     except k.KubeError as exc:
-        raise CliError(f"watching Workloads: {exc}") from None
+        raise CliError(f"watching {what}: {exc}") from None
     finally:
         await kube.close()
