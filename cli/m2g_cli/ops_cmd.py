@@ -246,10 +246,12 @@ def _workloads_watched(chosen: WorkloadFilter, how: Listing) -> Watched:
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
-            output: Out = Output.TABLE) -> None:
+            output: Out = Output.TABLE, no_headers: NoHeaders = False,
+            sort_by: SortBy = None) -> None:
     """The factory as m2g sees it: power vs budget, thermal, health, grid events, maintenance."""
-    typer.echo(render_signals(_view(kubeconfig, context, prometheus).snapshot.factory, output),
-               nl=False)
+    how = listing(no_headers, sort_by)
+    factory = _view(kubeconfig, context, prometheus).snapshot.factory
+    rendered(lambda: render_signals(factory, output, how))
 
 
 def evaluator_for(view: ClusterView, policies: Path | None) -> Evaluator:

@@ -15,7 +15,8 @@ import typer
 
 from m2g.k8s.parse import parse_time
 from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot
-from m2g_cli.views import Output, structured, table
+from m2g_cli.ops_cmd import NoHeaders, SortBy, listing, rendered
+from m2g_cli.views import Listing, Output, sort_lists, structured, table
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -87,7 +88,12 @@ def status_data(snap: ClusterSnapshot, policies: list[dict[str, Any]],
                         for r in snap.rejected]}
 
 
-def render_status(data: dict[str, Any], out: Output) -> str:
+def render_status(data: dict[str, Any], out: Output, how: Listing | None = None) -> str:
+    """``how``: --sort-by a field of the ``policies`` or ``admissionChecks`` items (each list
+    that has it is sorted), --no-headers for both tables."""
+    how = how or Listing()
+    policies, checks = sort_lists([data["policies"], data["admissionChecks"]], how.sort_by)
+    data = {**data, "policies": policies, "admissionChecks": checks}
     if out in (Output.YAML, Output.JSON):
         return structured(data, out)
     lead = data["leader"]
@@ -106,14 +112,14 @@ def render_status(data: dict[str, Any], out: Output) -> str:
     out_text = "\n".join(lines) + "\n"
     checks = data["admissionChecks"]
     out_text += "\n" + (table(["ADMISSIONCHECK", "ACTIVE", "REASON"], [
-        [c["name"], c["active"], c["reason"] or "-"] for c in checks])
+        [c["name"], c["active"], c["reason"] or "-"] for c in checks], how.no_headers)
         if checks else "No AdmissionCheck with controllerName m2g.io/policy.\n")
     bad = [p for p in pol if p["ready"] != "True"]
     if bad or out is Output.WIDE:
         rows = pol if out is Output.WIDE else bad
         out_text += "\n" + table(["POLICY", "STAGE", "READY", "REASON", "MESSAGE"], [
             [p["name"], p["stage"] or "-", p["ready"], p["reason"] or "-",
-             (p["message"] or "-")[:100]] for p in rows])
+             (p["message"] or "-")[:100]] for p in rows], how.no_headers)
     for r in data["leftOut"]:
         out_text += f"left out {r['kind']} {r['name']}: {r['reason']}\n"
     return out_text
@@ -134,16 +140,18 @@ def status(
         "--prometheus", envvar="M2G_PROMETHEUS_URL", help="Prometheus URL for power")] = None,
     output: Annotated[Output, typer.Option("--output", "-o",
                                            help="table | wide | yaml | json")] = Output.TABLE,
+    no_headers: NoHeaders = False, sort_by: SortBy = None,
 ) -> None:
     """Is m2g in charge: the leader, the policies in force, its AdmissionChecks, signal ages."""
     from m2g.config import SiteConfig
     from m2g_cli.cluster import site_config
     from m2g_cli.ops_cmd import _view
 
+    how = listing(no_headers, sort_by)
     site = site_config() or SiteConfig()
     at = (lease_namespace or site.lease_namespace(dict(os.environ)),
           lease_name or site.leader_election.lease_name)
     view = _view(kubeconfig, context, prometheus, lease=at)
     data = status_data(view.snapshot, view.policies, view.objects.admission_checks,
                        view.lease, at)
-    typer.echo(render_status(data, output), nl=False)
+    rendered(lambda: render_status(data, output, how))

@@ -18,6 +18,8 @@ import typer
 from m2g.templates import Rendered, TemplateError, loader, parse_sets, render
 from m2g_cli import templates_view as view
 from m2g_cli import term
+from m2g_cli.ops_cmd import NoHeaders, SortBy, listing, rendered
+from m2g_cli.views import Output as Structured
 
 app = typer.Typer(help="List and inspect workload templates (recipes).", no_args_is_help=True)
 
@@ -54,14 +56,31 @@ def _rendered(name: str, sets: list[str] | None, folder: Path | None, namespace:
         _fail(str(exc), 2)
 
 
+class ListOutput(StrEnum):
+    """``templates list`` formats."""
+
+    TABLE = "table"
+    YAML = "yaml"
+    JSON = "json"
+
+
 @app.command("list")
-def list_(templates_dir: DirOpt = None) -> None:
+def list_(templates_dir: DirOpt = None,
+          output: Annotated[ListOutput, typer.Option("--output", "-o",
+                                                     help="table | yaml | json")
+                            ] = ListOutput.TABLE,
+          no_headers: NoHeaders = False, sort_by: SortBy = None) -> None:
     """Table of templates: name, kind, default API, default GPUs, flex tier, description."""
+    how = listing(no_headers, sort_by)
     try:
-        found = loader.load_all(templates_dir)
+        found = loader.load_all(templates_dir).values()
     except TemplateError as exc:
         _fail(str(exc), 2)
-    typer.echo(view.list_table(found.values(), width=_width(), color=term.color()), nl=False)
+    if output is ListOutput.TABLE:
+        rendered(lambda: view.list_table(found, width=_width(), color=term.color(),
+                                         listing=how))
+    else:
+        rendered(lambda: view.list_structured(found, Structured(output.value), how))
 
 
 @app.command()

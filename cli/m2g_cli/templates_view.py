@@ -19,6 +19,7 @@ from rich.table import Table
 from m2g.templates import CATALOGUE, Rendered, WorkloadTemplate, render, settable
 from m2g.templates.params import choices, highest, lowest
 from m2g.templates.sizing import HBM_GB, Sizing
+from m2g_cli.views import Listing, Output, as_list, sort_items, structured
 
 WIDTH = 120
 
@@ -33,23 +34,44 @@ def to_text(*items: Any, width: int = WIDTH, color: bool = False) -> str:
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
+def _table(*columns: str, title: str | None = None, show_header: bool = True) -> Table:
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
-                  show_edge=False)
+                  show_edge=False, show_header=show_header)
     for col in columns:
         table.add_column(col, overflow="fold")
     return table
 
 
-def list_table(templates: Iterable[WorkloadTemplate], width: int = WIDTH,
-               color: bool = False) -> str:
-    """``m2g templates list``: one row per template, with its default GPU count."""
-    table = _table("NAME", "KIND", "API", "GPUS", "FLEX", "DESCRIPTION")
+def template_rows(templates: Iterable[WorkloadTemplate], sort_by: str | None = None
+                  ) -> list[dict[str, Any]]:
+    """``m2g templates list -o json`` items, by name (``sort_by``: a field of them, as
+    m2g_cli.views.sort_items sorts)."""
+    rows = []
     for t in sorted(templates, key=lambda t: t.name):
         r = render(t)
-        table.add_row(t.name, t.spec.workload_kind.value, r.values.api, str(r.sizing.gpus),
-                      str(r.values.flex_tier), t.metadata.description)
+        rows.append({"name": t.name, "kind": t.spec.workload_kind.value, "api": r.values.api,
+                     "gpus": r.sizing.gpus, "flexTier": r.values.flex_tier,
+                     "description": t.metadata.description})
+    return sort_items(rows, sort_by)
+
+
+def list_table(templates: Iterable[WorkloadTemplate], width: int = WIDTH,
+               color: bool = False, listing: Listing | None = None) -> str:
+    """``m2g templates list``: one row per template, with its default GPU count."""
+    listing = listing or Listing()
+    table = _table("NAME", "KIND", "API", "GPUS", "FLEX", "DESCRIPTION",
+                   show_header=not listing.no_headers)
+    for r in template_rows(templates, listing.sort_by):
+        table.add_row(r["name"], r["kind"], r["api"], str(r["gpus"]), str(r["flexTier"]),
+                      r["description"])
     return to_text(table, width=width, color=color)
+
+
+def list_structured(templates: Iterable[WorkloadTemplate], out: Output,
+                    listing: Listing | None = None) -> str:
+    """``m2g templates list -o json|yaml``: a kubectl ``List`` of the rows."""
+    sort_by = listing.sort_by if listing else None
+    return structured(as_list(template_rows(templates, sort_by)), out)
 
 
 def show_text(rendered: Rendered, width: int = WIDTH, color: bool = False) -> str:

@@ -105,6 +105,24 @@ def sort_items(items: list[dict[str, Any]], expr: str | None) -> list[dict[str, 
     return [i for _, i in sorted(zip(found, items, strict=True), key=key)]
 
 
+def sort_lists(lists: Sequence[list[dict[str, Any]]], expr: str | None
+               ) -> list[list[dict[str, Any]]]:
+    """Each of ``lists`` sorted as sort_items sorts it (a command that prints several
+    tables: ``m2g status``); SortKeyError only when none of them has the field."""
+    out, errors = [], []
+    for items in lists:
+        try:
+            out.append(sort_items(items, expr))
+        except SortKeyError as exc:
+            out.append(items)
+            errors.append(exc)
+    if errors and len(errors) == sum(bool(items) for items in lists):
+        raise SortKeyError(str(errors[0]).split(" (fields:")[0] + " (fields: " + ", ".join(
+            dict.fromkeys(f".{k}" for items in lists for k in (items[0] if items else {})))
+            + ")")
+    return out
+
+
 def structured(data: Any, out: Output) -> str:
     if out is Output.JSON:
         return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
@@ -317,8 +335,11 @@ def signal_data(f: FactorySnapshot) -> dict[str, Any]:
     }
 
 
-def render_signals(f: FactorySnapshot, out: Output) -> str:
+def render_signals(f: FactorySnapshot, out: Output, listing: Listing = Listing()) -> str:
+    """``m2g signals``: the site, the grid event, maintenance, then a row per rack
+    (``listing``: --sort-by a field of the ``racks`` items, --no-headers for their table)."""
     data = signal_data(f)
+    data["racks"] = sort_items(data["racks"], listing.sort_by)
     if out in (Output.YAML, Output.JSON):
         return structured(data, out)
     s = data["site"]
@@ -338,7 +359,9 @@ def render_signals(f: FactorySnapshot, out: Output) -> str:
     if out is Output.WIDE:
         head += ["BLOCK", "UNHEALTHY", "HELD"]
     body = []
-    for r, rack in zip(data["racks"], f.racks, strict=True):
+    racks = {rack.name: rack for rack in f.racks}
+    for r in data["racks"]:
+        rack = racks[r["name"]]
         inlet = "stale" if r["inletC"] is None else f"{r['inletC']:.1f}"
         if r["alarm"]:
             inlet += " ALARM"
@@ -349,7 +372,8 @@ def render_signals(f: FactorySnapshot, out: Output) -> str:
             row += [r["block"] or "-", ",".join(r["unhealthyNodes"]) or "-",
                     ",".join(f"{k}:{v}" for k, v in r["heldNodes"].items()) or "-"]
         body.append(row)
-    return "\n".join(lines) + "\n\n" + (table(head, body) if body else "No racks found.\n")
+    return "\n".join(lines) + "\n\n" + (table(head, body, listing.no_headers) if body
+                                         else "No racks found.\n")
 
 
 # ---- explain -----------------------------------------------------------------------------

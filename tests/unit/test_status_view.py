@@ -3,13 +3,14 @@ named, power ages — golden for each output."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from m2g_cli.status_cmd import leader_data, render_status, status_data
-from m2g_cli.views import Output
+from m2g_cli.views import Listing, Output, SortKeyError
 from tests.unit.goldens import golden
 from tests.unit.test_views import NOW, cluster
 
@@ -45,9 +46,8 @@ def test_a_lease_renewed_within_its_duration_leads_and_an_older_one_has_expired(
                        NOW)["state"] == "Expired"
 
 
-@pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE, Output.JSON])
-def test_status(out: Output) -> None:
-    data = status_data(cluster(), [
+def _data() -> dict[str, Any]:
+    return status_data(cluster(), [
         _policy("grid-demand-response", True),
         _policy("thermal-admission", False, "Invalid", "Policy/thermal-admission: rule x: "
                 "undeclared reference to 'foo'")],
@@ -55,4 +55,28 @@ def test_status(out: Output) -> None:
          "other": {"metadata": {"name": "other"}, "spec": {"controllerName": "else"}},
          "m2g-strict": _check("m2g-strict", False, "NoPolicies")},
         _lease("m2g-7d9f-0", 2.5), ("m2g-system", "m2g-controller"))
-    golden(f"status_{out.value}.txt", render_status(data, out))
+
+
+@pytest.mark.parametrize("out", [Output.TABLE, Output.WIDE, Output.JSON])
+def test_status(out: Output) -> None:
+    golden(f"status_{out.value}.txt", render_status(_data(), out))
+
+
+def test_status_sorted_without_headers() -> None:
+    """--sort-by sorts both tables by a field each has (a field only one has sorts that
+    one); --no-headers drops the two tables' header lines and nothing else."""
+    full = render_status(_data(), Output.WIDE)
+    text = render_status(_data(), Output.WIDE, Listing(True, ".active"))
+    golden("status_wide_no_headers_sort_active.txt", text)
+    lines = text.splitlines()
+    assert not any(x.startswith(("ADMISSIONCHECK", "POLICY")) for x in lines)
+    assert [x.split()[0] for x in lines if x.startswith("m2g-")] == ["m2g-strict", "m2g-policy"]
+    assert [x.split()[0] for x in lines if x.startswith(("grid-", "thermal-"))] == [
+        "grid-demand-response", "thermal-admission"]  # policies have no .active: as they are
+    assert lines[:4] == full.splitlines()[:4]
+    data = json.loads(render_status(_data(), Output.JSON, Listing(sort_by=".message")))
+    assert [c["name"] for c in data["admissionChecks"]] == ["m2g-policy", "m2g-strict"]
+    assert [p["name"] for p in data["policies"]] == ["thermal-admission",
+                                                     "grid-demand-response"]  # "" last
+    with pytest.raises(SortKeyError, match=r"no such field.*\.name, \.stage"):
+        render_status(_data(), Output.TABLE, Listing(sort_by=".nope"))

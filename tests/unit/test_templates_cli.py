@@ -56,6 +56,26 @@ def test_golden_output(args: list[str], name: str) -> None:
     golden(name, out)
 
 
+def test_list_sorted_without_headers_and_as_a_list() -> None:
+    """kubectl's habits on templates list: --sort-by a field of the -o json items,
+    --no-headers, -o json|yaml a v1 List."""
+    out, _ = run("templates", "list", "--sort-by", ".gpus", "--no-headers")
+    golden("templates_list_no_headers_sort_gpus.txt", out)
+    data = json.loads(run("templates", "list", "-o", "json", "--sort-by", "{.gpus}")[0])
+    assert (data["apiVersion"], data["kind"]) == ("v1", "List")
+    gpus = [i["gpus"] for i in data["items"]]
+    assert gpus == sorted(gpus) and len(set(gpus)) > 1
+    assert [line.split()[0] for line in out.splitlines() if line[:1].strip()] == [
+        i["name"] for i in data["items"]]
+    assert not any(line.startswith("NAME") for line in out.splitlines())
+    docs = yaml.safe_load(run("templates", "list", "-o", "yaml")[0])
+    assert [i["name"] for i in docs["items"]] == sorted(i["name"] for i in data["items"])
+    out, err = run("templates", "list", "--sort-by", ".nope", code=2)
+    assert out == "" and err.startswith("error: --sort-by '.nope': no such field in these "
+                                        "items (fields: .name, .kind, .api, .gpus")
+    assert err.count("\n") == 1
+
+
 def test_submit_dry_run_evaluates_local_policies_without_a_cluster(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """--policies without a cluster: the decision on an empty factory, said so in a note."""

@@ -42,6 +42,7 @@ from m2g_cli.views import (
     render_signals,
     render_workloads,
     sort_items,
+    sort_lists,
     sort_path,
 )
 from tests.unit.goldens import golden
@@ -203,6 +204,31 @@ def test_signals_json_is_machine_readable() -> None:
     data = json.loads(render_signals(cluster().factory, Output.JSON))
     assert data["site"]["drawKw"] is None  # one rack stale: the site sum is stale
     assert data["gridEvent"]["targetKw"] == 180.0
+
+
+def test_signals_sorted_by_a_rack_field_without_the_racks_header() -> None:
+    """--sort-by sorts the racks (every -o); --no-headers drops only the racks' header
+    line: the site, grid-event and maintenance lines stay."""
+    f = cluster().factory
+    full = render_signals(f, Output.TABLE).splitlines()
+    text = render_signals(f, Output.TABLE, Listing(True, ".healthyGpus"))
+    assert [line.split()[0] for line in text.splitlines()[-2:]] == ["rack-1", "rack-0"]
+    assert text.splitlines()[:-2] == [x for x in full[:-2] if not x.startswith("RACK ")]
+    golden("signals_no_headers_sort_healthy.txt", text)
+    data = json.loads(render_signals(f, Output.JSON, Listing(sort_by="{.healthyGpus}")))
+    assert [r["name"] for r in data["racks"]] == ["rack-1", "rack-0"]
+    with pytest.raises(SortKeyError, match=r"no such field.*\.name, \.powerDomain"):
+        render_signals(f, Output.TABLE, Listing(sort_by=".nope"))
+
+
+def test_sort_lists_sorts_each_list_that_has_the_field() -> None:
+    a, b = [{"n": 2, "s": "x"}, {"n": 1, "s": "y"}], [{"n": 5}, {"n": 3}]
+    assert sort_lists([a, b], ".n") == [[a[1], a[0]], [b[1], b[0]]]
+    assert sort_lists([a, b], ".s") == [a, b]  # b has no .s: kept as it is
+    assert sort_lists([a, []], ".n") == [[a[1], a[0]], []]
+    with pytest.raises(SortKeyError, match=r"'.nope': no such field in these items \(fields: "
+                                           r"\.n, \.s\)"):
+        sort_lists([a, b], ".nope")
 
 
 def test_explain(tmp_path: Path) -> None:
