@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 import yaml
 
+from m2g import yamlbounds
 from m2g.model.factory import MaintenanceWindow
 from m2g.planner.config import PlannerConfig
 from m2g.planner.forecast import ForecastConfig, NewWork, forecast
@@ -23,7 +24,8 @@ def load_window(path: Path) -> MaintenanceWindow:
     from m2g.k8s.isolate import checked_window
 
     try:
-        obj = yaml.safe_load(path.read_text())
+        docs = yamlbounds.load_file(path)
+        obj = docs[0] if len(docs) == 1 else None
         if not isinstance(obj, dict) or obj.get("kind") != "MaintenanceWindow":
             raise ValueError("not a MaintenanceWindow manifest")
         w = checked_window(obj)

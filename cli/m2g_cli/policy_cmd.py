@@ -94,7 +94,7 @@ def test(
     typer.echo(f"{len(results) - failed} passed, {failed} failed ({runtime.name})")
     if failed or not results:
         if not results:
-            _err(f"no PolicyTest cases found under {directory}")
+            _err(f"error: no PolicyTest cases found under {directory}")
         raise typer.Exit(1)
 
 

@@ -163,7 +163,8 @@ def test_eval_rejects_non_finite_inputs(tmp_path: Path, value: str, where: str) 
         inner = f'{{"{key}": {inner}}}'
     stdin = f'{{"{top}": {inner}}}\n'
     code, out, err = run("policy", "eval", "-p", str(folder), "-i", "-", stdin=stdin)
-    assert code == 2 and ("finite" in err or "greater than or equal to 0" in err)
+    assert code == 2 and ("finite" in err or "greater than or equal to 0" in err
+                          or "valid integer" in err)  # nominalGpus is an integer
     assert "error" in json.loads(out) and "Admit" not in out
 
 

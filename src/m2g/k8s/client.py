@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import stat
 import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import kr8s
 import kr8s.asyncio
 import yaml
 
+from m2g import yamlbounds
 from m2g.errors import M2gError
 from m2g.errors import PermanentError as PermanentError  # re-exported: one family
 from m2g.errors import RetryableError as RetryableError
@@ -170,6 +172,21 @@ def _translated(method: str, path: str) -> Iterator[None]:
                                   exc.response.text) from exc
     except (httpx.TransportError, OSError) as exc:
         raise RetryableError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, OverflowError) as exc:
+        # a kubeconfig server such as http://[::1, https://host:99999, a newline or a
+        # non-IDNA host: nothing to retry
+        raise PermanentError(f"{method} {path}: the server URL cannot be used: "
+                             f"{str(exc)[:200]}") from None
+    except ExceptionGroup as group:  # anyio's connect raises inside a task group
+        first = group.exceptions[0]
+        while isinstance(first, ExceptionGroup):
+            first = first.exceptions[0]
+        if isinstance(first, OverflowError | ValueError):  # connect(): port must be 0-65535
+            raise PermanentError(f"{method} {path}: the server URL cannot be used: "
+                                 f"{first}") from None
+        if isinstance(first, OSError | httpx.TransportError):
+            raise RetryableError(f"{method} {path}: {type(first).__name__}: {first}") from None
+        raise
 
 
 def _json_object(content: bytes | str, method: str, path: str,
@@ -306,24 +323,22 @@ def check_kubeconfig(path: str) -> None:
     is not a list of mappings, or a ``tokenFile`` that does not exist (kr8s would go on
     without it and send every request anonymously)."""
     where = f"{path} is not a kubeconfig"
-    try:
-        with open(path, "rb") as fh:
-            if not os.path.isfile(path):
-                raise PermanentError(f"{where}: not a regular file")
-            raw = fh.read(_MAX_KUBECONFIG + 1)
+    try:  # stat before open (a FIFO's open blocks), bounded size, nesting and aliases
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise PermanentError(f"{where}: not a regular file")
+        text = yamlbounds.read_bounded(Path(path), _MAX_KUBECONFIG)
     except OSError as exc:
         raise PermanentError(f"cannot read kubeconfig {path}: {exc.strerror or exc}") from None
-    if len(raw) > _MAX_KUBECONFIG:
-        raise PermanentError(f"{where}: larger than {_MAX_KUBECONFIG:,} bytes")
+    except ValueError as exc:
+        raise PermanentError(f"{where}: {exc}") from None
     try:
-        data = yaml.safe_load(raw)
+        docs = yamlbounds.load_all(text)
     except yaml.YAMLError as exc:  # its text spans lines: say where, in one
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise PermanentError(f"{where}: unreadable YAML{at} "
-                             f"({getattr(exc, 'problem', None) or 'syntax error'})") from None
-    except (ValueError, RecursionError):
-        raise PermanentError(f"{where}: unreadable YAML") from None
+        line, problem = yamlbounds.problem_line(exc)
+        raise PermanentError(f"{where}: unreadable YAML at line {line} ({problem})") from None
+    if len(docs) > 1:
+        raise PermanentError(f"{where}: {len(docs)} YAML documents, a kubeconfig is one")
+    data = docs[0] if docs else None
     if data is None:
         raise PermanentError(f"{where}: the file is empty")
     if not isinstance(data, dict):

@@ -12,6 +12,11 @@ from typing import Any
 
 import yaml
 
+from m2g import yamlbounds
+
+#: A kubeconfig file, at most (the client refuses a larger one the same way).
+KUBECONFIG_BYTES = 4 << 20
+
 #: Where a pod's ServiceAccount namespace is mounted (in-cluster: no kubeconfig).
 SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -39,7 +44,11 @@ def merged_kubeconfig(paths: str) -> dict[str, Any]:
     context, cluster or user (or to set current-context) wins. Raises OSError/YAMLError."""
     out: dict[str, Any] = {"contexts": [], "clusters": [], "users": []}
     for part in paths.split(os.pathsep):
-        cfg = yaml.safe_load(Path(part).read_text()) or {}
+        try:
+            docs = yamlbounds.load_file(Path(part), KUBECONFIG_BYTES)
+        except ValueError as exc:  # the client's check_kubeconfig says it in one line
+            raise yaml.YAMLError(str(exc)) from None
+        cfg = (docs[0] if len(docs) == 1 else None) or {}
         if not isinstance(cfg, dict):
             continue
         if not out.get("current-context") and cfg.get("current-context"):

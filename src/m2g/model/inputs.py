@@ -15,12 +15,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic.alias_generators import to_camel
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: Numbers and flags are taken as they are typed, never converted: ``"active": "false"`` was
+#: read as False (and Admitted), ``"gpus": true`` as 1 GPU, ``"flexTier": "3"`` as 3. An int is
+#: still a valid float.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
 
 
 class CelModel(BaseModel):
@@ -64,8 +71,8 @@ class PodSetView(CelModel):
     """One pod set of a workload: ``count`` pods of ``gpusPerPod`` GPUs each."""
 
     name: str = ""
-    count: int = Field(default=0, ge=0)
-    gpus_per_pod: int = Field(default=0, ge=0)
+    count: Int = Field(default=0, ge=0)
+    gpus_per_pod: Int = Field(default=0, ge=0)
 
 
 class Checkpoint(CelModel):
@@ -75,9 +82,9 @@ class Checkpoint(CelModel):
     when it reported none (or the report predates its start): what an eviction throws away.
     ``reported`` (an extension): the age comes from a report, not from the start time."""
 
-    interval_seconds: int = Field(default=0, ge=0)
-    last_age_seconds: int = Field(default=0, ge=0)
-    reported: bool = False
+    interval_seconds: Int = Field(default=0, ge=0)
+    last_age_seconds: Int = Field(default=0, ge=0)
+    reported: Bool = False
 
 
 class PowerCap(CelModel):
@@ -85,9 +92,9 @@ class PowerCap(CelModel):
     ``capped``, ``fraction`` of each GPU's default limit (0 when not capped) and the
     throughput-seconds its earlier caps cost (``flexUsedSeconds``, its flex allowance spent)."""
 
-    capped: bool = False
-    fraction: float = Field(default=0.0, ge=0.0, le=1.0)
-    flex_used_seconds: float = Field(default=0.0, ge=0.0)
+    capped: Bool = False
+    fraction: Float = Field(default=0.0, ge=0.0, le=1.0)
+    flex_used_seconds: Float = Field(default=0.0, ge=0.0)
 
 
 class WorkloadView(CelModel):
@@ -97,23 +104,23 @@ class WorkloadView(CelModel):
     namespace: str = ""
     queue: str = ""
     cluster_queue: str = ""
-    priority: int = 0
+    priority: Int = 0
     priority_class: str = ""
     kind: WorkloadKind = WorkloadKind.UNSPECIFIED
-    flex_tier: int = Field(default=0, ge=0, le=3)
-    gpus: int = Field(default=0, ge=0)
+    flex_tier: Int = Field(default=0, ge=0, le=3)
+    gpus: Int = Field(default=0, ge=0)
     pod_sets: tuple[PodSetView, ...] = ()
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-    expected_runtime_seconds: int = Field(default=0, ge=0)
-    wait_seconds: int = Field(default=0, ge=0)
-    requeue_count: int = Field(default=0, ge=0)
-    estimated_kw: float = Field(default=0.0, ge=0.0)
+    expected_runtime_seconds: Int = Field(default=0, ge=0)
+    wait_seconds: Int = Field(default=0, ge=0)
+    requeue_count: Int = Field(default=0, ge=0)
+    estimated_kw: Float = Field(default=0.0, ge=0.0)
     checkpoint: Checkpoint = Checkpoint()
     power_cap: PowerCap = PowerCap()
     #: Kueue TAS has assigned its nodes (``status.admission`` has a topologyAssignment): a
     #: nodeSelector in podSetUpdates can no longer steer it (it may only conflict).
-    topology_assigned: bool = False
+    topology_assigned: Bool = False
 
     @model_validator(mode="after")
     def _derive_gpus(self) -> WorkloadView:
@@ -126,9 +133,9 @@ class WorkloadView(CelModel):
 class SitePower(CelModel):
     """Site power in kW: the budget in force, the measured draw and what is left."""
 
-    budget_kw: float = 0.0
-    draw_kw: float = 0.0
-    headroom_kw: float = 0.0
+    budget_kw: Float = 0.0
+    draw_kw: Float = 0.0
+    headroom_kw: Float = 0.0
 
     @model_validator(mode="after")
     def _derive(self) -> SitePower:
@@ -140,9 +147,9 @@ class SitePower(CelModel):
 class SiteThermal(CelModel):
     """Site thermal state in °C: the hottest inlet, the limit, and the margin."""
 
-    max_inlet_c: float = 0.0
-    limit_c: float = 0.0
-    headroom_c: float = 0.0
+    max_inlet_c: Float = 0.0
+    limit_c: Float = 0.0
+    headroom_c: Float = 0.0
 
     @model_validator(mode="after")
     def _derive(self) -> SiteThermal:
@@ -176,29 +183,29 @@ class SiteView(CelModel):
 class GridEventView(CelModel):
     """The grid event in force or next (OpenADR 3 shaped), as seen now."""
 
-    active: bool = False
+    active: Bool = False
     id: str = ""
-    level: int = Field(default=0, ge=0, le=3)
-    target_kw: float = 0.0
-    reduction_pct: float = 0.0
-    starts_in_seconds: int = 0
-    ends_in_seconds: int = 0
+    level: Int = Field(default=0, ge=0, le=3)
+    target_kw: Float = 0.0
+    reduction_pct: Float = 0.0
+    starts_in_seconds: Int = 0
+    ends_in_seconds: Int = 0
 
 
 class GridView(CelModel):
     """Grid signals: the event, the price and the carbon intensity."""
 
     event: GridEventView = GridEventView()
-    price_kwh: float = 0.0
-    carbon_g_per_kwh: float = 0.0
+    price_kwh: Float = 0.0
+    carbon_g_per_kwh: Float = 0.0
 
 
 class DomainPower(CelModel):
     """A domain's power in kW."""
 
-    draw_kw: float = 0.0
-    cap_kw: float = 0.0
-    headroom_kw: float = 0.0
+    draw_kw: Float = 0.0
+    cap_kw: Float = 0.0
+    headroom_kw: Float = 0.0
 
     @model_validator(mode="after")
     def _derive(self) -> DomainPower:
@@ -210,10 +217,10 @@ class DomainPower(CelModel):
 class DomainThermal(CelModel):
     """A domain's thermal state in °C; ``alarm`` is the facility's own alarm bit."""
 
-    inlet_c: float = 0.0
-    limit_c: float = 0.0
-    headroom_c: float = 0.0
-    alarm: bool = False
+    inlet_c: Float = 0.0
+    limit_c: Float = 0.0
+    headroom_c: Float = 0.0
+    alarm: Bool = False
 
     @model_validator(mode="after")
     def _derive(self) -> DomainThermal:
@@ -225,8 +232,8 @@ class DomainThermal(CelModel):
 class DomainMaintenance(CelModel):
     """Maintenance of a domain: in a window now, or seconds until the next one (0: none)."""
 
-    active: bool = False
-    starts_in_seconds: int = 0
+    active: Bool = False
+    starts_in_seconds: Int = 0
 
 
 class DomainView(CelModel):
@@ -239,9 +246,9 @@ class DomainView(CelModel):
     name: str = ""
     parent: str = ""
     kind: DomainKind = DomainKind.UNSPECIFIED
-    total_gpus: int = Field(default=0, ge=0)
-    healthy_gpus: int = Field(default=0, ge=0)
-    free_gpus: int = Field(default=0, ge=0)
+    total_gpus: Int = Field(default=0, ge=0)
+    healthy_gpus: Int = Field(default=0, ge=0)
+    free_gpus: Int = Field(default=0, ge=0)
     power: DomainPower = DomainPower()
     thermal: DomainThermal = DomainThermal()
     maintenance: DomainMaintenance = DomainMaintenance()
@@ -251,9 +258,9 @@ class QueueView(CelModel):
     """The workload's ClusterQueue (or, in the Fairness stage, the queue being weighed)."""
 
     name: str = ""
-    nominal_gpus: int = Field(default=0, ge=0)
-    used_gpus: int = Field(default=0, ge=0)
-    pending_workloads: int = Field(default=0, ge=0)
+    nominal_gpus: Int = Field(default=0, ge=0)
+    used_gpus: Int = Field(default=0, ge=0)
+    pending_workloads: Int = Field(default=0, ge=0)
 
 
 class FlavorView(CelModel):
@@ -261,10 +268,10 @@ class FlavorView(CelModel):
 
     name: str = ""
     domain: str = ""
-    nominal_gpus: int = Field(default=0, ge=0)
-    total_gpus: int = Field(default=0, ge=0)
-    healthy_gpus: int = Field(default=0, ge=0)
-    free_gpus: int = Field(default=0, ge=0)
+    nominal_gpus: Int = Field(default=0, ge=0)
+    total_gpus: Int = Field(default=0, ge=0)
+    healthy_gpus: Int = Field(default=0, ge=0)
+    free_gpus: Int = Field(default=0, ge=0)
 
 
 class TopologyView(CelModel):

@@ -6,7 +6,9 @@ one bad line costs that line only. Bounds (docs/reliability.md): a line of at mo
 pretty-printed document of at most ``MAX_DOC_BYTES``, nesting the JSON decoder can follow (deeper
 is one error, not a RecursionError; the input model itself nests less than 8 deep and refuses
 anything deeper where it expects a value), and only finite numbers (``NaN``, ``Infinity`` and
-``1e999`` are refused: CEL would compare them as no physical quantity compares).
+``1e999`` are refused: CEL would compare them as no physical quantity compares), and integers
+that fit in 64 bits; a key given twice in one object is refused (which one counts depends on
+the reader).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from pydantic import BaseModel
 
 MAX_LINE_BYTES = 1 << 20
 MAX_DOC_BYTES = 16 << 20
+#: CEL's int is 64 bits: a larger JSON integer is an evaluation error in one engine and an
+#: OverflowError out of the other (it ended the whole stream), so it is refused as input.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,19 +45,22 @@ def _no_constant(name: str) -> Any:
 
 def non_finite(value: Any) -> str | None:
     """Where ``value`` (JSON data or a model built from it) holds a float that is not finite
-    (``1e999`` decodes to inf), or None. Iterative, so any depth is safe; on a model it reads
-    only the fields (strings are skipped without a look inside)."""
+    (``1e999`` decodes to inf) or an integer outside 64 bits, or None. Iterative, so any depth
+    is safe; on a model it reads only the fields (strings are skipped without a look inside)."""
     stack: list[tuple[str, Any]] = [("", value)]
     while stack:
         where, item = stack.pop()
         if isinstance(item, float):
             if not math.isfinite(item):
                 return f"{where or 'value'}: {item} is not a finite number"
-        elif isinstance(item, str | int):
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return f"{where or 'value'}: {str(item)[:30]} is outside CEL's 64-bit integers"
+        elif isinstance(item, str):
             continue
         elif isinstance(item, BaseModel):
             stack.extend((_join(where, k), v) for k, v in item.__dict__.items()
-                         if not isinstance(v, str | int))
+                         if not isinstance(v, str))
         elif isinstance(item, dict):
             stack.extend((_join(where, str(k)), v) for k, v in item.items())
         elif isinstance(item, list | tuple):
@@ -80,8 +88,21 @@ def loads(text: bytes) -> Any:
         raise ValueError(f"not JSON m2g accepts: {exc}") from None
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are unique: ``{"flexTier": 3, "flexTier": 0}`` means what the
+    reader picks (Python and Go take the last, others the first), so it is refused."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"key {key[:80]!r} appears twice in one object")
+            seen.add(key)
+    return obj
+
+
 #: One decoder for every line (json.loads with a hook builds a new one per call).
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique)
 
 
 def _record(line: int, raw: bytes) -> Record:

@@ -49,6 +49,12 @@ class StopPolicy(StrEnum):
     HOLD_AND_DRAIN = "HoldAndDrain"
 
 
+#: A Kubernetes object name (DNS-1123 subdomain, as the API server checks it).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: The CRD's bound on one expression or message (deploy/crds/m2g.io_policies.yaml).
+MAX_EXPRESSION = 10240
+
+
 class SpecModel(BaseModel):
     """Base for policy documents: frozen, camelCase, unknown fields rejected (typos are errors)."""
 
@@ -58,10 +64,12 @@ class SpecModel(BaseModel):
 
 
 class Metadata(BaseModel):
-    """Kubernetes object metadata; only ``name`` matters here, the rest is tolerated."""
+    """Kubernetes object metadata; only ``name`` matters here, the rest is tolerated. The name
+    is what the API server accepts (a DNS-1123 subdomain): a file lint passes can be applied,
+    and a name never carries a newline or a bidi override into problem lines."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
@@ -70,8 +78,8 @@ class Metadata(BaseModel):
 class NamedExpression(SpecModel):
     """A named CEL expression (matchConditions and variables)."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    expression: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    expression: str = Field(min_length=1, max_length=MAX_EXPRESSION)
 
 
 class TolerationSpec(SpecModel):
@@ -96,10 +104,10 @@ class PodSetUpdateSpec(SpecModel):
 class RuleSpec(SpecModel):
     """A rule: fires when ``when`` is true; what it carries depends on the stage."""
 
-    name: str = Field(min_length=1)
-    when: str = "true"
-    message: str | None = None
-    message_expression: str | None = None
+    name: str = Field(min_length=1, max_length=253)
+    when: str = Field("true", max_length=MAX_EXPRESSION)
+    message: str | None = Field(None, max_length=MAX_EXPRESSION)
+    message_expression: str | None = Field(None, max_length=MAX_EXPRESSION)
     # Admission
     decision: Decision | None = None
     requeue_after: str | None = None

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
+
+from m2g import yamlbounds
 
 #: Models of site configuration files: camelCase keys in YAML (``maxAgeSeconds``), the Python
 #: names (``max_age_seconds``) accepted too; unknown keys rejected; frozen.
@@ -203,11 +204,13 @@ def _snake_keys(spec: dict[Any, Any]) -> dict[Any, Any]:
 def load_signal_config(path: Path) -> SignalConfig:
     """Read a YAML signal configuration; every problem becomes one SignalConfigError line."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except OSError as exc:
-        raise SignalConfigError(f"signal config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SignalConfigError(f"signal config {path} is not valid YAML: {exc}") from None
+        docs = yamlbounds.load_file(path)
+    except ValueError as exc:
+        raise SignalConfigError(f"signal config {path}: {exc}") from None
+    if len(docs) > 1:
+        raise SignalConfigError(f"signal config {path}: {len(docs)} YAML documents, one "
+                                "expected")
+    data = (docs[0] if docs else None) or {}
     try:
         return SignalConfig.model_validate(data)
     except ValidationError as exc:

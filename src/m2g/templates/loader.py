@@ -3,17 +3,21 @@
 The shipped recipes live in the repository's ``templates/`` folder (package data in an
 installed wheel, m2g.shipped); ``M2G_TEMPLATES`` (a folder) or an explicit path overrides it.
 Each template is checked on load: its schema, its parameter declarations against the
-catalogue, and a trial render with its own defaults.
+catalogue, and a trial render with its own defaults. Files are read with the policy loader's
+bounds (m2g.policy.yamlsrc: size, regular files only, UTF-8, nesting, aliases, duplicate keys):
+a FIFO in the folder hung ``m2g templates list``, ``/dev/zero`` ran out of memory and deep
+nesting was a RecursionError.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
+from m2g.policy.yamlsrc import parse_documents, read_bounded
 from m2g.shipped import TEMPLATES, shipped_dir
 from m2g.templates.errors import TemplateError
 from m2g.templates.params import CATALOGUE
@@ -34,10 +38,8 @@ def default_dir() -> Path:
 def parse(text: str, source: str) -> WorkloadTemplate | None:
     """One YAML document → a checked template; None for documents of other API groups
     (e.g. the WorkloadPriorityClasses shipped next to the templates)."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TemplateError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
+    docs = _documents(text, source)
+    data = docs[0] if len(docs) == 1 else docs
     if not isinstance(data, dict):
         raise TemplateError(f"{source}: expected a WorkloadTemplate mapping")
     if not str(data.get("apiVersion", "")).startswith("m2g.io/"):
@@ -50,6 +52,17 @@ def parse(text: str, source: str) -> WorkloadTemplate | None:
         raise TemplateError(f"{source}: {where}: {err['msg']}") from None
     check(doc, source)
     return doc
+
+
+def _documents(text: str, source: str) -> list[Any]:
+    """The YAML documents of ``text`` but empty ones; TemplateError (one line) if it is not
+    YAML m2g reads."""
+    docs, problems = parse_documents(text, source)
+    if problems:
+        raise TemplateError(f"{source}: not YAML: "
+                            f"{problems[0].message.removeprefix('invalid YAML: ')} "
+                            f"(line {problems[0].line})")
+    return [d.data for d in docs if d.data is not None]
 
 
 def check(doc: WorkloadTemplate, source: str) -> None:
@@ -70,12 +83,10 @@ def check(doc: WorkloadTemplate, source: str) -> None:
 def load_file(path: Path) -> WorkloadTemplate | None:
     """The template in ``path``; None if the file holds only documents of other API groups."""
     try:
-        text = path.read_text(encoding="utf-8")
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except OSError as exc:
-        raise TemplateError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise TemplateError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+        text = read_bounded(path)
+    except ValueError as exc:
+        raise TemplateError(f"cannot read {path}: {exc}") from None
+    docs = _documents(text, str(path))
     if not any(isinstance(d, dict) and str(d.get("apiVersion", "")).startswith("m2g.io/")
                for d in docs):
         return None
