@@ -18,10 +18,12 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from m2g.config import SiteConfig, SiteConfigError, load_site_config
+from m2g.config.site import DNS_LABEL, DNS_SUBDOMAIN
 from m2g.k8s import client as k
 from m2g.k8s.leader import LeaderElector
 from m2g.planner.config import PlannerConfig
@@ -70,35 +73,39 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="power levers under a shortfall: all (GPU power caps first, then "
                         "pauses; the default) or pause (pauses only); overrides "
                         "planner.powerCaps of --config (docs/curtailment.md)")
-    p.add_argument("--policies", type=Path,
+    p.add_argument("--policies", type=_policy_path,
                    help="policy folder (default: the cluster's Policy objects)")
     p.add_argument("--prometheus", default=os.environ.get("M2G_PROMETHEUS_URL"),
                    help="Prometheus URL for power, thermal and XID signals (overrides "
                         "prometheus.url of --config; env M2G_PROMETHEUS_URL)")
     p.add_argument("--leader-elect", action="store_true",
                    help="campaign for a Lease; only the leader writes")
-    p.add_argument("--lease-namespace", help="namespace of the Lease (default: "
-                   "leaderElection.leaseNamespace, else $POD_NAMESPACE, else m2g-system)")
-    p.add_argument("--lease-name", help="name of the Lease (default: m2g-controller)")
+    p.add_argument("--lease-namespace", type=_k8s_name(DNS_LABEL, 63),
+                   help="namespace of the Lease (default: leaderElection.leaseNamespace, "
+                        "else $POD_NAMESPACE, else m2g-system)")
+    p.add_argument("--lease-name", type=_k8s_name(DNS_SUBDOMAIN, 253),
+                   help="name of the Lease (default: m2g-controller)")
     p.add_argument("--identity", default=os.environ.get("POD_NAME") or socket.gethostname(),
                    help="this replica's name in the Lease (default: $POD_NAME or the host name)")
-    p.add_argument("--metrics-port", type=int, default=8080,
+    p.add_argument("--metrics-port", type=_port, default=8080,
                    help="port of /metrics, /healthz and /readyz (0: any free port)")
     p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
-    p.add_argument("--resync-seconds", type=float, default=10.0,
+    p.add_argument("--resync-seconds", type=_resync, default=10.0,
                    help="reconcile at least this often, changes or not")
-    p.add_argument("--check-name",
+    p.add_argument("--check-name", type=_k8s_name(DNS_SUBDOMAIN, 253),
                    help="the AdmissionCheck m2g creates and keeps Active (default: "
                         "admissionChecks.name, m2g-policy); every check with controllerName "
                         "m2g.io/policy is answered")
     p.add_argument("--engine", choices=["cel-expr-python", "cel-python"],
                    help="CEL runtime (default: cel-expr-python, else cel-python)")
-    p.add_argument("--log-level", default="info", help="debug, info, warning or error")
+    p.add_argument("--log-level", default="info", type=str.lower,
+                   choices=("debug", "info", "warning", "error"),
+                   help="debug, info, warning or error")
     p.add_argument("--clock-start", type=_utc_time, metavar="TIME",
                    help="for tests and replays: the controller's clock starts at this RFC 3339 "
                         "time (with a zone, e.g. 2026-11-29T03:00:00Z) and advances with real "
                         "time; policies reading `now` see it (default: the wall clock)")
-    p.add_argument("--decision-log", type=Path, metavar="DIR",
+    p.add_argument("--decision-log", type=_log_dir, metavar="DIR",
                    help="write every decision and workload lifecycle record to DIR as Parquet "
                         "and CSV (decisions.*, lifecycle.*; schema: docs/decision-log.md); "
                         "the leader writes; summarise with `m2g report DIR`")
@@ -112,7 +119,59 @@ def _utc_time(text: str) -> datetime:
         raise argparse.ArgumentTypeError(f"not an RFC 3339 time: {text!r}") from None
     if at.tzinfo is None:
         raise argparse.ArgumentTypeError(f"{text!r} has no time zone (add Z for UTC)")
-    return at.astimezone(UTC)
+    at = at.astimezone(UTC)
+    if not 1970 <= at.year < 2200:  # as the CRDs bound times: later ones overflow timedeltas
+        raise argparse.ArgumentTypeError(f"{text!r} is outside 1970-2200")
+    return at
+
+
+# Options checked before anything starts (each an argparse error: one usage line, exit 2);
+# before, a negative, NaN or infinite resync, a port over 65535, an unknown log level (a
+# traceback), a name the API server refuses or a missing policy folder were found only after
+# connecting, or never.
+
+
+def _resync(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.1 <= value <= 86400:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0.1 and 86400")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port is 0-65535")
+    return value
+
+
+def _k8s_name(pattern: str, limit: int) -> Callable[[str], str]:
+    def check(text: str) -> str:
+        if len(text) > limit or re.fullmatch(pattern, text) is None:
+            raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a Kubernetes name "
+                                             "(lowercase letters, digits, '-')")
+        return text
+    return check
+
+
+def _policy_path(text: str) -> Path:
+    path = Path(text)
+    if not (path.is_dir() or path.is_file()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder or a file of policies")
+    return path
+
+
+def _log_dir(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a folder")
+    return path
 
 
 def make_clock(args: argparse.Namespace) -> Clock:

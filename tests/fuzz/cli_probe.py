@@ -13,8 +13,9 @@ Two runners:
 * ``tests/unit/test_cli_probe.py`` runs every case in-process (typer's CliRunner): a
   regression test per case in ``make test-unit``.
 * ``python -m tests.fuzz.cli_probe`` runs every case as a subprocess of the real ``m2g`` with a
-  time limit (20 s) and an address-space limit (2 GiB), so a hang or a memory blow-up is a
-  failure too, and prints the counts by area and by kind of failure (docs/reliability.md).
+  time limit (45 s: m2g bounds the first request at 30 s) and an address-space limit (2 GiB),
+  so a hang or a memory blow-up is a failure too, and prints the counts by area and by kind
+  of failure (docs/reliability.md).
 
 The kubeconfig cases point at ``https://127.0.0.1:1`` (nothing listens there) and never at a
 real host.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import subprocess
 import sys
 import time
@@ -137,7 +137,8 @@ def verdict(case: Case, code: int | None, stdout: str, stderr: str) -> str | Non
     if code:
         errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
         problems = [ln for ln in stdout.splitlines() if _PROBLEM.match(ln)]
-        if not errors and not problems and "Usage:" not in stderr and "usage:" not in stderr:
+        usage = "Usage:" in stderr or "usage:" in stderr or "─ Error ─" in stderr  # typer's
+        if not errors and not problems and not usage:
             return "no-error-line"
     if "\x1b" in stdout + stderr:
         return "escape"  # a terminal escape from the input reached the terminal
@@ -552,11 +553,17 @@ def templates_cases() -> Iterator[Case]:
                 "image=\x00", "name=UPPER_case", "name=../x", "name=a\nb", "name=" + "a" * 300,
                 "name=\u00e9\U0001f600", "name=-leading", "name=a.b.c", "priority=x y",
                 "priority=" + "p" * 500, "checkpoint_dir={{.Values}}", "tp=0", "tp=-1",
-                "tp=3", "micro_batch=1e10", "replicas=-1", "image=\u202eevil"]:
+                "tp=3", "micro_batch=1e10", "replicas=-1", "image=\u202eevil",
+                "dp=-1", "dp=0", "dp=nan", "dp=1e3", "dp=" + "9" * 5000, "dp=\uff11",
+                "flex_tier=4", "flex_tier=-1", "flex_tier=1.5", "flex_tier=\u0663",
+                "expected_runtime=-1", "expected_runtime=" + "9" * 40,
+                "checkpoint_interval=-5", "api=Pod", "api=../JobSet", "kai_queue=A B",
+                "data_pvc=../etc", "image=a b", "image='quoted'", "image=x\ty",
+                "priority=$(id)", "name=a" + "\u0301"]:
         yield Case("submit", f"set-{val[:30]!r}",
-                   ["submit", tpl, "--dry-run", "--set", val], codes=(0, 2), env=no_cluster)
+                   ["submit", tpl, "--dry-run", "--set", val], codes=(2,), env=no_cluster)
         yield Case("templates", f"show-set-{val[:30]!r}",
-                   ["templates", "show", tpl, "--set", val], codes=(0, 2), env=no_cluster)
+                   ["templates", "show", tpl, "--set", val], codes=(2,), env=no_cluster)
     for opt in [["-o", "xml"], ["-q", ""], ["-q", "a b"], ["-q", "../x"], ["-n", "UPPER"],
                 ["-n", "a" * 300], ["-n", ""], ["--dry-run=maybe"], ["--dry-run=server"],
                 ["--policies", "{d}/nope"], ["--policies", "/dev/zero"],
@@ -717,10 +724,9 @@ def env_cases() -> Iterator[Case]:
 
 
 def run_config_cases() -> Iterator[Case]:
-    """``m2g run --config FILE``: a config m2g cannot use must be refused before it starts
-    (one line, exit 2), never run with a value it misreads. The kubeconfig points nowhere, so
-    a config that is accepted ends at the kubeconfig (exit 1): that is the case's signal that
-    the config passed."""
+    """``m2g run --config FILE`` and its options: a value m2g cannot use must be refused before
+    it starts (one line, exit 2), never run with a value it misreads. The kubeconfig points
+    nowhere, so a config that is accepted ends at the kubeconfig (exit 1)."""
     bad = {
         "empty": "", "list": "- 1\n", "scalar": "x\n", "null": "null\n",
         "unknown-top": "bogus: 1\n", "unknown-nested": "prometheus: {urll: x}\n",
@@ -743,10 +749,24 @@ def run_config_cases() -> Iterator[Case]:
         "nul": "prometheus: {url: \"\\0\"}\n",
         "binary": "\xff\xfe",
         "dup-keys": "prometheus: {url: 'http://a'}\nprometheus: {url: 'http://b'}\n",
+        "seconds-huge": "planner: {minShedSeconds: 1e300}\n",
+        "seconds-neg": "planner: {minShedSeconds: -5}\n",
+        "seconds-str": "planner: {minShedSeconds: 5m}\n",
+        "ramp-inf": "planner: {rampKwPerSecond: .inf}\n",
+        "kw-per-gpu-huge": "planner: {defaultKwPerGpu: 5000}\n",
+        "prom-timeout-huge": "prometheus: {url: 'http://127.0.0.1:1', timeoutSeconds: 1e300}\n",
+        "signal-max-age-inf": "signals: {rack_power_kw: {maxAgeSeconds: .inf}}\n",
+        "signal-scale-nan": "signals: {rack_power_kw: {scale: .nan}}\n",
+        "lease-name-bad": "leaderElection: {leaseName: 'A B'}\n",
+        "two-docs": "planner: {}\n---\nplanner: {}\n",
+        "api-version-wrong": "apiVersion: v1\nkind: SiteConfig\n",
+        "cap-levels-wrong": "planner: {capLevels: [0.5, 0.9]}\n",
     }
     for name, text in bad.items():
+        empty = name in ("empty", "null")  # the defaults: accepted, ends at the kubeconfig
         yield Case("run-config", name, ["run", "--config", "{d}/c.yaml", "--kubeconfig",
-                                        "{d}/nope"], files={"c.yaml": text}, codes=(1, 2),
+                                        "{d}/nope"], files={"c.yaml": text},
+                   codes=(1,) if empty else (2,),
                    env={"HOME": "{d}"})
     for name, args in [("resync-neg", ["--resync-seconds", "-1"]),
                        ("resync-zero", ["--resync-seconds", "0"]),
@@ -768,7 +788,7 @@ def run_config_cases() -> Iterator[Case]:
                        ("config-fifo", ["--config", "{d}/fifo"]),
                        ("config-unreadable", ["--config", "{d}/unr"])]:
         yield Case("run-options", name, ["run", "--kubeconfig", "{d}/nope", *args],
-                   files={"fifo": FIFO, "unr": UNREADABLE}, codes=(1, 2), env={"HOME": "{d}"})
+                   files={"fifo": FIFO, "unr": UNREADABLE}, codes=(2,), env={"HOME": "{d}"})
 
 
 def policy_cases() -> Iterator[Case]:
@@ -785,7 +805,7 @@ def policy_cases() -> Iterator[Case]:
         yield Case("policy-eval-dir", name, ["policy", "eval", "-p", "{d}/p", "-i", "{d}/in"],
                    files={**{f"p/{k}": v for k, v in files.items()},
                           "in": json.dumps(GOOD_INPUT)},
-                   codes=(0, 2) if passes else (2,), no_admit=True)
+                   codes=(0, 2) if passes else (2,), no_admit=ok is False and not tests_only)
     for name, data, ok in eval_inputs():
         yield Case("policy-eval-input", name, ["policy", "eval", "-p", "{d}/p", "-i", "{d}/in"],
                    files={"p/a.yaml": GOOD_POLICY, "in": data}, codes=(0, 2) if ok else (2,),
@@ -816,7 +836,6 @@ def policy_cases() -> Iterator[Case]:
                                                          engine],
                    files={"p/a.yaml": "x: [\n"}, codes=(1, 2))
     for label, files, arg in [("exists", {"x/a": "1"}, "{d}/x"), ("file", {"x": "1"}, "{d}/x"),
-                              ("unwritable", {"ro": DIR}, "{d}/ro/sub"),
                               ("devnull", {}, "/dev/null"), ("empty-arg", {}, ""),
                               ("dangling", {"l": link("{d}/nowhere/x")}, "{d}/l"),
                               ("under-file", {"f": "1"}, "{d}/f/sub")]:
@@ -834,7 +853,8 @@ def all_cases() -> list[Case]:
 
 # ---------------------------------------------------------------------- subprocess runner
 
-TIME_LIMIT = 20.0
+#: Above m2g's own bound on the first request (30 s: an exec plugin that sleeps ends there).
+TIME_LIMIT = 45.0
 MEMORY_LIMIT = 2 << 30
 
 
@@ -846,8 +866,6 @@ def _limit() -> None:  # pragma: no cover - runs in the child
 
 def run_subprocess(case: Case, root: Path, m2g: str) -> tuple[str | None, str]:
     argv, env = materialise(case, root)
-    if "ro" in case.files:
-        (root / "ro").chmod(stat.S_IRUSR | stat.S_IXUSR)
     full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
     full_env.update({"HOME": str(root), "KUBECONFIG": str(root / "no-kubeconfig"),
                      "NO_COLOR": "1"})

@@ -32,11 +32,18 @@ from m2g.config.checks import AdmissionCheckSettings
 from m2g.model.labels import TopologyLabels
 from m2g.planner.config import PlannerConfig
 from m2g.policy.yamlsrc import parse_documents, read_bounded
-from m2g.signals.config import CAMEL, PrometheusSettings, SignalConfig, SignalSpec
+from m2g.signals.config import CAMEL, MAX_SECONDS, PrometheusSettings, SignalConfig, SignalSpec
 
 API_VERSION: Final = "m2g.io/v1alpha1"
 KIND: Final = "SiteConfig"
 DEFAULT_LEASE_NAMESPACE = "m2g-system"
+
+
+#: Kubernetes names (a namespace is a DNS-1123 label, a Lease name a subdomain).
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: kW per GPU, at most, in the planner's settings.
+MAX_KW_PER_GPU = 10.0
 
 
 class SiteConfigError(Exception):
@@ -61,30 +68,31 @@ class PlannerSettings(BaseModel):
     #: Quota changes smaller than this many GPUs are not written (hysteresis).
     quota_hysteresis_gpus: int | None = Field(default=None, ge=0)
     #: A raised quota waits this long after the last change (lowering is immediate).
-    quota_raise_dwell_seconds: float | None = Field(default=None, ge=0)
-    settle_seconds: float | None = Field(default=None, ge=0)
-    settle_max_seconds: float | None = Field(default=None, ge=0)
+    quota_raise_dwell_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    settle_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    settle_max_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: A shed workload stays shed at least this long (dwell before a restore).
-    min_shed_seconds: float | None = Field(default=None, ge=0)
+    min_shed_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     restore_margin: float | None = Field(default=None, ge=0, lt=1)
     #: Cap on the requeueAfterSeconds of a Retry answer.
-    max_retry_hold_seconds: int | None = Field(default=None, ge=1)
+    max_retry_hold_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     shed_saving_fraction: float | None = Field(default=None, gt=0, le=1)
-    default_kw_per_gpu: float | None = Field(default=None, gt=0)
+    #: A GPU with its share of the rack draws a few kW (GB300: 1.4 kW); more is a typo.
+    default_kw_per_gpu: float | None = Field(default=None, gt=0, le=MAX_KW_PER_GPU)
     kai_topology_name: str | None = Field(default=None, min_length=1)
-    kai_kw_per_gpu: float | None = Field(default=None, gt=0)
-    maintenance_taint_lead_seconds: float | None = Field(default=None, ge=0)
-    maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0)
-    drain_deadline_seconds: float | None = Field(default=None, ge=0)
+    kai_kw_per_gpu: float | None = Field(default=None, gt=0, le=MAX_KW_PER_GPU)
+    maintenance_taint_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    drain_deadline_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     thermal_clear_margin_c: float | None = Field(default=None, ge=0)
     #: Reservations: hold lead, expected runtime without an annotation, Retry interval.
-    reservation_lead_seconds: float | None = Field(default=None, ge=0)
-    default_runtime_seconds: float | None = Field(default=None, gt=0)
-    reservation_retry_seconds: int | None = Field(default=None, ge=1)
+    reservation_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    default_runtime_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    reservation_retry_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     #: A percentage grid event's baseline: mean site draw over this many seconds before start.
-    baseline_window_seconds: float | None = Field(default=None, gt=0)
+    baseline_window_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     #: Site-draw samples the controller keeps for baselines, seconds.
-    draw_history_seconds: float | None = Field(default=None, gt=0)
+    draw_history_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
 
     #: Graded curtailment (docs/curtailment.md): false = pauses only.
     power_caps: bool | None = None
@@ -92,17 +100,17 @@ class PlannerSettings(BaseModel):
     cap_levels: tuple[float, ...] | None = Field(default=None, min_length=1, max_length=16)
     #: Throughput a job may lose over its life, by flex tier 0–3.
     flex_allowance: tuple[float, float, float, float] | None = None
-    cap_horizon_seconds: float | None = Field(default=None, gt=0)
+    cap_horizon_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     #: The lease on a node's GPUPowerLimit (the agent restores after lease + its grace).
-    cap_lease_seconds: float | None = Field(default=None, gt=0)
+    cap_lease_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     #: Spend the site's headroom once across one reconcile's admissions (docs/curtailment.md).
     share_headroom: bool | None = None
     #: Restore paused work and lift caps during an active grid event when there is room.
     restore_during_events: bool | None = None
-    headroom_retry_seconds: int | None = Field(default=None, ge=1)
+    headroom_retry_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     headroom_min_tier: int | None = Field(default=None, ge=1, le=3)
     #: A cap the agents report in force shows in the site meter within this long.
-    meter_lag_seconds: float | None = Field(default=None, ge=0)
+    meter_lag_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
 
     @field_validator("cap_levels")
     @classmethod
@@ -130,8 +138,10 @@ class LeaderElectionSettings(BaseModel):
     model_config = CAMEL
 
     #: Default: the pod's own namespace ($POD_NAMESPACE, from the downward API), else m2g-system.
-    lease_namespace: str | None = Field(default=None, min_length=1, max_length=63)
-    lease_name: str = Field(default="m2g-controller", min_length=1, max_length=253)
+    lease_namespace: str | None = Field(default=None, min_length=1, max_length=63,
+                                        pattern=DNS_LABEL)
+    lease_name: str = Field(default="m2g-controller", min_length=1, max_length=253,
+                            pattern=DNS_SUBDOMAIN)
 
 
 class FlavorSettings(BaseModel):

@@ -385,7 +385,8 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise PermanentError(f"{path} is not a kubeconfig: unreadable YAML{at} "
                              f"({getattr(exc, 'problem', None) or 'syntax error'})") from exc
-    except (ValueError, KeyError, OSError, TypeError, AttributeError, IndexError) as exc:
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, IndexError,
+            RuntimeError) as exc:  # RuntimeError: kr8s's exec plugin exited non-zero
         where = path or "in-cluster service account"
         why = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise PermanentError(f"cannot load Kubernetes credentials from {where}: {why}") from exc

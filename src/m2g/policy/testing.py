@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from m2g.model.inputs import PolicyInput
 from m2g.policy.compiler import PolicySet
 from m2g.policy.evaluate import Evaluator
+from m2g.policy.jsonin import non_finite
 from m2g.policy.results import StageResult
 from m2g.policy.spec import PolicyTestDoc, Stage, TestCase, TestExpect
 from m2g.policy.yamlsrc import SourceDoc
@@ -128,6 +129,9 @@ def run_case(pset: PolicySet, doc: SourceDoc, test: PolicyTestDoc, index: int,
     except ValidationError as exc:
         return CaseResult(doc.file, line, test.metadata.name, case.name,
                           (f"bad input: {input_error_text(exc)}",))
+    bad = non_finite(inp)  # NaN, infinities and integers CEL cannot hold, as eval refuses them
+    if bad:
+        return CaseResult(doc.file, line, test.metadata.name, case.name, (f"bad input: {bad}",))
     result = evaluate_stage(Evaluator(selected), case.stage or test.stage, inp)
     return CaseResult(doc.file, line, test.metadata.name, case.name,
                       tuple(_compare(case.expect, result)))

@@ -23,7 +23,13 @@ from m2g import yamlbounds
 
 #: Models of site configuration files: camelCase keys in YAML (``maxAgeSeconds``), the Python
 #: names (``max_age_seconds``) accepted too; unknown keys rejected; frozen.
-CAMEL = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+#: Every configuration model: camelCase, unknown keys refused, and no NaN or infinity in a
+#: number (``defaultKwPerGpu: .inf`` or ``resync: .nan`` would be read as if they meant one).
+CAMEL = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True,
+                   allow_inf_nan=False)
+#: A duration in a configuration, at most (ten years: a larger one overflows a timedelta and
+#: stops every reconcile that adds it to a time).
+MAX_SECONDS = 10 * 365 * 86400
 
 
 class SignalName(StrEnum):
@@ -67,7 +73,7 @@ class SignalSpec(BaseModel):
     scope: SignalScope
     key_label: str = Field(min_length=1, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
     gpu_label: str = Field(default="gpu", pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-    max_age_seconds: float = Field(gt=0)
+    max_age_seconds: float = Field(gt=0, le=MAX_SECONDS)
     scale: float = 1.0  # multiply values by this (e.g. 0.001 for a W series feeding a kW signal)
     #: Facility signals only: how series sharing a key combine (a sum is stale if any part is).
     aggregate: Aggregate = Aggregate.NEWEST
@@ -131,7 +137,7 @@ class PrometheusSettings(BaseModel):
     model_config = CAMEL
 
     url: str = Field(default="http://127.0.0.1:9090", pattern=r"^https?://[^\s]+$")
-    timeout_seconds: float = Field(default=5.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
     #: ``Authorization: Bearer <file's content>``, re-read when the file changes (projected
     #: ServiceAccount tokens rotate). A file that is missing is an error, never anonymous access.
     bearer_token_file: Path | None = None
@@ -170,7 +176,7 @@ class SignalConfig(BaseModel):
     model_config = CAMEL
 
     url: str = "http://127.0.0.1:9090"
-    timeout_seconds: float = Field(default=5.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
     signals: dict[SignalName, SignalSpec] = Field(default_factory=lambda: dict(DEFAULT_SIGNALS))
 
     @field_validator("signals", mode="before")

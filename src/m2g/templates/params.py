@@ -143,7 +143,9 @@ def resolve(template: WorkloadTemplate, sets: Mapping[str, str]) -> Values:
 
 def _coerce(template: str, knob: Knob, raw: str) -> Value:
     if knob.type is int:
-        try:
+        try:  # ASCII digits only (int() also reads "１" and "٣"), at most 30 of them
+            if not raw.isascii() or len(raw) > 30:
+                raise ValueError(raw)
             return int(raw.replace("_", ""))
         except ValueError:
             raise TemplateError(f"{template}: {knob.name} must be an integer, got {raw!r}") \
@@ -171,7 +173,25 @@ def _check(template: str, knob: Knob, bounds: ParamBounds | None, value: object,
     if knob.name == "name" and (not re.match(DNS_LABEL, str(value)) or len(str(value)) > 40):
         raise TemplateError(f"{template}: name {value!r} must be a DNS label of at most 40 "
                             "characters (lower case, digits, '-')")
+    if knob.name in _K8S_NAMES and value and (len(str(value)) > 253
+                                              or not re.match(_SUBDOMAIN, str(value))):
+        raise TemplateError(f"{template}: {knob.name} {str(value)[:80]!r} is not a Kubernetes "
+                            "name (lower case, digits, '-', '.')")
+    if knob.name == "image" and value and (len(str(value)) > 1024
+                                           or not re.fullmatch(_IMAGE, str(value))):
+        raise TemplateError(f"{template}: image {str(value)[:80]!r} is not an image reference "
+                            "(no spaces, quotes or control characters)")
     return value
+
+
+#: Parameters that name Kubernetes objects (a PriorityClass, a PVC, a KAI queue label value is
+#: checked as a name too): the API server would refuse the manifest at create time, after the
+#: dry run printed it as fine.
+_K8S_NAMES = frozenset({"priority", "checkpoint_pvc", "data_pvc", "kai_queue"})
+_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: An image reference's characters (registry/path:tag@digest); no whitespace, shell or YAML
+#: syntax, bidi overrides or control characters.
+_IMAGE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*"
 
 
 def lowest(knob: Knob, bounds: ParamBounds | None) -> int | None:
