@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel image image-test test test-prereqs demo-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz up down status clean
+.PHONY: venv lock wheel image image-test test test-prereqs demo-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz probe up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -77,6 +77,11 @@ FUZZ_EXAMPLES ?= 2000
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz M2G_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) M2G_FUZZ_COUNTS=.fuzz-counts.json \
 	  $(PY) -m pytest tests/fuzz -q
+
+## probe: the hostile-input probe of the CLI (tests/fuzz/cli_probe.py) as subprocesses of the
+## real m2g, each with a 45 s time limit and a 2 GiB address-space limit; counts by kind
+probe: $(STAMP)
+	$(PY) -m tests.fuzz.cli_probe --jobs 2
 
 ## bench-eval: `m2g policy eval` streaming JSON Lines, both engines in one run (docs/reliability.md)
 bench-eval: $(STAMP)

@@ -101,7 +101,7 @@ def test_config_defaults_partial_override_and_errors(tmp_path: Path) -> None:
         load_signal_config(f)
     assert "\n" not in str(info.value)
     f.write_text("signals: [\n")
-    with pytest.raises(SignalConfigError, match="not valid YAML"):
+    with pytest.raises(SignalConfigError, match="invalid YAML at line"):
         load_signal_config(f)
     with pytest.raises(SignalConfigError, match="No such file"):
         load_signal_config(tmp_path / "nope.yaml")

@@ -49,8 +49,10 @@ class StopPolicy(StrEnum):
     HOLD_AND_DRAIN = "HoldAndDrain"
 
 
-#: A Kubernetes object name (DNS-1123 subdomain, as the API server checks it).
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: A policy name: no whitespace, control, bidi or zero-width character and no '/' (the API
+#: server's DNS-1123 check is stricter; these are the characters that would forge or reorder
+#: a problem line: "a\nerror: ...", U+202E).
+POLICY_NAME = r"^[^\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff/]+$"
 #: The CRD's bound on one expression or message (deploy/crds/m2g.io_policies.yaml).
 MAX_EXPRESSION = 10240
 
@@ -64,12 +66,11 @@ class SpecModel(BaseModel):
 
 
 class Metadata(BaseModel):
-    """Kubernetes object metadata; only ``name`` matters here, the rest is tolerated. The name
-    is what the API server accepts (a DNS-1123 subdomain): a file lint passes can be applied,
-    and a name never carries a newline or a bidi override into problem lines."""
+    """Kubernetes object metadata; only ``name`` matters here, the rest is tolerated. A name
+    never carries a newline, a bidi override or a '/' into problem lines (``POLICY_NAME``)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
-    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    name: str = Field(min_length=1, max_length=253, pattern=POLICY_NAME)
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
