@@ -23,7 +23,8 @@ pytestmark = pytest.mark.e2e
 GRID = {"targetKw", "secondsToTarget", "secondsAboveTarget", "secondsAboveTargetAfterRamp",
         "kwhAboveTarget", "maxRampKwPerSecond"}
 WORKLOADS = {"weightedPerformance", "perTier", "queueWaitSeconds", "jctSeconds", "completed",
-             "preemptions", "restarts", "lostGpuSeconds", "admissionLatency"}
+             "preemptions", "restarts", "lostGpuSeconds", "admissionLatency",
+             "performanceLostBy"}
 PLACEMENT = {"inOneNvlinkDomainPct", "onAlarmedRacks", "fragmentation", "topologyViolations"}
 ACTIONS = {"admits", "defers", "sheds", "restores", "drains", "powerCaps", "capLifts", "resizes",
            "quotaChanges"}
@@ -80,6 +81,9 @@ def test_report_invariants(twin: tuple[dict[str, Any], Path]) -> None:
         assert 0 < w["completed"] <= jobs, name
         for v in [w["weightedPerformance"], *w["perTier"].values()]:
             assert v is None or 0.0 <= v <= 1.0
+        for tier, lost in w["performanceLostBy"].items():  # the parts add up to the loss
+            assert w["perTier"][tier] is not None, (name, tier)
+            assert abs(sum(lost.values()) - (1.0 - w["perTier"][tier])) <= 2e-3, (name, tier)
         q = w["queueWaitSeconds"]
         assert 0 <= q["p50"] <= q["p95"] <= q["p99"]
         assert 0 <= w["jctSeconds"]["p50"] <= w["jctSeconds"]["p95"]
