@@ -130,6 +130,7 @@ class Manager:
         self.state = LoopState()
         self._rejected: dict[tuple[str, str], str] = {}
         self._reported: dict[tuple[str, str], str] = {}  # what the leader has emitted Events for
+        self._policy_status_owed = False  # the policy set's status is not written yet
         self._forecast_at: datetime | None = None  # the metrics' last forecast
         self.unready_failing_seconds = unready_failing_seconds
         self.unready_stale_seconds = unready_stale_seconds
@@ -226,8 +227,13 @@ class Manager:
         if not result.accepted or (result.changed and result.problems):
             self.metrics.policy_errors.inc()
             log.warning(result.summary())
-        if (result.changed or not result.accepted) and self.is_leader() and not self.shadow:
+        # the status is owed from a change until a leader writes it: a set loaded while this
+        # replica was still a follower (the first load races the Lease) is written once it
+        # leads, not only at the next change
+        self._policy_status_owed |= result.changed or not result.accepted
+        if self._policy_status_owed and self.is_leader() and not self.shadow:
             await self.cluster.policy_status(result)
+            self._policy_status_owed = not result.accepted
         if self.store.policy_set is not None:
             self.metrics.policies.set(len(self.store.policy_set.policies))
         return result

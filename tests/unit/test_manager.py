@@ -170,6 +170,20 @@ async def test_shadow_mode_and_followers_write_nothing() -> None:
     assert c2.applied == [] and c2.activated == []
 
 
+async def test_a_set_loaded_by_a_follower_gets_its_status_once_it_leads() -> None:
+    """The first load races the Lease: the policy status is written when this replica
+    leads, once, not only at the set's next change."""
+    c = FakeCluster()
+    leading = False
+    m = manager(c, is_leader=lambda: leading)
+    await m.reconcile()
+    assert c.statuses == []  # a follower writes nothing
+    leading = True
+    await m.reconcile()
+    await m.reconcile()
+    assert len(c.statuses) == 1 and c.statuses[0].accepted
+
+
 async def test_run_loop_retries_after_a_failure() -> None:
     c = FakeCluster()
     c.fail_next = 1
