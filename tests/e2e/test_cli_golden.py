@@ -629,4 +629,6 @@ def test_queues_watch_yaml_prints_the_queue_that_changes(factory: Factory) -> No
     shown = [yaml.safe_dump(d, sort_keys=False) for d in [*first, later[-1]]]
     assert out.startswith("---\n".join(shown[:-1]) + "---\n")  # the bytes printed
     assert out.endswith("---\n" + shown[-1])
-    golden("queues_w_o_yaml.txt", both(factory, "---\n".join(shown), ""))
+    # the golden holds the listing only: the held queue's pendingWorkloads depends on when
+    # Kueue requeues its workloads (1 or 2 seen), not on the CLI
+    golden("queues_w_o_yaml.txt", both(factory, "---\n".join(shown[:-1]), ""))
