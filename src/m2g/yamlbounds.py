@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,18 +144,22 @@ def load_all(text: str) -> list[Any]:
                           "may appear)")
     loader = Loader(text)
     try:
-        out: list[Any] = []
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None:
-                continue
-            if expanded_size(node) > MAX_NODES:
-                raise BoundsError(node.start_mark.line + 1,
-                                  f"more than {MAX_NODES:,} values once aliases are expanded")
-            out.append(loader.construct_document(node))
-        return out
+        return [loader.construct_document(node) for node in bounded_nodes(loader)]
     finally:
         loader.dispose()
+
+
+def bounded_nodes(loader: Loader) -> Iterator[yaml.Node]:
+    """The node of each document of ``loader``'s stream; BoundsError for one that aliases
+    expand past ``MAX_NODES`` (before it is constructed)."""
+    while loader.check_node():
+        node = loader.get_node()
+        if node is None:
+            continue
+        if expanded_size(node) > MAX_NODES:
+            raise BoundsError(node.start_mark.line + 1,
+                              f"more than {MAX_NODES:,} values once aliases are expanded")
+        yield node
 
 
 def problem_line(exc: yaml.YAMLError) -> tuple[int, str]:

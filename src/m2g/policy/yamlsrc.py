@@ -22,6 +22,7 @@ from m2g.yamlbounds import (
     MAX_NODES,
     BoundsError,
     Loader,
+    bounded_nodes,
     expanded_size,
     read_bounded,
 )
@@ -82,13 +83,7 @@ def parse_documents(text: str, file: str) -> tuple[list[SourceDoc], list[Problem
     loader = None
     try:
         loader = Loader(text)  # its reader refuses unprintable characters here already
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None:
-                continue
-            if expanded_size(node) > MAX_NODES:
-                raise BoundsError(node.start_mark.line + 1,
-                                  f"more than {MAX_NODES:,} values once aliases are expanded")
+        for node in bounded_nodes(loader):
             lines: dict[PathKey, int] = {}
             _walk(node, (), lines)
             data = loader.construct_document(node)
