@@ -182,6 +182,33 @@ def test_holds_quota_follows_quota_reserved() -> None:
     assert not cv.workload(wl, NOW).holds_quota
 
 
+@pytest.mark.parametrize(("status", "message", "uid"), [
+    ("True", "Preempted to accommodate a workload (UID: 4f1c-9a, JobUID: j-1) due to "
+             "prioritization in the ClusterQueue; preemptor path: /r", "4f1c-9a"),
+    ("True", "Preempted to accommodate a workload (UID: ab12) in the ClusterQueue", "ab12"),
+    ("True", "Preempted to accommodate a workload (UID: UNKNOWN, JobUID: UNKNOWN)", ""),
+    ("False", "Preempted to accommodate a workload (UID: 4f1c-9a, JobUID: j-1)", ""),
+    ("True", "something else (UID: x y)", ""),
+    ("True", 7, ""),
+])
+def test_the_preemptor_is_read_off_a_true_preempted_condition(
+        status: str, message: Any, uid: str) -> None:
+    wl = load("workload_admitted")
+    wl["status"]["conditions"].append({"type": "Preempted", "status": status,
+                                       "reason": "InClusterQueue", "message": message})
+    assert cv.workload(wl, NOW).preempted_by == uid
+
+
+def test_uid_and_quota_reservation_time() -> None:
+    wl = load("workload_admitted")
+    wl["metadata"]["uid"] = "u-1"
+    reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
+    st = cv.workload(wl, NOW)
+    assert st.uid == "u-1" and st.reserved_at == cv.parse_time(reserved["lastTransitionTime"])
+    reserved["status"] = "False"
+    assert cv.workload(wl, NOW).reserved_at is None
+
+
 def test_m2g_check_and_shed_annotations() -> None:
     wl = load("workload_admitted")
     wl["status"]["admissionChecks"] = [

@@ -50,6 +50,8 @@ what an eviction would lose.
 
 from __future__ import annotations
 
+import re
+
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -151,6 +153,27 @@ def condition(obj: Obj, kind: str) -> Obj | None:
 def _true(obj: Obj, kind: str) -> bool:
     cond = condition(obj, kind)
     return bool(cond and cond.get("status") == "True")
+
+
+def true_since(obj: Obj, kind: str) -> datetime | None:
+    """When condition ``kind`` became True (None: not True, or no time)."""
+    cond = condition(obj, kind)
+    return parse_time(cond.get("lastTransitionTime")) \
+        if cond and cond.get("status") == "True" else None
+
+
+_PREEMPTOR = re.compile(r"\(UID: ([A-Za-z0-9-]{1,64})[,)]")
+
+
+def preemptor(wl: Obj) -> str:
+    """The UID of the workload Kueue preempted ``wl`` for, while its Preempted condition is
+    True (Kueue's message: "Preempted to accommodate a workload (UID: <uid>, JobUID: …) due
+    to …"); "" when there is none or the message does not name one."""
+    cond = condition(wl, "Preempted")
+    if not cond or cond.get("status") != "True":
+        return ""
+    found = _PREEMPTOR.search(str(cond.get("message", ""))[:1024])
+    return found.group(1) if found and found.group(1) != "UNKNOWN" else ""
 
 
 # ---- nodes and pods ----------------------------------------------------------------------
@@ -496,9 +519,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     created = parse_time(meta.get("creationTimestamp"))
     waiting = phase in (Phase.PENDING, Phase.RESERVED) and created is not None
     reported = parse_time(annotations.get(L.LAST_CHECKPOINT) or labels.get(L.LAST_CHECKPOINT))
-    admitted = condition(wl, "Admitted")
-    admitted_at = parse_time(admitted.get("lastTransitionTime")) \
-        if admitted and admitted.get("status") == "True" else None
+    admitted_at, reserved_at = (true_since(wl, kind) for kind in ("Admitted", "QuotaReserved"))
 
     def fact(key: str) -> str | None:
         return labels.get(key) if key in labels else annotations.get(key)
@@ -550,7 +571,8 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         flex_used_seconds=used,
         cap_curve=cap_curve(fact(L.POWER_CURVE)),
         owners=tuple(str(r.get("name")) for r in meta.get("ownerReferences") or []
-                     if isinstance(r, Mapping) and r.get("name")))
+                     if isinstance(r, Mapping) and r.get("name")),
+        uid=str(meta.get("uid") or ""), reserved_at=reserved_at, preempted_by=preemptor(wl))
 
 
 def power_cap(value: str | None) -> float:

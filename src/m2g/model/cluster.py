@@ -79,6 +79,12 @@ class WorkloadState:
     cap_curve: tuple[tuple[float, float], ...] = ()
     #: The names of the objects it belongs to (its Job, JobSet...: metadata.ownerReferences).
     owners: tuple[str, ...] = ()
+    uid: str = ""  # metadata.uid (Kueue names a preemptor by it)
+    #: When Kueue last reserved quota for it (QuotaReserved's lastTransitionTime, while True).
+    reserved_at: datetime | None = None
+    #: The UID of the workload Kueue preempted it for, while its Preempted condition is True
+    #: ("Preempted to accommodate a workload (UID: …"; "" otherwise).
+    preempted_by: str = ""
 
     @cached_property
     def key(self) -> str:

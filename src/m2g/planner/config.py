@@ -65,6 +65,11 @@ class PlannerConfig:
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.
     max_retry_hold_seconds: int = 60
+    #: A workload that preempted others to reserve its quota and that m2g holds back keeps
+    #: its quota (Pending, not Retry) while its victims wait, up to this long after the
+    #: reservation (m2g.planner.preemptors: a Retry hands the quota back to the victims,
+    #: and the preemptor preempts them again at its next attempt). 0: Retry as any other.
+    preemptor_hold_seconds: int = 600
     #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
     #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.
     shed_saving_fraction: float = 0.82
