@@ -51,7 +51,6 @@ what an eviction would lose.
 from __future__ import annotations
 
 import re
-
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
