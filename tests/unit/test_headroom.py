@@ -49,15 +49,34 @@ def test_the_room_is_spent_once_in_priority_order() -> None:
 
 
 def test_firm_tiers_are_never_held_but_spend_the_room_first() -> None:
+    """As outside an event (or with the event gate off: headroom_event_min_tier 3)."""
+    cfg = replace(CFG, headroom_event_min_tier=3)
     firm = [pending(f"f{i}", t) for i, t in enumerate((0, 1, 0))]
     flex = [pending("x", 2)]
     s = ClusterSnapshot(factory(room_for(2, flex[0]), LIMIT), tuple(firm + flex))
-    out = share([ready(w) for w in firm + flex], s, CFG)
+    out = share([ready(w) for w in firm + flex], s, cfg)
     assert [u.state for u in out] == [CheckState.READY] * 3 + [CheckState.RETRY]
-    assert min_tier(s, CFG) == 2
+    assert min_tier(s, cfg) == 2
     high = replace(s.factory, grid_events=tuple(replace(e, level=2)
                                                 for e in s.factory.grid_events))
-    assert min_tier(replace(s, factory=high), CFG) == 1
+    assert min_tier(replace(s, factory=high), cfg) == 1
+
+
+def test_during_an_event_new_flex1_work_starts_only_in_the_room() -> None:
+    ws = [pending(f"f{i}", t, priority=3 - i) for i, t in enumerate((1, 1, 0, 1))]
+    s = ClusterSnapshot(factory(room_for(1, ws[0]), LIMIT), tuple(ws))
+    out = share([ready(w) for w in ws], s, CFG)
+    # f2 (firm) is never held and spends first; f0 (flex-1, priority 3) takes what is left
+    assert [u.state for u in out] == [CheckState.RETRY, CheckState.RETRY, CheckState.READY,
+                                      CheckState.RETRY]
+    assert min_tier(s, CFG) == 1
+    over = replace(s.factory, grid_events=tuple(replace(e, end=NOW - timedelta(seconds=1))
+                                                for e in s.factory.grid_events))
+    assert min_tier(replace(s, factory=over), CFG) == 2  # no event: flex-1 is not held
+    every = replace(CFG, headroom_event_min_tier=0)
+    assert min_tier(s, every) == 0
+    assert [u.state for u in share([ready(w) for w in ws], s, every)][:3] == [
+        CheckState.READY, CheckState.RETRY, CheckState.RETRY]
 
 
 def test_a_deferred_workload_keeps_its_retry_and_restores_spend_first() -> None:

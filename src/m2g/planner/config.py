@@ -61,6 +61,11 @@ class PlannerConfig:
     #: The lowest flex tier the headroom gate holds back (one lower from SIMPLE level 2 of an
     #: active grid event), as the shipped grid-demand-response policy does.
     headroom_min_tier: int = 2
+    #: ... and while a grid event is active, every tier from this one: new flexible work
+    #: starts only in the room the running work leaves (0: firm work too — firm new work
+    #: then waits for the room instead of flexible running work making it; 3: as outside
+    #: events).
+    headroom_event_min_tier: int = 1
     #: Kueue v0.19 keeps a workload's quota reserved until a Retry's requeueAfterSeconds has
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.

@@ -14,8 +14,12 @@ policies:
   ``settle_seconds`` whose pods are not bound yet — bound pods draw at once — and work m2g
   restored that is not admitted again yet);
 * the tiers that demand response holds back (the shipped grid-demand-response's: flex ≥ 2,
-  or flex ≥ 1 from SIMPLE level 2 of an active event; ``headroom_min_tier``) are gated; the
-  others are never held back here, but their kW are spent first;
+  or flex ≥ 1 from SIMPLE level 2 of an active event; ``headroom_min_tier``) are gated, and
+  during an active event every tier from ``headroom_event_min_tier`` (1: new flex-1 work too,
+  whatever the event's level — work admitted into an event's shortfall is paid for by pausing
+  running flexible work: a 16-rack twin event admitted 58 flex-1 and 72 flex-0 workloads,
+  250–490 kW, while its flex-2/3 work was paused 85–89 % of the event; 0 holds firm work
+  too); the others are never held back here, but their kW are spent first;
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
   highest priority first (then the snapshot's order), while their kW fit in what is left;
@@ -40,10 +44,14 @@ POLICY, RULE = "site-headroom", "shared-room"
 
 def min_tier(snap: ClusterSnapshot, config: PlannerConfig) -> int:
     """The lowest flex tier the gate holds back: ``headroom_min_tier``, one lower from SIMPLE
-    level 2 of an active grid event (as grid-demand-response)."""
+    level 2 of an active grid event (as grid-demand-response), and at most
+    ``headroom_event_min_tier`` while an event is active: new work of those tiers then starts
+    only in the room the running work leaves."""
     event = snap.factory.grid_event()
-    high = event is not None and event.active(snap.now) and event.level >= 2
-    return max(1, config.headroom_min_tier - 1) if high else config.headroom_min_tier
+    if event is None or not event.active(snap.now):
+        return config.headroom_min_tier
+    tier = max(1, config.headroom_min_tier - 1) if event.level >= 2 else config.headroom_min_tier
+    return min(tier, config.headroom_event_min_tier)
 
 
 @dataclass(frozen=True)
