@@ -81,6 +81,12 @@ RUNS: dict[str, RunKind] = {
     "m2g-restore-after": RunKind(True, "m2g with shed work restored only after a grid event "
                                  "(restoreDuringEvents: false; the behaviour before 2026-12-02)",
                                  planner=(("restoreDuringEvents", False),)),
+    "m2g-gate-before": RunKind(True, "m2g with the admission gate before 2026-12-02's second "
+                               "change (preemptorHoldSeconds: 0, headroomEventMinTier: 3: a "
+                               "held-back preemptor answered Retry, new flex-1 work not gated "
+                               "during an event)",
+                               planner=(("preemptorHoldSeconds", 0),
+                                        ("headroomEventMinTier", 3))),
 }
 
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 from twinkit.harness import RunData
 
 COLOURS = {"kueue": "tab:gray", "m2g": "tab:blue", "m2g-pause-only": "tab:red",
-           "m2g-restore-after": "tab:green"}
+           "m2g-restore-after": "tab:green", "m2g-gate-before": "tab:orange"}
 OWN = frozenset(COLOURS)
 OTHER = ["tab:purple", "tab:brown", "tab:olive", "tab:cyan"]  # runs of other names, in turn
 
