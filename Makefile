@@ -62,8 +62,10 @@ demo-prereqs:
 	$(call PREREQS,demo)
 
 ## test: the full suite, as CI (.ci/run) runs it: the same tests, nothing skipped for a
-## missing tool (test-prereqs) or CRD (the e2e fixtures install the extra CRDs)
+## missing tool (test-prereqs; helm, which the chart's unit tests render with, is built
+## first on a new machine) or CRD (the e2e fixtures install the extra CRDs)
 test: test-prereqs
+	bash kind-e2e/tools/build.sh helm
 	$(MAKE) lint policy-test test-unit test-e2e
 
 ## bench: benchmarks (scripts, never timed assertions): the policy engine, then the controller
