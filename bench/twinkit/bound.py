@@ -60,7 +60,9 @@ def _slope(a: Point, b: Point) -> float:
 def performance_bound(jobs: Sequence[Mapping[str, Any]], need_kw: float | None,
                       event_s_trace: float | None, pm: PowerModel | None = None,
                       levels: Sequence[float] | None = None,
-                      slices: int = 30, grace_s_trace: float = 0.0) -> dict[str, Any] | None:
+                      slices: int = 30, grace_s_trace: float = 0.0,
+                      firm_new: Sequence[tuple[float, float, float]] = ()
+                      ) -> dict[str, Any] | None:
     """``{"weightedPerformance", "needKw", "flexibleKw"}``, or None without an event.
 
     The window is cut in ``slices``; in each, the jobs still running at full speed give what
@@ -70,7 +72,9 @@ def performance_bound(jobs: Sequence[Mapping[str, Any]], need_kw: float | None,
     bound's performance is None when, in some slice, pausing every flexible job still gives
     less than asked (no controller could meet the target with the running work alone).
     ``grace_s_trace``: the first seconds of the window are free (the goal: at the target
-    within 30 s of the event's start)."""
+    within 30 s of the event's start). ``firm_new``: (from, to, kW) in trace seconds after the
+    event's start of firm work (tier 0) that started inside the window — what it drew above
+    idle is asked of the running flexible jobs too (``firm_arrivals``)."""
     if need_kw is None or not event_s_trace:
         return None
     pm = pm or PowerModel()
@@ -90,7 +94,7 @@ def performance_bound(jobs: Sequence[Mapping[str, Any]], need_kw: float | None,
             continue
         live = [j for j in running if _ends(j) > t]
         freed = sum(_gpu_kw(j, pm) for j in running if _ends(j) <= t)
-        ask = need_kw - freed
+        ask = need_kw - freed + sum(kw for a, b, kw in firm_new if a <= t < b)
         segs = [(kw, lost * int(j["gpus"]) / _full(j, event_s_trace) * step)
                 for j in live if int(j.get("tier", 0)) >= 1
                 for kw, lost in hull_segments(options(_kind(j), int(j["gpus"]), pm, levels))]
@@ -136,3 +140,21 @@ def _kind(job: Mapping[str, Any]) -> WorkloadKind:
         return WorkloadKind(str(job.get("kind") or ""))
     except ValueError:
         return WorkloadKind.TRAINING
+
+
+def firm_arrivals(jobs: Sequence[Mapping[str, Any]], event_start: float, event_end: float,
+                  scale: float, pm: PowerModel | None = None) -> list[tuple[float, float, float]]:
+    """(from, to, kW above idle) in trace seconds after the event's start of each firm job
+    (tier 0) whose pods were first seen on nodes inside the event (``bound``, wall seconds
+    from the replay's start), until it finished or the event ended."""
+    pm = pm or PowerModel()
+    out = []
+    for j in jobs:
+        bound = j.get("bound")
+        if int(j.get("tier", 0)) != 0 or bound is None or not event_start <= bound < event_end:
+            continue
+        end = min(event_end, float(j["finished"])) if j.get("finished") is not None \
+            else event_end
+        out.append(((bound - event_start) * scale, (end - event_start) * scale,
+                    _gpu_kw(j, pm)))
+    return out

@@ -77,11 +77,19 @@ def bound_section(data: RunData) -> Obj | None:
     pre = M.baseline_kw(data.samples, data.event_start)
     if pre is None:
         return None
-    got = B.performance_bound(data.driver.get("jobs") or [], pre - data.target_kw,
-                              (data.event_end - data.event_start) * scale,
+    jobs, window = data.driver.get("jobs") or [], (data.event_end - data.event_start) * scale
+    got = B.performance_bound(jobs, pre - data.target_kw, window,
                               grace_s_trace=BOUND_GRACE_S * scale)
     if got is not None:
         got["graceSeconds"] = BOUND_GRACE_S
+        firm = B.firm_arrivals(jobs, data.event_start, data.event_end, scale)
+        with_firm = B.performance_bound(jobs, pre - data.target_kw, window,
+                                        grace_s_trace=BOUND_GRACE_S * scale, firm_new=firm)
+        got["firmArrivals"] = {
+            "jobs": len(firm),
+            "peakKw": round(max((sum(kw for a, b, kw in firm if a <= t < b)
+                                 for t, _, _ in firm), default=0.0), 1),
+            "weightedPerformance": (with_firm or {}).get("weightedPerformance")}
     return got
 
 

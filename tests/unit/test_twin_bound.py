@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from twinkit.bound import hull_segments, options, performance_bound
+from twinkit.bound import firm_arrivals, hull_segments, options, performance_bound
 
 from m2g.model.inputs import WorkloadKind
 from m2g.sim.power import PowerModel
@@ -60,3 +60,20 @@ def test_jobs_that_finish_free_their_kw_and_the_grace_is_free() -> None:
     g = performance_bound(stays, ask, E, slices=20, grace_s_trace=E / 2)
     assert g is not None and g["weightedPerformance"] > b
     assert performance_bound(stays, ask, None) is None
+
+
+def test_firm_work_started_inside_the_event_is_asked_of_the_flexible_jobs() -> None:
+    jobs = [job(3), job(3)]
+    alone = performance_bound(jobs, 4 * gpu_kw(), E, slices=10)
+    late = firm_arrivals([{"tier": 0, "gpus": 8, "kind": "training", "bound": 110.0,
+                           "finished": 130.0},
+                          {"tier": 0, "gpus": 8, "kind": "training", "bound": 90.0},  # before
+                          {"tier": 2, "gpus": 8, "kind": "training", "bound": 110.0},
+                          {"tier": 0, "gpus": 8, "kind": "training", "bound": 120.0}],
+                         100.0, 160.0, 60.0, PM)
+    # wall 110-130 and 120-160 (the event's end) → trace seconds after its start
+    assert [(a, b) for a, b, _ in late] == [(600.0, 1800.0), (1200.0, 3600.0)]
+    assert late[0][2] == pytest.approx(8 * gpu_kw())
+    both = performance_bound(jobs, 4 * gpu_kw(), E, slices=10, firm_new=late)
+    assert alone is not None and both is not None
+    assert both["weightedPerformance"] < alone["weightedPerformance"]
