@@ -17,7 +17,10 @@ Policy changes since the recording are explained, not re-recorded: health-admiss
 deferring work whose cliques are healthy but busy (the busy-clique Retry found by the twin). The
 same-plan comparison runs the shipped policies with health-admission as it was
 (tests/unit/fixtures/health-admission-busy.yaml, the policy of commit 19a52d2), and a second test
-holds the shipped policy to changing exactly those answers.
+holds the shipped policy to changing exactly those answers. The same for the planner: the
+headroom gate holds new flex-1 work back during an active event since 2026-12-02
+(``headroom_event_min_tier``); the same-plan comparisons run with it off, and a third test
+holds the default to changing exactly flex-1 admissions into site-headroom Retries.
 """
 
 from __future__ import annotations
@@ -63,9 +66,9 @@ def _diff(want: list[Any], got: list[Any], key: str) -> list[str]:
     return out[:5]
 
 
-def _plan(*, busy_health: bool) -> dict[str, Any]:
+def _plan(*, busy_health: bool, event_gate: bool = False) -> dict[str, Any]:
     """The 100-rack plan with the shipped policies (``busy_health``: health-admission as the
-    fixture was recorded with)."""
+    fixture was recorded with; ``event_gate``: the default flex-1 gate during events)."""
     texts = {p.name: p.read_text() for p in sorted((ROOT / "deploy" / "policies").glob("*.yaml"))}
     assert HEALTH in texts
     if busy_health:
@@ -74,8 +77,12 @@ def _plan(*, busy_health: bool) -> dict[str, Any]:
     objs, readings = generate(100, 2000)
     snap = build_snapshot(objs, readings, NOW, labels=LABELS)
     # pauses only: the recording predates graded curtailment (issue 12; test_curtail.py)
-    plan = make_plan(snap, evaluator, PlannerConfig(power_caps=False))
+    cfg = PlannerConfig(power_caps=False) if event_gate else PlannerConfig(
+        power_caps=False, headroom_event_min_tier=3)
+    plan = make_plan(snap, evaluator, cfg)
+    tiers = {f"{w.namespace}/{w.name}": w.view.flex_tier for w in snap.workloads}
     out: dict[str, Any] = json.loads(json.dumps(plan_record(plan), sort_keys=True, default=str))
+    out["tiers"] = tiers
     return out
 
 
@@ -105,6 +112,18 @@ def test_shipped_health_admission_changes_only_its_busy_clique_deferrals() -> No
         c["name"] for c in want["checks"] if rule in c["message"]}
     # a deferral that only the busy cliques made is now an admission
     assert any(w["state"] == "Retry" and g["state"] == "Ready" for w, g in changed)
+
+
+def test_the_event_gate_changes_only_flex1_admissions_into_headroom_retries() -> None:
+    """During the factory's event the default gate holds new flex-1 work that does not fit
+    in the room (here none: the draw is above the target); nothing else changes."""
+    before, got = _plan(busy_health=True), _plan(busy_health=True, event_gate=True)
+    assert [_diff(before[k], got[k], k) for k in ("sheds", "quotas")] == [[], []]
+    changed = [(w, g) for w, g in zip(before["checks"], got["checks"], strict=True) if w != g]
+    assert changed, "the event should hold back some flex-1 admissions"
+    for w, g in changed:
+        assert got["tiers"][f"{g['namespace']}/{g['name']}"] == 1
+        assert (w["state"], g["state"], g["policy"]) == ("Ready", "Retry", "site-headroom")
 
 
 def test_a_changed_decision_is_caught() -> None:
