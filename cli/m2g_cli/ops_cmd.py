@@ -18,7 +18,7 @@ from m2g.planner.admission import deciding
 from m2g.planner.explain import explain as explain_workload
 from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
 from m2g.policy.objects import policy_texts
-from m2g_cli import term
+from m2g_cli import names, term
 from m2g_cli.blockers import kueue_blockers, power_blockers
 from m2g_cli.selectors import SelectorError, parse_selector
 from m2g_cli.views import (
@@ -215,6 +215,8 @@ def workloads(
     except SelectorError as exc:
         term.fail(str(exc), term.USAGE)
     check_namespaces(namespace, all_namespaces)
+    names.check(namespace, "namespace", namespace=True)
+    names.check(queue, "queue")
     how = listing(no_headers, sort_by)
     view = _view(kubeconfig, context, field_selector=field_selector)
     ns = chosen_namespace(view, namespace, all_namespaces)
@@ -283,6 +285,12 @@ def explain(
 ) -> None:
     """Why a workload waits (or runs), and which single change would alter m2g's decision."""
     check_namespaces(namespace, all_namespaces)
+    prefix, slash, name = workload.rpartition("/")
+    if slash and "/" in prefix:
+        term.fail(f"workload {workload[:60]!r}: NAME or NAMESPACE/NAME", term.USAGE)
+    names.check(prefix or None, "namespace", namespace=True)
+    names.check(name, "workload name")
+    names.check(namespace, "namespace", namespace=True)
     view = _view(kubeconfig, context, prometheus)
     prefix, _, name = workload.rpartition("/")
     ns = prefix or chosen_namespace(view, namespace, all_namespaces)
