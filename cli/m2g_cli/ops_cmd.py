@@ -143,7 +143,8 @@ def _watch(kubeconfig: str | None, context: str | None, field_selector: str | No
 
     def rows_of(view: ClusterView) -> Rows:
         items = spec.items(view)
-        if documents:
+        if documents:  # "_" fields are compared for the table only (its NOTE), not printed
+            items = [{k: v for k, v in i.items() if not k.startswith("_")} for i in items]
             return keyed(items, [structured(i, output) for i in items], spec.key)
         head, body = spec.cells(view, items, output is Output.WIDE)
         return keyed(items, table(head, body, no_headers=True).splitlines() if body else [],
@@ -192,8 +193,11 @@ def _queues_watched(how: Listing) -> Watched:
     from m2g.k8s import client as k
 
     return Watched(
-        "ClusterQueues", ((k.CLUSTER_QUEUES, None), (k.LOCAL_QUEUES, None)), queue_key,
-        lambda view: sort_items(queue_rows(view.snapshot), how.sort_by),
+        "ClusterQueues", ((k.CLUSTER_QUEUES, None), (k.LOCAL_QUEUES, None),
+                          (k.GRID_EVENTS, None)), queue_key,
+        # -o wide's NOTE names the grid event in force: a row whose note changes is printed
+        lambda view: [{**r, "_note": event_note(view.snapshot)}
+                      for r in sort_items(queue_rows(view.snapshot), how.sort_by)],
         lambda view, rows, wide: queue_cells(rows, wide, event_note(view.snapshot)),
         lambda view, out: render_queues(view.snapshot, out, how))
 
