@@ -18,7 +18,7 @@ from m2g.planner.admission import deciding
 from m2g.planner.explain import explain as explain_workload
 from m2g.policy import Evaluator, PolicySetError, build, read_dir, read_texts
 from m2g.policy.objects import policy_texts
-from m2g_cli import term
+from m2g_cli import names, term
 from m2g_cli.blockers import kueue_blockers, power_blockers
 from m2g_cli.selectors import SelectorError, parse_selector
 from m2g_cli.views import (
@@ -143,7 +143,8 @@ def _watch(kubeconfig: str | None, context: str | None, field_selector: str | No
 
     def rows_of(view: ClusterView) -> Rows:
         items = spec.items(view)
-        if documents:
+        if documents:  # "_" fields are compared for the table only (its NOTE), not printed
+            items = [{k: v for k, v in i.items() if not k.startswith("_")} for i in items]
             return keyed(items, [structured(i, output) for i in items], spec.key)
         head, body = spec.cells(view, items, output is Output.WIDE)
         return keyed(items, table(head, body, no_headers=True).splitlines() if body else [],
@@ -192,8 +193,11 @@ def _queues_watched(how: Listing) -> Watched:
     from m2g.k8s import client as k
 
     return Watched(
-        "ClusterQueues", ((k.CLUSTER_QUEUES, None), (k.LOCAL_QUEUES, None)), queue_key,
-        lambda view: sort_items(queue_rows(view.snapshot), how.sort_by),
+        "ClusterQueues", ((k.CLUSTER_QUEUES, None), (k.LOCAL_QUEUES, None),
+                          (k.GRID_EVENTS, None)), queue_key,
+        # -o wide's NOTE names the grid event in force: a row whose note changes is printed
+        lambda view: [{**r, "_note": event_note(view.snapshot)}
+                      for r in sort_items(queue_rows(view.snapshot), how.sort_by)],
         lambda view, rows, wide: queue_cells(rows, wide, event_note(view.snapshot)),
         lambda view, out: render_queues(view.snapshot, out, how))
 
@@ -215,6 +219,8 @@ def workloads(
     except SelectorError as exc:
         term.fail(str(exc), term.USAGE)
     check_namespaces(namespace, all_namespaces)
+    names.check(namespace, "namespace", namespace=True)
+    names.check(queue, "queue")
     how = listing(no_headers, sort_by)
     view = _view(kubeconfig, context, field_selector=field_selector)
     ns = chosen_namespace(view, namespace, all_namespaces)
@@ -283,6 +289,12 @@ def explain(
 ) -> None:
     """Why a workload waits (or runs), and which single change would alter m2g's decision."""
     check_namespaces(namespace, all_namespaces)
+    prefix, slash, name = workload.rpartition("/")
+    if slash and "/" in prefix:
+        term.fail(f"workload {workload[:60]!r}: NAME or NAMESPACE/NAME", term.USAGE)
+    names.check(prefix or None, "namespace", namespace=True)
+    names.check(name, "workload name")
+    names.check(namespace, "namespace", namespace=True)
     view = _view(kubeconfig, context, prometheus)
     prefix, _, name = workload.rpartition("/")
     ns = prefix or chosen_namespace(view, namespace, all_namespaces)

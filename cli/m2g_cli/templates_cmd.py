@@ -123,6 +123,10 @@ def submit(
     --dry-run prints the manifests (stdout) and the admission decision m2g would make now
     (stderr), read from the cluster like `m2g explain`.
     """
+    from m2g_cli import names
+
+    names.check(namespace, "namespace", namespace=True)
+    names.check(queue, "queue")
     if namespace is None:
         from m2g.k8s.kubeconfig import context_namespace
 

@@ -147,7 +147,17 @@ async def follow_cluster(kubeconfig: str | None, context: str | None,
         raise CliError(f"cannot watch {what}: {exc}") from None
 
     def stream(res: Resource, namespace: str | None) -> Events:
-        return lambda: kube.watch(res, "", namespace=namespace)
+        if res.group != k.M2G:
+            return lambda: kube.watch(res, "", namespace=namespace)
+
+        async def optional() -> AsyncIterator[Any]:
+            """m2g's own CRDs are optional (the read warns): not served, nothing to watch."""
+            try:
+                async for event in kube.watch(res, "", namespace=namespace):
+                    yield event
+            except k.ResourceMissing:
+                await asyncio.Event().wait()
+        return optional
 
     try:
         await follow(read, [stream(r, ns) for r, ns in watched], echo, shown,

@@ -13,7 +13,7 @@ Two runners:
 * ``tests/unit/test_cli_probe.py`` runs every case in-process (typer's CliRunner): a
   regression test per case in ``make test-unit``.
 * ``python -m tests.fuzz.cli_probe`` runs every case as a subprocess of the real ``m2g`` with a
-  time limit (45 s: m2g bounds the first request at 30 s) and an address-space limit (2 GiB),
+  time limit (45 s: m2g bounds the first request at 30 s, an exec plugin at 20 s) and an address-space limit (2 GiB),
   so a hang or a memory blow-up is a failure too, and prints the counts by area and by kind
   of failure (docs/reliability.md).
 
@@ -655,6 +655,11 @@ def kubeconfigs() -> Iterator[tuple[str, str | bytes]]:
                               "      command: /bin/echo\n      args: ['{\"status\": {}}']")
     yield "exec-sleeps", kc(user="exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
                             "      command: /bin/sleep\n      args: ['600']")
+    yield "exec-sleeps-in-child", kc(user="exec:\n      apiVersion: "
+                                     "client.authentication.k8s.io/v1\n      command: /bin/sh\n"
+                                     "      args: ['-c', 'sleep 600; echo x']")
+    yield "exec-floods", kc(user="exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
+                            "      command: /usr/bin/yes")
     yield "exec-no-command", kc(user="exec:\n      apiVersion: client.authentication.k8s.io/v1")
     yield "exec-str", kc(user="exec: x")
     yield "exec-args-str", kc(user="exec:\n      apiVersion: client.authentication.k8s.io/v1\n"
@@ -853,7 +858,8 @@ def all_cases() -> list[Case]:
 
 # ---------------------------------------------------------------------- subprocess runner
 
-#: Above m2g's own bound on the first request (30 s: an exec plugin that sleeps ends there).
+#: Above m2g's own bounds: an exec plugin that sleeps is killed at 20 s ($M2G_EXEC_TIMEOUT),
+#: the first request gives up at 30 s.
 TIME_LIMIT = 45.0
 MEMORY_LIMIT = 2 << 30
 

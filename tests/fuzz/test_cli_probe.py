@@ -25,9 +25,10 @@ from m2g_controllers.run import main
 from tests.fuzz.cli_probe import Case, all_cases, materialise, verdict
 
 CASES = all_cases()
-#: Cases a subprocess runs better: an exec plugin that sleeps for 600 s would hold the test
-#: process itself (the subprocess runner checks it with its time limit).
-SUBPROCESS_ONLY = {"kubeconfig:queues-exec-sleeps", "kubeconfig:submit-exec-sleeps"}
+#: Kubeconfigs whose exec plugin never exits: in-process with a 1 s plugin bound
+#: ($M2G_EXEC_TIMEOUT; the subprocess runner keeps the default 20 s under its time limit).
+SLOW_PLUGIN = {f"kubeconfig:{cmd}-exec-{name}" for cmd in ("queues", "submit")
+               for name in ("sleeps", "sleeps-in-child")}
 
 
 def _restore(root: Path) -> None:
@@ -37,14 +38,15 @@ def _restore(root: Path) -> None:
             path.chmod(stat.S_IRWXU)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.id not in SUBPROCESS_ONLY],
-                         ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_probe_case(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                     capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "case"
     argv, env = materialise(case, root)
     monkeypatch.chdir(root)
     base = {"HOME": str(root), "KUBECONFIG": str(root / "no-kubeconfig"), "NO_COLOR": "1"}
+    if case.id in SLOW_PLUGIN:
+        base["M2G_EXEC_TIMEOUT"] = "1"
     for key in ("M2G_TEMPLATES", "M2G_PROMETHEUS_URL", "M2G_CONFIG", "KUBERNETES_SERVICE_HOST",
                 "KUBERNETES_SERVICE_PORT"):
         monkeypatch.delenv(key, raising=False)

@@ -264,7 +264,8 @@ def test_queues_w_watches_cluster_and_local_queues(fake_cluster: FakeKube) -> No
     out = _m2g("queues", "-w", "-o", "wide")
     golden("queues_watch_wide.txt", out)
     assert out.splitlines()[-1].split()[:5] == ["research", "gb300", "30/48", "(62%)", "24"]
-    assert fake_cluster.watched == {("ClusterQueue", None), ("LocalQueue", None)}
+    assert fake_cluster.watched == {("ClusterQueue", None), ("LocalQueue", None),
+                                    ("GridEvent", None)}
     docs = _json_stream(_m2g_again("queues", "-w", "-o", "json", "--no-headers"))
     assert [(d["clusterQueue"], d["usedGpus"]) for d in docs] == [
         ("prod", 40), ("research", 8), ("research", 24)]
@@ -308,3 +309,30 @@ def test_a_watch_that_fails_for_good_is_one_line_exit_1(fake_cluster: FakeKube,
     assert result.exit_code == 1, result.stdout
     assert result.stderr == ("error: watching Workloads: WATCH /apis/kueue.x-k8s.io/v1beta2/"
                              "workloads: 403 Forbidden\n")
+
+
+def test_queues_w_wide_prints_a_row_whose_grid_event_note_changed(fake_cluster: FakeKube
+                                                                   ) -> None:
+    """The NOTE (-o wide) names the grid event in force: GridEvents are watched, and a row
+    whose note changed is printed again although its quota did not change."""
+    views = _views()[:1]
+    snap = views[0].snapshot
+    quiet = dataclasses.replace(snap, factory=dataclasses.replace(snap.factory,
+                                                                  grid_events=()))
+    views.append(ClusterView(quiet, views[0].objects, namespace="ml"))
+
+    async def read(*_: Any, **__: Any) -> ClusterView:
+        if not views:
+            raise KeyboardInterrupt
+        return views.pop(0)
+
+    from m2g_cli import cluster as cli_cluster
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli_cluster, "read", read)
+        out = _m2g("queues", "-w", "-o", "wide")
+    lines = out.splitlines()
+    assert len(lines) == 5, out  # header, two rows, the two rows again without the note
+    assert [ln.split()[-1] for ln in lines[3:]] == ["-", "m2g"]
+    docs = _json_stream(_m2g_again("queues", "-w", "-o", "json"))
+    assert all("_note" not in d for d in docs)

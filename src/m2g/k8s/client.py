@@ -35,6 +35,8 @@ from m2g import yamlbounds
 from m2g.errors import M2gError
 from m2g.errors import PermanentError as PermanentError  # re-exported: one family
 from m2g.errors import RetryableError as RetryableError
+from m2g.k8s import execplugin
+from m2g.k8s.kubeconfig import merged_kubeconfig
 from m2g.k8s.kubeconfig import resolve_kubeconfig as resolve_kubeconfig  # re-exported
 
 Obj = dict[str, Any]
@@ -362,22 +364,38 @@ def check_kubeconfig(path: str) -> None:
 _MAX_KUBECONFIG = 4 << 20
 
 
+def _uses_exec(path: str) -> bool:
+    """Whether a user of the kubeconfig (any of a ``$KUBECONFIG`` list) runs an exec plugin."""
+    try:
+        users = merged_kubeconfig(path)["users"]
+    except (OSError, yaml.YAMLError, TypeError, AttributeError):
+        return False
+    return any(isinstance(u.get("user"), dict) and u["user"].get("exec") for u in users)
+
+
 async def connect(kubeconfig: str | os.PathLike[str] | None = None,
                   context: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Kube:
     """A ``Kube`` for the cluster kubectl would talk to (see ``resolve_kubeconfig``). The
-    first request (kr8s asks for ``/version``) is bounded by ``timeout`` like every other."""
+    first request (kr8s asks for ``/version``) is bounded by ``timeout`` like every other; a
+    kubeconfig exec plugin has its own bound (m2g.k8s.execplugin) on top."""
     path = resolve_kubeconfig(kubeconfig)
     if path is not None:
         for part in path.split(os.pathsep):
             check_kubeconfig(part)
+    # an exec plugin gets its own bound (m2g.k8s.execplugin), on top of the request's
+    bound = timeout + (execplugin.exec_timeout() if path and _uses_exec(path) else 0.0)
+    execplugin.install()
     try:  # kr8s reads the credentials and asks the server for its version here
         with warnings.catch_warnings(), _translated("GET", "/version"):
             warnings.filterwarnings("ignore", message="Kubernetes version", category=UserWarning)
             try:
                 api = await asyncio.wait_for(
-                    kr8s.asyncio.api(kubeconfig=path, context=context), timeout)
+                    kr8s.asyncio.api(kubeconfig=path, context=context), bound)
             except TimeoutError:
-                raise RetryableError(f"GET /version: no answer within {timeout:g}s") from None
+                raise RetryableError(f"GET /version: no answer within {bound:g}s") from None
+    except execplugin.ExecPluginError as exc:
+        raise execplugin.ExecPluginError(
+            f"cannot load Kubernetes credentials from {path}: {exc}") from None
     except KubeError:
         raise
     except yaml.YAMLError as exc:  # its text spans lines: say where, in one
@@ -386,7 +404,7 @@ async def connect(kubeconfig: str | os.PathLike[str] | None = None,
         raise PermanentError(f"{path} is not a kubeconfig: unreadable YAML{at} "
                              f"({getattr(exc, 'problem', None) or 'syntax error'})") from exc
     except (ValueError, KeyError, OSError, TypeError, AttributeError, IndexError,
-            RuntimeError) as exc:  # RuntimeError: kr8s's exec plugin exited non-zero
+            RuntimeError) as exc:
         where = path or "in-cluster service account"
         why = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise PermanentError(f"cannot load Kubernetes credentials from {where}: {why}") from exc

@@ -138,6 +138,9 @@ class PrometheusSettings(BaseModel):
 
     url: str = Field(default="http://127.0.0.1:9090", pattern=r"^https?://[^\s]+$")
     timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
+    #: The largest answer read (bytes, default 64 MiB): a larger or endless one fails that
+    #: signal (it reads as missing: the fail-safe), read no further.
+    max_response_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
     #: ``Authorization: Bearer <file's content>``, re-read when the file changes (projected
     #: ServiceAccount tokens rotate). A file that is missing is an error, never anonymous access.
     bearer_token_file: Path | None = None

@@ -111,6 +111,8 @@ class PrometheusClient:
     max_backoff_seconds: float = 2.0
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
     jitter: Callable[[], float] = field(default=random.random)
+    #: The largest answer read (bytes); a larger or endless body fails this signal.
+    max_response_bytes: int = 64 << 20
 
     async def query(self, promql: str, at: float | None = None) -> list[Sample]:
         """Evaluate ``promql`` as an instant query at ``at`` (Unix s; default: server's now),
@@ -140,7 +142,7 @@ class PrometheusClient:
         url = self.base_url.rstrip("/") + "/api/v1/query"
         where = f"Prometheus at {redact_url(self.base_url)}"
         try:
-            resp = await self.http.get(url, params=params, timeout=self.timeout_seconds)
+            resp = await self._bounded_get(url, params, where)
         except httpx.TimeoutException:
             raise _TimedOut(
                 f"{where} timed out after {self.timeout_seconds:g}s (query {promql!r})") from None
@@ -172,6 +174,24 @@ class PrometheusClient:
         scraped = {s.identity(): s.value for s in stamps}
         return [Sample(s.labels, s.value, scraped.get(s.identity(), s.timestamp))
                 for s in values]
+
+    async def _bounded_get(self, url: str, params: dict[str, str], where: str
+                           ) -> httpx.Response:
+        """GET, reading at most ``max_response_bytes`` of the body (an answer larger, or one
+        that never ends, is a ``PermanentError`` for this signal: it reads as missing)."""
+        async with self.http.stream("GET", url, params=params,
+                                    timeout=self.timeout_seconds) as resp:
+            body = bytearray()
+            async for chunk in resp.aiter_bytes():  # decoded: a gzip bomb is bounded too
+                body += chunk
+                if len(body) > self.max_response_bytes:
+                    raise PermanentError(
+                        f"{where} answered with more than {self.max_response_bytes:,} bytes "
+                        "(maxResponseBytes); the signal reads as missing")
+        headers = {k: v for k, v in resp.headers.items()
+                   if k.lower() not in ("content-encoding", "content-length")}
+        return httpx.Response(resp.status_code, headers=headers, content=bytes(body),
+                              request=resp.request)
 
     @staticmethod
     def _json(resp: httpx.Response, where: str) -> dict[str, Any]:
