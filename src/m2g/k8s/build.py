@@ -99,7 +99,9 @@ class SnapshotMemo:
     100-rack factory with 2,000 workloads these conversions were most of a snapshot
     (docs/benchmarks.md, "Controller latency")."""
 
-    nodes: dict[str, tuple[tuple[str, int, int], Node]] = field(default_factory=dict)
+    #: name → (key, node, its labels as strings).
+    nodes: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = field(
+        default_factory=dict)
     #: name → (key, state, creation time of a waiting workload: its wait time is recomputed).
     workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState,
                                datetime | None]] = field(default_factory=dict)
@@ -300,13 +302,13 @@ def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo |
     allocated = (pods or _Pods(objs, None)).allocated(iso)
     nodes: list[Node] = []
     rack_labels: dict[str, dict[str, str]] = {}
-    fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
+    fresh: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = {}
     for o in sorted(objs.nodes.values(), key=_name):
         got = iso.one("Node", o, _one_node, readings, memo, allocated, labels)
         if not got:
             continue
         name, key, n, node_labels = got
-        fresh[name] = (key, n)
+        fresh[name] = (key, n, node_labels)
         if not n.rack:
             continue
         nodes.append(n)
@@ -327,8 +329,10 @@ def _one_node(o: Obj, readings: Readings | None, memo: SnapshotMemo | None,
     xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
     key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
     hit = memo.nodes.get(name) if memo is not None and key[0] else None
-    n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid, labels)
-    return name, key, n, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    if hit is not None and hit[0] == key:  # the same resourceVersion: the same labels
+        return name, key, hit[1], hit[2]
+    return name, key, node(o, key[1], xid, labels), {
+        str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
 
 
 def _allocated(pods: Iterable[Obj], iso: Isolator) -> dict[str, int]:
