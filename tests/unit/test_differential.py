@@ -223,6 +223,26 @@ def test_class_keys_partition_as_item_classes(sample: list[PolicyInput]) -> None
         assert ClassKeys(sample).classes(fields, False, where=where) == sub
 
 
+def test_class_keys_tell_scalars_of_other_types_apart() -> None:
+    """An int's and a str's class key is the value itself (no tuple per workload): 1, True,
+    1.0 and "1" are four classes to CEL and stay four (0, False, 0.0, "" too); equal values of
+    one type are one."""
+    from types import SimpleNamespace
+
+    from m2g.policy.batch import ClassKeys
+
+    values = [1, True, 1.0, "1", 1, None, 0, False, 0.0, "", 1, "1", True]
+    items = [SimpleNamespace(workload=SimpleNamespace(priority=v)) for v in values]
+    got = ClassKeys(items).classes(["priority"], False)  # type: ignore[arg-type]
+    assert got is not None
+    reps, of = got
+    assert len(reps) == 9  # 1, True, 1.0, "1", None, 0, False, 0.0, ""
+    for i, v in enumerate(values):
+        same = [j for j, u in enumerate(values) if type(u) is type(v) and u == v]
+        assert {of[j] for j in same} == {of[i]}
+        assert sum(1 for j in range(len(values)) if of[j] == of[i]) == len(same)
+
+
 def _running(n: int, level: int = 2) -> list[PolicyInput]:
     """``n`` admitted workloads in one emergency snapshot: four tiers, a few priorities and
     every checkpoint age its own (some never checkpoint, some over two intervals)."""

@@ -32,18 +32,25 @@ from m2g.k8s.convert import (
     SITE_LEVEL,
     DomainSpec,
     Obj,
+    PodFacts,
+    WorkloadLinks,
     allocated_gpus,
+    allocated_of,
     check_names,
     cluster_queue,
     is_gpu_node,
     min_flex_tiers,
     node,
     placements,
+    placements_of,
     pod_checkpoints,
+    pod_checkpoints_of,
+    pod_facts,
     power_domain,
     resource_flavor,
     with_pod_checkpoint,
     workload,
+    workload_links,
 )
 from m2g.k8s.convert_schedule import capacity_plan, reservation
 from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
@@ -92,10 +99,80 @@ class SnapshotMemo:
     100-rack factory with 2,000 workloads these conversions were most of a snapshot
     (docs/benchmarks.md, "Controller latency")."""
 
-    nodes: dict[str, tuple[tuple[str, int, int], Node]] = field(default_factory=dict)
+    #: name → (key, node, its labels as strings).
+    nodes: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = field(
+        default_factory=dict)
     #: name → (key, state, creation time of a waiting workload: its wait time is recomputed).
     workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState,
                                datetime | None]] = field(default_factory=dict)
+    #: pod key → (resourceVersion, what the snapshot reads of it).
+    pods: dict[str, tuple[str, PodFacts]] = field(default_factory=dict)
+    #: Workload key → (resourceVersion, its owners and TAS hosts).
+    links: dict[str, tuple[str, WorkloadLinks]] = field(default_factory=dict)
+
+
+def _facts(objs: Mapping[str, Obj], convert: Any, kept: dict[str, tuple[str, Any]] | None,
+           ) -> list[Any] | None:
+    """``convert`` of every object in the mapping's order, an object whose resourceVersion
+    is unchanged from ``kept`` (updated in place) not converted again; None when any object
+    raises (the caller then reads the objects as before: the same result, rejections
+    included)."""
+    out: list[Any] = []
+    fresh: dict[str, tuple[str, Any]] = {}
+    old = kept if kept is not None else {}
+    try:
+        for key, o in objs.items():
+            rv = str((o.get("metadata") or {}).get("resourceVersion") or "")
+            hit = old.get(key) if rv else None
+            got = hit[1] if hit is not None and hit[0] == rv else convert(o)
+            if rv:
+                fresh[key] = (rv, got)
+            out.append(got)
+    except Exception:
+        return None
+    if kept is not None:
+        kept.clear()
+        kept.update(fresh)
+    return out
+
+
+class _Pods:
+    """The pods' and workloads' facts of one snapshot (m2g.k8s.convert.PodFacts), memoised
+    per resourceVersion; each None when an object cannot be read that way (then the plain
+    functions run over the raw objects, as before)."""
+
+    def __init__(self, objs: ClusterObjects, memo: SnapshotMemo | None) -> None:
+        self.objs, self.memo = objs, memo
+        self.pods: list[PodFacts] | None = _facts(objs.pods, pod_facts,
+                                                  memo.pods if memo is not None else None)
+        self._links: list[WorkloadLinks] | None = None
+        self._linked = False
+
+    def links(self) -> list[WorkloadLinks] | None:
+        if not self._linked:
+            self._linked = True
+            self._links = _facts(self.objs.workloads, workload_links,
+                                 self.memo.links if self.memo is not None else None)
+        return self._links
+
+    def allocated(self, iso: Isolator) -> dict[str, int]:
+        if self.pods is not None:
+            return allocated_of(self.pods)
+        return _allocated(self.objs.pods.values(), iso)
+
+    def placements(self, hosts: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+        links = self.links() if self.pods is not None else None
+        if self.pods is None or links is None:
+            return placements(self.objs.pods.values(), self.objs.workloads.values(), hosts)
+        return placements_of(self.pods, links, hosts)
+
+    def checkpoints(self) -> dict[str, datetime]:
+        if self.pods is not None and not any(p.checkpoint for p in self.pods):
+            return {}
+        links = self.links() if self.pods is not None else None
+        if self.pods is None or links is None:
+            return pod_checkpoints(self.objs.pods.values(), self.objs.workloads.values())
+        return pod_checkpoints_of(self.pods, links)
 
 
 def _timeless(w: WorkloadState) -> bool:
@@ -147,7 +224,8 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
                     site: str, rack_cap_kw: float, inlet_limit_c: float,
                     memo: SnapshotMemo | None, labels: L.TopologyLabels) -> ClusterSnapshot:
     iso = Isolator()
-    nodes, rack_labels = _nodes(objs, readings, memo, iso, labels)
+    pods = _Pods(objs, memo)
+    nodes, rack_labels = _nodes(objs, readings, memo, iso, labels, pods)
     specs = sorted((d for d in (iso.one("PowerDomain", o, power_domain)
                                 for o in objs.power_domains.values()) if d is not None),
                    key=lambda d: d.domain.name)
@@ -158,7 +236,7 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     factory = replace(
         _factory(objs, readings, now, nodes, racks, site_spec, domain_specs, site, iso),
         labels=effective_labels(labels, rack_labels.values()))
-    workloads = _workloads(objs, now, memo, iso)
+    workloads = _workloads(objs, now, memo, iso, pods)
     # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
     # bench/node_levers.py) while there is no window and no drained workload
     # ... and power caps: while any cap or node limit exists, or the site is near its limit
@@ -175,9 +253,8 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
         queues=_each(iso, "ClusterQueue", objs.cluster_queues, cluster_queue),
         flavors=_each(iso, "ResourceFlavor", objs.resource_flavors,
                       lambda o: resource_flavor(o, labels)),
-        placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: placements(
-            objs.pods.values(), objs.workloads.values(), _hosts(objs.nodes.values(), iso)))
-            or {}) if needed else {},
+        placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: pods.placements(
+            _hosts(objs.nodes.values(), iso))) or {}) if needed else {},
         reservations=reservations,
         capacity_plans=_each(iso, "CapacityPlan", objs.capacity_plans, capacity_plan),
         rejected=iso.unique(), node_limits=limits)
@@ -217,20 +294,21 @@ def effective_labels(labels: L.TopologyLabels,
 def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo | None,
            iso: Isolator | None = None,
            labels: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS,
+           pods: _Pods | None = None,
            ) -> tuple[list[Node], dict[str, dict[str, str]]]:
     """The GPU nodes that have a rack, by name, and each rack's first node's labels (a node
     that cannot be converted is left out: ``iso``)."""
     iso = iso or Isolator()
-    allocated = _allocated(objs.pods.values(), iso)
+    allocated = (pods or _Pods(objs, None)).allocated(iso)
     nodes: list[Node] = []
     rack_labels: dict[str, dict[str, str]] = {}
-    fresh: dict[str, tuple[tuple[str, int, int], Node]] = {}
+    fresh: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = {}
     for o in sorted(objs.nodes.values(), key=_name):
         got = iso.one("Node", o, _one_node, readings, memo, allocated, labels)
         if not got:
             continue
         name, key, n, node_labels = got
-        fresh[name] = (key, n)
+        fresh[name] = (key, n, node_labels)
         if not n.rack:
             continue
         nodes.append(n)
@@ -251,8 +329,10 @@ def _one_node(o: Obj, readings: Readings | None, memo: SnapshotMemo | None,
     xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
     key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
     hit = memo.nodes.get(name) if memo is not None and key[0] else None
-    n = hit[1] if hit is not None and hit[0] == key else node(o, key[1], xid, labels)
-    return name, key, n, {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    if hit is not None and hit[0] == key:  # the same resourceVersion: the same labels
+        return name, key, hit[1], hit[2]
+    return name, key, node(o, key[1], xid, labels), {
+        str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
 
 
 def _allocated(pods: Iterable[Obj], iso: Isolator) -> dict[str, int]:
@@ -318,7 +398,8 @@ def _factory(objs: ClusterObjects, readings: Readings | None, now: datetime,
 
 
 def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
-               iso: Isolator | None = None) -> tuple[WorkloadState, ...]:
+               iso: Isolator | None = None, pods: _Pods | None = None,
+               ) -> tuple[WorkloadState, ...]:
     iso = iso or Isolator()
     lq_map = {key: str(spec.get("clusterQueue", "")) for key, o in objs.local_queues.items()
               if isinstance(spec := o.get("spec") or {}, dict)}
@@ -328,23 +409,25 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
     lq_key = hash((frozenset(lq_map.items()), frozenset(floors.items())))
     states: list[WorkloadState] = []
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
-    pod_reports = iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: pod_checkpoints(
-        objs.pods.values(), objs.workloads.values())) or {}
+    pod_reports = iso.one("Pod", {"metadata": {"name": "*"}},
+                          lambda _: (pods or _Pods(objs, None)).checkpoints()) or {}
     for wname, o in sorted(objs.workloads.items()):
         meta = o.get("metadata") or {}
         wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
         whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
         if whit is not None and whit[0] == wkey:
             ws = _waited(whit[1], whit[2], now)
+            if wkey[0]:
+                kept[wname] = (wkey, ws, whit[2])  # the same object: its creation time kept
         else:
             got = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks,
                           tier_floors=floors)
             if got is None:
                 continue
             ws = got
-        if wkey[0]:
-            kept[wname] = (wkey, ws, None if _timeless(ws) else
-                           parse_time(meta.get("creationTimestamp")))
+            if wkey[0]:
+                kept[wname] = (wkey, ws, None if _timeless(ws) else
+                               parse_time(meta.get("creationTimestamp")))
         states.append(with_pod_checkpoint(ws, pod_reports.get(ws.key), now))
     if memo is not None:
         memo.workloads = kept

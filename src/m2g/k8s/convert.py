@@ -56,7 +56,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from m2g.k8s.annotations import (
     DRAINED_FOR,
@@ -328,6 +328,90 @@ def placements(pods: Iterable[Obj], workloads: Iterable[Obj],
         if owner is not None:
             out.setdefault(owner, set()).add(str(node_name))
     return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+class PodFacts(NamedTuple):
+    """What a snapshot reads of one Pod (``pod_facts``): the node of a bound, unfinished pod
+    ("" otherwise) and its GPUs there, its owner UIDs then its own, and the checkpoint time an
+    unfinished pod reports. A snapshot memo keeps them per resourceVersion: 56,000 pods at
+    1,400 racks were read three times a snapshot (allocated GPUs, placements, checkpoints)."""
+
+    node: str
+    gpus: int
+    uids: tuple[str, ...]
+    checkpoint: datetime | None
+
+
+def pod_facts(pod: Obj) -> PodFacts:
+    """One pod's PodFacts; raises where ``allocated_gpus``, ``placements`` or
+    ``pod_checkpoints`` could raise on it (and on some pods where they would not: the caller
+    then uses those functions themselves)."""
+    meta, spec = _meta(pod), _spec(pod)
+    at = parse_time((meta.get("annotations") or {}).get(L.LAST_CHECKPOINT))
+    terminal = _status(pod).get("phase") in TERMINAL_POD_PHASES
+    node_name = spec.get("nodeName")
+    live = str(node_name) if node_name and not terminal else ""
+    uids = (*(str(r.get("uid", "")) for r in meta.get("ownerReferences") or []),
+            str(meta.get("uid", "")))
+    return PodFacts(live, container_gpus(spec) if live else 0, uids,
+                    None if terminal else at)
+
+
+class WorkloadLinks(NamedTuple):
+    """What ``placements`` and ``pod_checkpoints`` read of one Workload: its "ns/name", the
+    owner UIDs it claims, and the hosts Kueue TAS assigned it."""
+
+    key: str
+    owners: tuple[str, ...]
+    tas: frozenset[str]
+
+
+def workload_links(wl: Obj) -> WorkloadLinks:
+    """One Workload's WorkloadLinks (raises where ``placements`` would)."""
+    return WorkloadLinks(_key(wl), tuple(_owners([wl])), frozenset(tas_hosts(wl)))
+
+
+def allocated_of(pods: Iterable[PodFacts]) -> dict[str, int]:
+    """``allocated_gpus`` from the pods' facts."""
+    out: Counter[str] = Counter()
+    for p in pods:
+        if p.node:
+            out[p.node] += p.gpus
+    return dict(out)
+
+
+def placements_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLinks],
+                  host_to_node: Mapping[str, str] | None = None) -> dict[str, tuple[str, ...]]:
+    """``placements`` from the pods' facts and the workloads' links (in the same orders)."""
+    owner_of: dict[str, str] = {}
+    out: dict[str, set[str]] = {}
+    hosts = host_to_node or {}
+    for wl in workloads:
+        owner_of.update(dict.fromkeys(wl.owners, wl.key))
+        if wl.tas:
+            out[wl.key] = {hosts.get(h, h) for h in wl.tas}
+    for p in pods if owner_of else ():
+        if not p.node:
+            continue
+        owner = next((owner_of[u] for u in p.uids if u in owner_of), None)
+        if owner is not None:
+            out.setdefault(owner, set()).add(p.node)
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def pod_checkpoints_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLinks]
+                       ) -> dict[str, datetime]:
+    """``pod_checkpoints`` from the pods' facts and the workloads' links."""
+    reports = [(p.uids, p.checkpoint) for p in pods if p.checkpoint is not None]
+    if not reports:
+        return {}
+    owner_of = {u: wl.key for wl in workloads for u in wl.owners}
+    out: dict[str, datetime] = {}
+    for uids, at in reports:
+        owner = next((owner_of[u] for u in uids if u in owner_of), None)
+        if owner is not None and (owner not in out or at > out[owner]):
+            out[owner] = at
+    return out
 
 
 # ---- m2g CRs ----------------------------------------------------------------------------
@@ -637,14 +721,25 @@ def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, 
 def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
                         now: datetime) -> WorkloadState:
     """``w`` with its checkpoint age at ``now``, counting its pods' report as well."""
-    reports = [t for t in (w.checkpoint_reported_at, pod_report) if t is not None]
-    started = w.admitted_at if w.phase is Phase.ADMITTED else None
+    reported = w.checkpoint_reported_at
+    if pod_report is not None and (reported is None or pod_report > reported):
+        reported = pod_report  # the newer of the two (max: the first of equals)
     had = w.view.checkpoint
-    ckpt = checkpoint(had.interval_seconds, max(reports, default=None), started, now)
-    if (ckpt.interval_seconds, ckpt.last_age_seconds, ckpt.reported) == (
-            had.interval_seconds, had.last_age_seconds, had.reported):
+    if w.phase is not Phase.ADMITTED or w.admitted_at is None:
+        ckpt = checkpoint(had.interval_seconds, reported, None, now)
+        if (ckpt.interval_seconds, ckpt.last_age_seconds, ckpt.reported) == (
+                had.interval_seconds, had.last_age_seconds, had.reported):
+            return w
+        return w.with_view(shallow_copy(w.view, checkpoint=ckpt))
+    # running, as ``checkpoint`` works it out: every snapshot of a running workload moves
+    # its age, so the Checkpoint is copied from the one it had instead of validated anew
+    fresh = reported is not None and reported >= w.admitted_at
+    anchor = reported if reported is not None and fresh else w.admitted_at
+    age = max(0, int((now - anchor).total_seconds()))
+    if age == had.last_age_seconds and fresh is had.reported:
         return w
-    return w.with_view(shallow_copy(w.view, checkpoint=ckpt))
+    return w.with_view(shallow_copy(w.view, checkpoint=shallow_copy(
+        had, last_age_seconds=age, reported=fresh)))
 
 
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:

@@ -389,8 +389,9 @@ def shallow_copy(model: M, **updates: Any) -> M:
     data = dict(model.__dict__)
     data.update(updates)
     object.__setattr__(copied, "__dict__", data)
-    object.__setattr__(copied, "__pydantic_fields_set__",
-                       model.__pydantic_fields_set__ | updates.keys())
+    fields_set = model.__pydantic_fields_set__  # shared when it has them (models are frozen)
+    object.__setattr__(copied, "__pydantic_fields_set__", fields_set if updates.keys()
+                       <= fields_set else fields_set | updates.keys())
     object.__setattr__(copied, "__pydantic_extra__", None)
     object.__setattr__(copied, "__pydantic_private__", None)
     return copied

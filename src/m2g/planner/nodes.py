@@ -129,13 +129,21 @@ def drain_actions(builder: InputBuilder, config: PlannerConfig,
     now = snap.now
     nodes = {n.name: n for n in snap.factory.nodes}
     due: list[tuple[WorkloadState, MaintenanceWindow]] = []
-    for w in snap.workloads:
+    of_node: dict[str, MaintenanceWindow | None] = {}  # each node's window, once
+
+    def node_window(name: str) -> MaintenanceWindow | None:
+        if name not in of_node:
+            of_node[name] = _window_of(now, nodes[name], snap.factory.maintenance,
+                                       lambda x: _lead(x, config))
+        return of_node[name]
+
+    # no window: none is due (at 1,400 racks, 60,000 admitted workloads' nodes looked at)
+    for w in snap.workloads if snap.factory.maintenance else ():
         if w.phase is not Phase.ADMITTED or w.key in skip:
             continue
         window = _earliest(
             win for name in snap.placements.get(w.key, ()) if name in nodes
-            if (win := _window_of(now, nodes[name], snap.factory.maintenance,
-                                  lambda x: _lead(x, config))) is not None)
+            if (win := node_window(name)) is not None)
         if window is None:
             continue
         if window.start > now and _finishes_before(w, window.start):

@@ -180,7 +180,8 @@ def generate(racks: int, workloads: int, seed: int = 14) -> tuple[ClusterObjects
             hist[free[host]] += 1
             pods[f"team-{t}/{o['metadata']['name']}-{p}"] = {
                 "metadata": {"name": f"{o['metadata']['name']}-{p}", "namespace": f"team-{t}",
-                             "uid": f"pod-{i}-{p}", "ownerReferences": [{"uid": f"job-{i}"}]},
+                             "uid": f"pod-{i}-{p}", "resourceVersion": str(1 + p),
+                             "ownerReferences": [{"uid": f"job-{i}"}]},
                 "spec": {"nodeName": host, "containers": [{"resources": {"requests": {
                     "nvidia.com/gpu": str(per_pod)}}}]},
                 "status": {"phase": "Running"}}

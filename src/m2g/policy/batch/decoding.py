@@ -263,9 +263,12 @@ class ClassKeys:
             try:
                 if name == "m2g__q":
                     col += [self._queue(inp) for inp in self.inputs[len(col):upto]]
-                else:
-                    col += [_key(getattr(inp.workload, name))
-                            for inp in self.inputs[len(col):upto]]
+                else:  # an int's or str's key is itself (no other type's key equals it),
+                    # another scalar's its type and value, as _key gives it
+                    col += [v if (t := type(v)) is int or t is str else
+                            (t, v) if t in _SCALARS else _key(v)
+                            for v in [getattr(inp.workload, name)
+                                      for inp in self.inputs[len(col):upto]]]
             except TypeError:  # a value _plain does not know: every item on its own
                 self._bad.add(name)
                 return None
