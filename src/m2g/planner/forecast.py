@@ -8,15 +8,30 @@ Model, per interval of ``interval_seconds`` from ``now``:
   ``kw_per_gpu``) until its expected end: admission + expected runtime
   (``m2g.io/expected-runtime-seconds``, else ``default_runtime_seconds``); work already past
   its expected end is taken to end within ``overrun_seconds``;
+* **the bind pipeline** (``pipeline``): the admitted GPUs the nodes do not hold yet are the
+  most recently admitted workloads'; the GPUs the nodes bound of the work admitted within the
+  planner's ``settle_max_seconds`` give the bind rate, and the waiting workloads draw — and
+  their runtimes start — in admission order at that rate (no rate known: each after as long
+  as the oldest has waited). Their mean admission → drawing time is the ``lag`` that work
+  admitted from now waits too;
 * **the queue** is started in admission order (priority, then longest wait) at the first
   interval start with room: healthy GPUs, less maintenance windows' nodes, less what
   reservations hold (a reservation's named workloads start at its start), less a GPU
-  CapacityPlan's cap; work is not started into a kW CapacityPlan or grid limit it would exceed;
+  CapacityPlan's cap; it draws after the lag; the tiers demand response holds back
+  (the planner's ``headroom_min_tier``) are not started into a kW CapacityPlan or grid limit
+  they would exceed;
 * **idle GPUs** draw ``idle_kw_per_gpu``; a fresh site reading calibrates a constant offset
   (the measured draw less the model's at ``now``: the trays' CPUs, NICs, switches; at ``now``
   admitted work draws only on the GPUs its pods hold: the nodes' allocated GPUs);
-* **limits**: a grid event's kW limit or a kW CapacityPlan caps the site's kW (m2g sheds the
-  flexible work above it); the capped part is reported as ``shedKw``;
+* **limits** (a grid event's kW limit, a kW CapacityPlan), per time step (``substeps`` per
+  interval: a limit may start or end inside one), as m2g meets them (``_pace``, with the
+  planner's settings, ``planner``): it wants off what the site draws above the limit, at most
+  what its levers reach — pausing the tiers from ``shed_min_tier`` (tier 1 too in a level-3
+  event) saves their kW less the idle kW their GPUs keep drawing, capping the other flexible
+  tiers what their flex allowance pays for over the limit's length (``cap_fraction``), tier
+  0 nothing —; it moves at its ramp, a shed shows ``settle_seconds`` after it is decided, a
+  restore the lag plus half the Retry hold after (held work is asked, admitted and bound
+  again). The mean kW held down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
   (1 ∓ ``kw_spread``) (unknown runtimes: ``unknown_runtime_spread``);
 * **flexible kW**: per flex tier (1-3), the kW of that tier's running work (what could be shed
@@ -24,8 +39,11 @@ Model, per interval of ``interval_seconds`` from ``now``:
 * **new work** (``new_work``): work not yet submitted. ``NONE``: none (the forecast is the
   committed work only, ``committed_kw``); ``PERSIST``: the site keeps the GPU level it holds
   now (running work plus what the queue starts at ``now``, at most the interval's room), the
-  GPUs that committed work leaves free are taken by new work with the kW per GPU and the flex
-  tier mix of the work the site holds now (a persistence forecast of demand).
+  GPUs that committed work leaves free are taken by new work (a persistence forecast of
+  demand) with the kW per GPU and flex-tier mix of the queue's work (what arrives next; the
+  work held now when nothing waits). Each of its jobs holds its GPUs for the lag before it
+  draws: of the GPUs it holds, R / (R + lag) draw (``_draw_share``; R: the queue's GPU-weighted
+  mean expected runtime).
 
 Domains: a workload's kW goes to the power domains of the nodes it is on (placements), else in
 proportion to the GPUs allocated per domain at ``now`` (queued work: to healthy GPUs).
@@ -379,14 +397,15 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
           lag: timedelta, offset: float) -> list[float]:
     """The mean kW m2g holds down in each interval for the limits, as m2g does it.
 
-    In each time step the kW m2g wants off the site are what it draws above the limit, at
-    most what its levers reach (``_Run.reach``: pausing the tiers it pauses saves their kW
-    less the idle kW their GPUs keep drawing — the planner's ``shed_saving_fraction`` —,
-    capping the others what their flex allowance pays for, tier 0 nothing). m2g moves towards that at its ramp
-    (``ramp_kw_per_second``, both ways); a shed shows in the site's draw ``settle_seconds``
-    after it is decided (the pods stop), and a restore only after the pipeline's ``lag`` plus,
-    on average, half of ``max_retry_hold_seconds`` (the held work is asked again, admitted
-    again and bound again): kW decided off stay off in the draw until then."""
+    In each time step (``substeps`` per interval) the kW m2g wants off the site are what it
+    draws above the limit in force then, at most what its levers reach (``_Run.reach``:
+    pausing the tiers it pauses saves their kW less the idle kW their GPUs keep drawing — the
+    planner's ``shed_saving_fraction`` —, capping the others what their flex allowance pays
+    for, tier 0 nothing). m2g moves towards that at its ramp (``ramp_kw_per_second``, both
+    ways); a shed shows in the site's draw ``settle_seconds`` after it is decided (the pods
+    stop), a restore only after the pipeline's ``lag`` plus, on average, half of
+    ``max_retry_hold_seconds`` (held work is asked again, admitted again and bound again):
+    kW decided off stay off in the draw until then."""
     p = cfg.planner
     steps = max(1, cfg.substeps)
     dt = cfg.interval_seconds / steps
