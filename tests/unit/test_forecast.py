@@ -16,8 +16,15 @@ from m2g.model.inputs import WorkloadKind, WorkloadView
 from m2g.model.schedule import CapacityPlan, CapUnit, Reservation
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curves import kind_curve
-from m2g.planner.forecast import (KIND_KW_PER_GPU, ForecastConfig, NewWork, bind_lag,
-                                  cap_fraction, forecast, pipeline)
+from m2g.planner.forecast import (
+    KIND_KW_PER_GPU,
+    ForecastConfig,
+    NewWork,
+    bind_lag,
+    cap_fraction,
+    forecast,
+    pipeline,
+)
 from m2g.sim.power import PowerModel
 from m2g_cli.app import app
 from m2g_cli.forecast_view import ForecastOutput, plot, render
