@@ -37,7 +37,8 @@ def load_window(path: Path) -> MaintenanceWindow:
 
 def _planner() -> PlannerConfig:
     """The planner's knobs of ``$M2G_CONFIG`` (the site configuration), else the defaults:
-    the forecast's default runtime is the one the controller decides with."""
+    the forecast's default runtime, pacing (ramp, settle, Retry hold) and levers (caps,
+    pauses) are the ones the controller decides with."""
     from m2g_cli.cluster import CliError, site_config
 
     try:
@@ -70,7 +71,8 @@ def forecast_cmd(
     planner = _planner()
     cfg = ForecastConfig(horizon_hours=hours, interval_seconds=interval, new_work=new_work,
                          default_runtime_seconds=planner.default_runtime_seconds,
-                         reservation_lead_seconds=planner.reservation_lead_seconds)
+                         reservation_lead_seconds=planner.reservation_lead_seconds,
+                         planner=planner)
     fc = forecast(snap, cfg)
     other = forecast(snap, cfg, extra_windows=(window,)) if window else None
     typer.echo(render(fc, output, other), nl=False)

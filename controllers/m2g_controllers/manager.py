@@ -336,7 +336,7 @@ class Manager:
         fc = forecast(snap, ForecastConfig(
             default_runtime_seconds=self.config.default_runtime_seconds,
             reservation_lead_seconds=self.config.reservation_lead_seconds,
-            new_work=NewWork.PERSIST))
+            new_work=NewWork.PERSIST, planner=self.config))
         m = self.metrics
         for h, i in enumerate(fc.intervals):
             ahead = str(h)

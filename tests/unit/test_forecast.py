@@ -14,7 +14,17 @@ from m2g.model.cluster import ClusterSnapshot, FlavorQuota, Phase, QueueState, W
 from m2g.model.factory import FactorySnapshot, GridEvent, MaintenanceWindow, Node, Rack, Reading
 from m2g.model.inputs import WorkloadKind, WorkloadView
 from m2g.model.schedule import CapacityPlan, CapUnit, Reservation
-from m2g.planner.forecast import KIND_KW_PER_GPU, ForecastConfig, NewWork, bind_lag, forecast
+from m2g.planner.config import PlannerConfig
+from m2g.planner.curves import kind_curve
+from m2g.planner.forecast import (
+    KIND_KW_PER_GPU,
+    ForecastConfig,
+    NewWork,
+    bind_lag,
+    cap_fraction,
+    forecast,
+    pipeline,
+)
 from m2g.sim.power import PowerModel
 from m2g_cli.app import app
 from m2g_cli.forecast_view import ForecastOutput, plot, render
@@ -234,3 +244,168 @@ def test_admitted_work_whose_pods_do_not_run_yet_draws_after_the_bind_lag() -> N
                    ForecastConfig(horizon_hours=1, interval_seconds=600))
     assert cal.calibration_kw == pytest.approx(5.0, abs=1e-2)
     assert bind_lag(snap(RUNNING), 72) == (timedelta(0), frozenset())
+
+
+# ---- following m2g: limits per time step, the levers' reach, the planner's pacing, the bind
+# pipeline and new work (issue 13, docs/forecast.md "Model")
+
+FLEX2 = wl("flex2", Phase.ADMITTED, 72, 4 * 3600, tier=2)  # on rack-0's 72 allocated GPUs
+FULL = 72 * KW + 72 * IDLE  # the site with it running, no calibration
+
+
+def _event(start: float, end: float, kw: float, level: int = 0) -> GridEvent:
+    return GridEvent("dr", NOW + timedelta(seconds=start), NOW + timedelta(seconds=end),
+                     target_kw=kw, level=level)
+
+
+def _fast(**knobs: float) -> PlannerConfig:
+    """Sheds that show at once (no settle, an unbounded ramp, no Retry hold), unless set."""
+    base: dict[str, float] = {"settle_seconds": 0.0, "ramp_kw_per_second": 1e6,
+                              "max_retry_hold_seconds": 0}
+    base.update(knobs)
+    return PlannerConfig(**base)  # type: ignore[arg-type]
+
+
+def test_a_limit_starting_inside_an_interval_holds_only_that_part() -> None:
+    """An event from 1 h 30 min: hour 1 is limited half of the time (before: all of it,
+    from the limit at the interval's middle)."""
+    ev = _event(5400, 3 * 3600, 80.0)
+    fc = forecast(snap(FLEX2, f=factory(events=(ev,))),
+                  ForecastConfig(horizon_hours=4, planner=_fast()))
+    assert fc.intervals[0].site_kw == pytest.approx(FULL, abs=1e-3)
+    assert fc.intervals[1].site_kw == pytest.approx((FULL + 80.0) / 2, abs=1e-3)
+    assert fc.intervals[1].shed_kw == pytest.approx((FULL - 80.0) / 2, abs=1e-3)
+    assert fc.intervals[1].limit_kw == 80.0
+    assert fc.intervals[2].site_kw == pytest.approx(80.0, abs=1e-3)
+    assert fc.intervals[3].site_kw == pytest.approx(FULL, abs=1e-3)
+
+
+def test_pausing_saves_the_kw_above_idle_and_tier_1_is_only_capped() -> None:
+    """A limit below what the levers reach: a paused job's GPUs keep drawing idle; tier 1 is
+    not paused outside a level-3 event, only capped within its flex allowance; tier 0 is
+    never touched."""
+    ev = (_event(0, 3600, 10.0),)
+    cfg = ForecastConfig(horizon_hours=1, planner=_fast())
+    paused = forecast(snap(FLEX2, f=factory(events=ev)), cfg)
+    assert paused.intervals[0].site_kw == pytest.approx(144 * IDLE, abs=1e-3)
+    tier1 = wl("flex2", Phase.ADMITTED, 72, 4 * 3600, tier=1)
+    capped = forecast(snap(tier1, f=factory(events=ev)), cfg)
+    curve = kind_curve(WorkloadKind.TRAINING)
+    rate = 0.10 * 4 * 3600 / 3600  # its 10 % over a 4 h life, spent over the 1 h event
+    deepest = min(c for c in PlannerConfig().cap_levels if 1 - curve.throughput(c) <= rate)
+    assert 0.0 < 1 - curve.power(deepest) < KW - IDLE
+    assert capped.intervals[0].site_kw == pytest.approx(
+        FULL - 72 * KW * (1 - curve.power(deepest)), abs=1e-3)
+    emergency = forecast(snap(tier1, f=factory(events=(_event(0, 3600, 10.0, level=3),))),
+                         cfg)
+    assert emergency.intervals[0].site_kw == pytest.approx(144 * IDLE, abs=1e-3)
+    firm = forecast(snap(replace(FLEX2, view=FLEX2.view.model_copy(update={"flex_tier": 0})),
+                         f=factory(events=ev)), cfg)
+    assert firm.intervals[0].site_kw == pytest.approx(FULL, abs=1e-3)
+
+
+def test_a_cap_reaches_what_the_flex_allowance_pays_for_over_the_limit() -> None:
+    kind = WorkloadKind.TRAINING
+    planner = PlannerConfig()
+    assert cap_fraction(kind, 0, 36000, 3600, planner) == 0.0
+    short = cap_fraction(kind, 1, 3600, 3600, planner)  # 10 % over the limit itself
+    long = cap_fraction(kind, 1, 36000, 3600, planner)  # its life spent over a short limit
+    assert 0.0 < short < long
+    assert long == pytest.approx(1 - kind_curve(kind).power(min(planner.cap_levels)))
+
+
+def test_sheds_show_after_the_settle_time_and_follow_the_ramp() -> None:
+    """One-minute intervals (a compressed replay): a shed decided at the event's start shows
+    in the draw settle_seconds later; at a slow ramp it takes longer still."""
+    ev = (_event(60, 600, 80.0),)
+    cfg = ForecastConfig(horizon_hours=4 / 60, interval_seconds=60)
+    s = snap(FLEX2, f=factory(events=ev))
+    now = forecast(s, replace(cfg, planner=_fast()))
+    assert [round(i.site_kw, 3) for i in now.intervals] == [round(FULL, 3), 80.0, 80.0, 80.0]
+    late = forecast(s, replace(cfg, planner=_fast(settle_seconds=60)))
+    assert late.intervals[1].site_kw == pytest.approx(FULL, abs=1e-3)
+    assert late.intervals[2].site_kw == pytest.approx(80.0, abs=1e-3)
+    slow = forecast(s, replace(cfg, planner=_fast(ramp_kw_per_second=0.1)))  # 6 kW a minute
+    assert FULL - 6.0 < slow.intervals[1].site_kw < FULL
+    assert slow.intervals[3].site_kw > 80.0
+
+
+def test_held_work_draws_again_after_the_lag_and_half_the_retry_hold() -> None:
+    """After the limit, what m2g held off comes back only once it is asked again (half the
+    Retry hold on average) and bound again (the pipeline's lag: none here)."""
+    ev = (_event(60, 120, 80.0),)
+    cfg = ForecastConfig(horizon_hours=4 / 60, interval_seconds=60)
+    s = snap(FLEX2, f=factory(events=ev))
+    at_once = forecast(s, replace(cfg, planner=_fast()))
+    assert at_once.intervals[2].site_kw == pytest.approx(FULL, abs=1e-3)
+    held = forecast(s, replace(cfg, planner=_fast(max_retry_hold_seconds=60)))
+    assert held.intervals[1].site_kw == pytest.approx(80.0, abs=1e-3)
+    assert held.intervals[2].site_kw == pytest.approx((FULL + 80.0) / 2, abs=1e-3)
+    assert held.intervals[3].site_kw == pytest.approx(FULL, abs=1e-3)
+
+
+def _allocated(gpus: int) -> FactorySnapshot:
+    nodes = tuple(Node(f"r{r}-n{i}", f"rack-{r}", clique=f"rack-{r}",
+                       gpus_allocated=4 if r * 18 + i < gpus // 4 else 0)
+                  for r in range(2) for i in range(18))
+    racks = tuple(Rack(f"rack-{r}", "b0", f"pd-{r}", clique=f"rack-{r}") for r in range(2))
+    return FactorySnapshot(now=NOW, racks=racks, nodes=nodes)
+
+
+def test_the_bind_rate_paces_the_work_not_running_yet() -> None:
+    """Of the work admitted in the last settle_max_seconds (300 s), the nodes bound 36 GPUs
+    in 200 s: 0.18 GPU/s. The two jobs still waiting draw in admission order at that rate,
+    200 s and 400 s from now, not as soon as they have waited as long as the oldest (100 s).
+    """
+    a = wl("a", Phase.ADMITTED, 36, 3600, ago=200)
+    b = wl("b", Phase.ADMITTED, 36, 3600, ago=100)
+    c = wl("c", Phase.ADMITTED, 36, 3600, ago=50)
+    s = replace(snap(RUNNING, a, b, c), factory=_allocated(108))
+    pipe = pipeline(s, 108, 300)
+    assert pipe.rate == pytest.approx(36 / 200)
+    assert pipe.draw_at == {"team/b": NOW + timedelta(seconds=200),
+                            "team/c": NOW + timedelta(seconds=400)}
+    assert pipe.lag == timedelta(seconds=(300 + 450) / 2)
+    fc = forecast(s, ForecastConfig(horizon_hours=1 / 6, interval_seconds=200))
+    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [108, 144, 180]
+    # nothing bound in the window: the lower bound of bind_lag, as before
+    assert pipeline(s, 72, 300).rate is None
+
+
+def test_new_work_draws_on_the_share_its_runtime_leaves_after_the_lag() -> None:
+    """No pod bound yet: the admitted job has waited 120 s (the lag). New work holds its GPUs
+    that long before each of its jobs draws: with the queue's runtime of 360 s, 360 / 480 of
+    the GPUs it holds draw."""
+    a = wl("a", Phase.ADMITTED, 72, 600, ago=120)
+    q = wl("q", Phase.PENDING, 36, 360)
+    cfg = ForecastConfig(horizon_hours=2, new_work=NewWork.PERSIST)
+    fc = forecast(replace(snap(a, q), factory=_allocated(0)), cfg)
+    late = fc.intervals[1]  # both have ended: new work only
+    assert late.new_work_gpus == pytest.approx(72, abs=1e-2)
+    assert late.busy_gpus == pytest.approx(72 * 360 / 480, abs=1e-2)
+    assert late.site_kw == pytest.approx(54 * KW + (144 - 54) * IDLE, abs=1e-2)
+
+
+def test_new_work_takes_the_queues_mix() -> None:
+    """The work running now is tier 0; what waits (what arrives next) is tier-2 data
+    processing: new work has its kW per GPU and tier."""
+    q = replace(wl("q", Phase.PENDING, 36, 7200, tier=2),
+                view=wl("q", Phase.PENDING, 36, 7200, tier=2).view.model_copy(
+                    update={"kind": WorkloadKind.DATA_PROCESSING}))
+    cfg = ForecastConfig(horizon_hours=3, new_work=NewWork.PERSIST)
+    fc = forecast(snap(RUNNING, q), cfg)
+    per_gpu = KIND_KW_PER_GPU[WorkloadKind.DATA_PROCESSING]
+    late = fc.intervals[1]  # RUNNING has ended; q runs; new work takes RUNNING's 72 GPUs
+    assert late.new_work_gpus == pytest.approx(72 - 36, abs=1e-2)
+    assert late.flex_kw[2] == pytest.approx(72 * per_gpu, abs=1e-2)
+
+
+def test_tier_1_queued_work_starts_under_a_limit() -> None:
+    """Demand response holds back flex >= 2 (headroom_min_tier) under a limit, not tier 1."""
+    ev = (_event(0, 7200, 10.0),)
+    one = forecast(snap(wl("one", Phase.PENDING, 36, 3600, tier=1), f=factory(events=ev)),
+                   ForecastConfig(horizon_hours=1, planner=_fast()))
+    assert one.intervals[0].busy_gpus == pytest.approx(36)
+    two = forecast(snap(wl("two", Phase.PENDING, 36, 3600, tier=2), f=factory(events=ev)),
+                   ForecastConfig(horizon_hours=1, planner=_fast()))
+    assert two.intervals[0].busy_gpus == 0

@@ -8,15 +8,30 @@ Model, per interval of ``interval_seconds`` from ``now``:
   ``kw_per_gpu``) until its expected end: admission + expected runtime
   (``m2g.io/expected-runtime-seconds``, else ``default_runtime_seconds``); work already past
   its expected end is taken to end within ``overrun_seconds``;
+* **the bind pipeline** (``pipeline``): the admitted GPUs the nodes do not hold yet are the
+  most recently admitted workloads'; the GPUs the nodes bound of the work admitted within the
+  planner's ``settle_max_seconds`` give the bind rate, and the waiting workloads draw — and
+  their runtimes start — in admission order at that rate (no rate known: each after as long
+  as the oldest has waited). Their mean admission → drawing time is the ``lag`` that work
+  admitted from now waits too;
 * **the queue** is started in admission order (priority, then longest wait) at the first
   interval start with room: healthy GPUs, less maintenance windows' nodes, less what
   reservations hold (a reservation's named workloads start at its start), less a GPU
-  CapacityPlan's cap; work is not started into a kW CapacityPlan or grid limit it would exceed;
+  CapacityPlan's cap; it draws after the lag; the tiers demand response holds back
+  (the planner's ``headroom_min_tier``) are not started into a kW CapacityPlan or grid limit
+  they would exceed;
 * **idle GPUs** draw ``idle_kw_per_gpu``; a fresh site reading calibrates a constant offset
   (the measured draw less the model's at ``now``: the trays' CPUs, NICs, switches; at ``now``
   admitted work draws only on the GPUs its pods hold: the nodes' allocated GPUs);
-* **limits**: a grid event's kW limit or a kW CapacityPlan caps the site's kW (m2g sheds the
-  flexible work above it); the capped part is reported as ``shedKw``;
+* **limits** (a grid event's kW limit, a kW CapacityPlan), per time step (``substeps`` per
+  interval: a limit may start or end inside one), as m2g meets them (``_pace``, with the
+  planner's settings, ``planner``): it wants off what the site draws above the limit, at most
+  what its levers reach — pausing the tiers from ``shed_min_tier`` (tier 1 too in a level-3
+  event) saves their kW less the idle kW their GPUs keep drawing, capping the other flexible
+  tiers what their flex allowance pays for over the limit's length (``cap_fraction``), tier
+  0 nothing —; it moves at its ramp, a shed shows ``settle_seconds`` after it is decided, a
+  restore the lag plus half the Retry hold after (held work is asked, admitted and bound
+  again). The mean kW held down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
   (1 ∓ ``kw_spread``) (unknown runtimes: ``unknown_runtime_spread``);
 * **flexible kW**: per flex tier (1-3), the kW of that tier's running work (what could be shed
@@ -24,8 +39,11 @@ Model, per interval of ``interval_seconds`` from ``now``:
 * **new work** (``new_work``): work not yet submitted. ``NONE``: none (the forecast is the
   committed work only, ``committed_kw``); ``PERSIST``: the site keeps the GPU level it holds
   now (running work plus what the queue starts at ``now``, at most the interval's room), the
-  GPUs that committed work leaves free are taken by new work with the kW per GPU and the flex
-  tier mix of the work the site holds now (a persistence forecast of demand).
+  GPUs that committed work leaves free are taken by new work (a persistence forecast of
+  demand) with the kW per GPU and flex-tier mix of the queue's work (what arrives next; the
+  work held now when nothing waits). Each of its jobs holds its GPUs for the lag before it
+  draws: of the GPUs it holds, R / (R + lag) draw (``_draw_share``; R: the queue's GPU-weighted
+  mean expected runtime).
 
 Domains: a workload's kW goes to the power domains of the nodes it is on (placements), else in
 proportion to the GPUs allocated per domain at ``now`` (queued work: to healthy GPUs).
@@ -44,6 +62,8 @@ from m2g.model.factory import MaintenanceWindow
 from m2g.model.inputs import WorkloadKind
 from m2g.model.labels import GPU_RESOURCE
 from m2g.model.schedule import CapUnit, Reservation
+from m2g.planner.config import PlannerConfig
+from m2g.planner.curves import kind_curve
 from m2g.planner.reservations import owns
 
 K = WorkloadKind
@@ -77,6 +97,17 @@ class ForecastConfig:
     reservation_lead_seconds: float = 3600.0
     new_work: NewWork = NewWork.NONE
     new_work_spread: float = 0.15  # the bands: the new work's GPU level × (1 ∓ this)
+    #: The planner's knobs the forecast follows m2g by (its pacing: ``ramp_kw_per_second``,
+    #: ``settle_seconds``, ``max_retry_hold_seconds``, ``settle_max_seconds``; its levers:
+    #: ``shed_saving_fraction``, ``cap_levels``, ``flex_allowance``, ``headroom_min_tier``,
+    #: ``cap_horizon_seconds``): the site configuration's, as the controller decides with.
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    #: The lowest flex tier m2g pauses for a grid limit (the shipped checkpoint-preemption:
+    #: tier 1 only in a level-3 emergency, then this less one); tiers below it are only capped.
+    shed_min_tier: int = 2
+    #: Time steps per interval for limits and m2g's pacing (a limit starting or ending inside
+    #: an interval, the delay before sheds show, the restore after it).
+    substeps: int = 20
 
     @property
     def overrun(self) -> float:
@@ -124,6 +155,7 @@ class _Job:
     domains: Mapping[str, float]  # domain → share
     queue: str = ""  # its ClusterQueue
     draw_from: datetime | None = None  # admitted, its pods bound (drawing) from then
+    cap_kw: float = 0.0  # what m2g's caps can take off it (its flex allowance, cap ladder)
 
     @property
     def drawing(self) -> datetime:
@@ -145,10 +177,80 @@ def job_kw(w: WorkloadState, cfg: ForecastConfig) -> float:
     return w.view.estimated_kw or w.view.gpus * per_gpu
 
 
+def cap_fraction(kind: WorkloadKind, tier: int, runtime: float, horizon: float,
+                 planner: PlannerConfig) -> float:
+    """The share of a job's kW m2g's power caps can take off it for a limit lasting
+    ``horizon`` seconds (m2g.planner.curtail): the deepest of ``cap_levels`` whose throughput
+    loss its tier's flex allowance pays for, the allowance being an average over the job's
+    life (at least the horizon) spent over the horizon; its kind's measured curve."""
+    if tier <= 0 or horizon <= 0:
+        return 0.0
+    allowance = planner.flex_allowance[min(tier, len(planner.flex_allowance) - 1)]
+    rate = allowance * max(runtime, horizon) / horizon
+    curve = kind_curve(kind)
+    saved = [1.0 - curve.power(c) for c in planner.cap_levels
+             if 1.0 - curve.throughput(c) <= rate + 1e-9]
+    return max(0.0, max(saved, default=0.0))
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """How fast admitted work starts drawing here, learned from one snapshot (``pipeline``).
+
+    ``lag``: admission → drawing for work admitted from now (the queue, new work, work m2g
+    restores); ``draw_at``: when each admitted workload whose pods are not bound yet is
+    expected to draw; ``rate``: the GPUs per second the nodes bound lately (None: unknown)."""
+
+    lag: timedelta = timedelta(0)
+    draw_at: Mapping[str, datetime] = field(default_factory=dict)
+    rate: float | None = None
+
+    @property
+    def unbound(self) -> frozenset[str]:
+        return frozenset(self.draw_at)
+
+
+def pipeline(snap: ClusterSnapshot, allocated: float, window_seconds: float) -> Pipeline:
+    """The bind pipeline from this snapshot. The admitted GPUs the nodes do not hold yet are
+    the most recently admitted workloads' (pods bind in admission order). Of the work admitted
+    within ``window_seconds`` (the planner's ``settle_max_seconds``), the GPUs the nodes hold
+    were bound since the oldest such admission: that is the bind rate; the waiting workloads
+    bind in admission order at that rate (each draws when the GPUs before it and its own are
+    bound), and ``lag`` is their mean (GPU-weighted) admission → drawing time. No bound work in
+    the window (no rate): every waiting workload waits as long as the oldest has so far (a
+    lower bound)."""
+    lag, unbound = bind_lag(snap, allocated)
+    if not unbound:
+        return Pipeline()
+    now = snap.now
+    waiting = sorted((w for w in snap.workloads if w.key in unbound),
+                     key=lambda w: (w.admitted_at or now, w.key))
+    since = now - timedelta(seconds=window_seconds)
+    recent = [w for w in snap.workloads if w.phase is Phase.ADMITTED
+              and (w.admitted_at or now) >= since]
+    bound = sum(w.view.gpus for w in recent) - sum(w.view.gpus for w in waiting)
+    first = min((w.admitted_at or now for w in recent), default=now)
+    span = (now - first).total_seconds()
+    if bound <= 0 or span <= 0:
+        return Pipeline(lag, {w.key: max(now, (w.admitted_at or now) + lag) for w in waiting})
+    rate = bound / span
+    draw_at: dict[str, datetime] = {}
+    cum = total = weighted = 0.0
+    for w in waiting:
+        cum += w.view.gpus
+        at = now + timedelta(seconds=cum / rate)
+        draw_at[w.key] = at
+        weighted += w.view.gpus * (at - (w.admitted_at or now)).total_seconds()
+        total += w.view.gpus
+    mean = timedelta(seconds=weighted / total) if total else lag
+    return Pipeline(max(lag, mean), draw_at, rate)
+
+
 class _Site:
     """What the simulation needs of the factory, computed once."""
 
-    def __init__(self, snap: ClusterSnapshot, windows: tuple[MaintenanceWindow, ...]) -> None:
+    def __init__(self, snap: ClusterSnapshot, windows: tuple[MaintenanceWindow, ...],
+                 cfg: ForecastConfig) -> None:
         f = snap.factory
         self.pd_of_rack = {r.name: r.power_domain or "" for r in f.racks}
         self.pd_of_node = {n.name: self.pd_of_rack.get(n.rack, "") for n in f.nodes}
@@ -165,6 +267,9 @@ class _Site:
         self.allocated = sum(alloc.values())  # GPUs held by bound pods now
         self.healthy_share = _shares(healthy)
         self.healthy_by_pd = healthy
+        self.pipe = pipeline(snap, self.allocated, cfg.planner.settle_max_seconds)
+        self.draw_share = _draw_share(snap, cfg, self.pipe.lag)
+        self.limit_seconds = cfg.planner.cap_horizon_seconds  # set by forecast(): episodes
 
     def covered_gpus(self, t0: datetime, t1: datetime) -> int:
         down = {n.name: n.healthy_gpus for w in self.windows if w.start < t1 and t0 < w.end
@@ -180,9 +285,52 @@ class _Site:
         return _shares(got)
 
 
+def _draw_share(snap: ClusterSnapshot, cfg: ForecastConfig, lag: timedelta) -> float:
+    """The share of the GPUs new work holds that draw: each of its jobs holds its GPUs for the
+    pipeline's lag before it draws, then for its runtime; with the GPU-weighted mean runtime
+    R of the queue's work (what arrives next; else of the admitted work) and the lag L, R / (R
+    + L) of them draw at any time (1 without a lag)."""
+    wait = lag.total_seconds()
+    if wait <= 0:
+        return 1.0
+    sample = _queue(snap) or [w for w in snap.workloads if w.phase is Phase.ADMITTED]
+    gpus = sum(w.view.gpus for w in sample)
+    if gpus <= 0:
+        return 1.0
+    mean = sum(w.view.gpus * float(w.view.expected_runtime_seconds
+                                   or cfg.default_runtime_seconds) for w in sample) / gpus
+    return mean / (mean + wait) if mean > 0 else 1.0
+
+
 def _shares(weights: Mapping[str, float]) -> dict[str, float]:
     total = sum(weights.values())
     return {k: v / total for k, v in weights.items() if v > 0} if total > 0 else {}
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """The lowest site kW limit in force at one moment, and the lowest tier m2g pauses for
+    it."""
+
+    kw: float
+    pause_tier: int
+
+
+def _limit_at(snap: ClusterSnapshot, t: datetime, pause_tier: int) -> _Limit | None:
+    events = [e for e in snap.factory.grid_events if e.start <= t < e.end and e.target() > 0]
+    limits = [e.target() for e in events]
+    limits += [v for p in snap.capacity_plans if p.unit is CapUnit.KW and p.domain in (
+        "", snap.factory.site) and (v := p.at(t)) is not None]
+    if not limits:
+        return None
+    severe = any(e.level >= 3 for e in snap.factory.grid_events if e.start <= t < e.end)
+    return _Limit(min(limits), max(1, pause_tier - 1) if severe else pause_tier)
+
+
+def _limit(snap: ClusterSnapshot, t0: datetime, t1: datetime) -> float | None:
+    """The lowest site kW limit in force at the interval's middle (grid events, kW plans)."""
+    got = _limit_at(snap, t0 + (t1 - t0) / 2, 1)
+    return None if got is None else got.kw
 
 
 def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
@@ -190,9 +338,14 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
     """The forecast from ``snap`` (``extra_windows``: proposed maintenance windows)."""
     cfg = cfg or ForecastConfig()
     windows = snap.factory.maintenance + extra_windows
-    site = _Site(snap, windows)
+    site = _Site(snap, windows, cfg)
     n = max(1, math.ceil(cfg.horizon_hours * 3600 / cfg.interval_seconds))
     bounds = [snap.now + timedelta(seconds=cfg.interval_seconds * i) for i in range(n + 1)]
+    steps = max(1, cfg.substeps)
+    dt = cfg.interval_seconds / steps
+    limits = [[_limit_at(snap, bounds[i] + timedelta(seconds=dt * (k + 0.5)), cfg.shed_min_tier)
+               for k in range(steps)] for i in range(n)]
+    site.limit_seconds = _longest_episode(limits, dt) or cfg.planner.cap_horizon_seconds
     central = _run(snap, cfg, site, bounds, 1.0, 1.0)
     low = _run(snap, cfg, site, bounds, 0.99, 1 - cfg.kw_spread)
     high = _run(snap, cfg, site, bounds, 1.01, 1 + cfg.kw_spread)
@@ -204,21 +357,23 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
                      "outside the GPU model")
     else:
         notes.append("site draw stale or missing: no calibration (GPU model only)")
+    if site.pipe.unbound:
+        notes.append(f"{len(site.pipe.unbound)} admitted workload(s) not running yet: "
+                     f"admission → drawing {site.pipe.lag.total_seconds():.0f} s; new work "
+                     f"draws on {site.draw_share:.0%} of the GPUs it holds")
+    sheds = _pace(cfg, central, limits, site.pipe.lag, offset)
     out: list[Interval] = []
     for i in range(n):
-        c, lo, hi = central.site[i] + offset, low.site[i] + offset, high.site[i] + offset
-        limit = _limit(snap, bounds[i], bounds[i + 1])
-        floor = c - sum(central.flex[i].values())  # m2g sheds flexible work only
-        shed = max(0.0, c - max(limit, floor)) if limit is not None else 0.0
-        if limit is not None:
-            c, lo, hi = (min(c, max(limit, floor)), min(lo, max(limit, floor)),
-                         min(hi, max(limit, floor)))
-        lo, hi = min(lo, c), max(hi, c)
-        doms = {d: round(max(0.0, v + offset * site.healthy_share.get(d, 0.0)), 3)
+        shed = sheds[i]
+        c = central.site[i] + offset - shed
+        lo = min(low.site[i] + offset - shed, c)
+        hi = max(high.site[i] + offset - shed, c)
+        in_force = [lim.kw for lim in limits[i] if lim is not None]
+        limit = min(in_force) if in_force else None
+        doms = {d: round(max(0.0, v + offset * site.healthy_share.get(d, 0.0)
+                             - shed * site.healthy_share.get(d, 0.0)), 3)
                 for d, v in sorted(central.domains[i].items()) if d}
-        committed = central.committed[i] + offset
-        if limit is not None:
-            committed = min(committed, max(limit, floor))
+        committed = min(central.committed[i] + offset, c)
         out.append(Interval(bounds[i], bounds[i + 1], round(max(0.0, c), 3),
                             round(max(0.0, lo), 3), round(max(0.0, hi), 3),
                             round(central.busy[i], 2), limit, round(shed, 3), doms,
@@ -228,14 +383,54 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
                     round(offset, 3), tuple(notes))
 
 
-def _limit(snap: ClusterSnapshot, t0: datetime, t1: datetime) -> float | None:
-    """The lowest site kW limit in force at the interval's middle (grid events, kW plans)."""
-    mid = t0 + (t1 - t0) / 2
-    limits = [e.target() for e in snap.factory.grid_events if e.start <= mid < e.end
-              and e.target() > 0]
-    limits += [v for p in snap.capacity_plans if p.unit is CapUnit.KW and p.domain in (
-        "", snap.factory.site) and (v := p.at(mid)) is not None]
-    return min(limits) if limits else None
+def _longest_episode(limits: list[list[_Limit | None]], dt: float) -> float:
+    """The longest stretch with a limit in force, seconds (0: none)."""
+    best = run = 0
+    for row in limits:
+        for lim in row:
+            run = run + 1 if lim is not None else 0
+            best = max(best, run)
+    return best * dt
+
+
+def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
+          lag: timedelta, offset: float) -> list[float]:
+    """The mean kW m2g holds down in each interval for the limits, as m2g does it.
+
+    In each time step (``substeps`` per interval) the kW m2g wants off the site are what it
+    draws above the limit in force then, at most what its levers reach (``_Run.reach``:
+    pausing the tiers it pauses saves their kW less the idle kW their GPUs keep drawing — the
+    planner's ``shed_saving_fraction`` —, capping the others what their flex allowance pays
+    for, tier 0 nothing). m2g moves towards that at its ramp (``ramp_kw_per_second``, both
+    ways); a shed shows in the site's draw ``settle_seconds`` after it is decided (the pods
+    stop), a restore only after the pipeline's ``lag`` plus, on average, half of
+    ``max_retry_hold_seconds`` (held work is asked again, admitted again and bound again):
+    kW decided off stay off in the draw until then."""
+    p = cfg.planner
+    steps = max(1, cfg.substeps)
+    dt = cfg.interval_seconds / steps
+    shed_delay = max(0, round(p.settle_seconds / dt))
+    back_delay = max(0, round((lag.total_seconds() + p.max_retry_hold_seconds / 2) / dt)
+                     - shed_delay)
+    step_kw = p.ramp_kw_per_second * dt
+    decided: list[float] = []
+    shown: list[float] = []
+    out: list[float] = []
+    for i, row in enumerate(limits):
+        c = run.site[i] + offset
+        total = 0.0
+        for lim in row:
+            want = 0.0
+            if lim is not None:
+                want = min(max(0.0, c - lim.kw), run.reach(i, lim.pause_tier))
+            prev = decided[-1] if decided else 0.0
+            decided.append(prev + max(-step_kw, min(step_kw, want - prev)))
+            j = len(decided) - 1 - shed_delay
+            shown.append(decided[j] if j >= 0 else 0.0)
+            window = shown[max(0, len(shown) - 1 - back_delay):]
+            total += min(max(window), run.reach(i, 1))  # at most what the levers hold
+        out.append(total / steps)
+    return out
 
 
 @dataclass
@@ -247,28 +442,48 @@ class _Run:
     kw_at_now: float
     committed: list[float] = field(default_factory=list)
     new_gpus: list[float] = field(default_factory=list)
+    capped: list[dict[int, float]] = field(default_factory=list)  # kW caps reach, per tier
+    paused: list[dict[int, float]] = field(default_factory=list)  # kW pauses reach, per tier
+
+    def reach(self, i: int, pause_tier: int) -> float:
+        """kW m2g's levers take off interval ``i``: the tiers from ``pause_tier`` paused
+        (their kW less the idle kW their GPUs keep drawing), the flexible ones below it
+        capped; tier 0 is never touched."""
+        return sum(self.paused[i].get(t, 0.0) if t >= pause_tier else self.capped[i].get(t, 0.0)
+                   for t in self.flex[i] if t > 0)
 
 
 @dataclass(frozen=True)
 class _NewWork:
     """Work not yet submitted (NewWork.PERSIST): the GPU level the site holds at ``now``, and
-    the kW per GPU and the kW share per flex tier of the work it holds then."""
+    the kW per GPU, the kW share per flex tier and the share of each tier's kW caps reach of
+    the work it holds then; ``draw_share``: of the GPUs it holds, the share that draws."""
 
     level: float = 0.0
     kw_per_gpu: float = 0.0
     tier_share: Mapping[int, float] = field(default_factory=dict)
+    cap_share: Mapping[int, float] = field(default_factory=dict)
+    draw_share: float = 1.0
 
     @staticmethod
-    def of(jobs: list[_Job], t: datetime, scale: float = 1.0) -> _NewWork:
+    def of(jobs: list[_Job], t: datetime, scale: float = 1.0, draw_share: float = 1.0,
+           sample: list[_Job] | None = None) -> _NewWork:
+        """The level of ``jobs`` alive at ``t``; the mix of ``sample`` (the queue's work: what
+        arrives next — the work held now over-represents long jobs), else of those jobs."""
         alive = [j for j in jobs if j.start <= t < j.end]
         gpus = sum(j.gpus for j in alive)
-        kw = sum(j.kw for j in alive)
-        if gpus <= 0 or kw <= 0:
+        mix = [j for j in sample or () if j.gpus > 0] or alive
+        mix_gpus = sum(j.gpus for j in mix)
+        kw = sum(j.kw for j in mix)
+        if gpus <= 0 or kw <= 0 or mix_gpus <= 0:
             return _NewWork()
         tiers: dict[int, float] = {}
-        for j in alive:
+        caps: dict[int, float] = {}
+        for j in mix:
             tiers[j.tier] = tiers.get(j.tier, 0.0) + j.kw / kw
-        return _NewWork(float(gpus) * scale, kw / gpus, tiers)
+            caps[j.tier] = caps.get(j.tier, 0.0) + j.cap_kw
+        cap_share = {t: caps[t] / (tiers[t] * kw) for t in tiers if tiers[t] > 0}
+        return _NewWork(float(gpus) * scale, kw / mix_gpus, tiers, cap_share, draw_share)
 
 
 def _gpu_cap(snap: ClusterSnapshot, t: datetime) -> float | None:
@@ -277,19 +492,28 @@ def _gpu_cap(snap: ClusterSnapshot, t: datetime) -> float | None:
     return min(caps) if caps else None
 
 
+def _job(w: WorkloadState, cfg: ForecastConfig, site: _Site, kw_scale: float,
+         span: tuple[datetime, datetime], domains: Mapping[str, float],
+         draw_from: datetime | None) -> _Job:
+    kw = job_kw(w, cfg) * kw_scale
+    runtime = float(w.view.expected_runtime_seconds or cfg.default_runtime_seconds)
+    cap = kw * cap_fraction(w.view.kind, w.view.flex_tier, runtime, site.limit_seconds,
+                            cfg.planner)
+    return _Job(w.key, w.view.gpus, kw, w.view.flex_tier, span[0], span[1], domains,
+                w.cluster_queue, draw_from, cap)
+
+
 def _running(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, scale: float,
              kw_scale: float) -> tuple[list[_Job], list[WorkloadState]]:
     now = snap.now
     jobs: list[_Job] = []
     requeued: list[WorkloadState] = []
-    lag, unbound = bind_lag(snap, site.allocated)
     for w in snap.workloads:
         if w.phase is not Phase.ADMITTED:
             continue
         began = w.admitted_at or now
-        draw_from = None
-        if w.key in unbound:  # its runtime starts when its pods run
-            draw_from = max(now, began + lag)
+        draw_from = site.pipe.draw_at.get(w.key)
+        if draw_from is not None:  # its runtime starts when its pods run
             began = draw_from
         end = began + timedelta(seconds=_runtime(w, cfg, scale))
         if end <= now:
@@ -301,9 +525,8 @@ def _running(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, scale: flo
         if stop is not None:  # drained for the window: back to the queue, from the start
             end = max(now, stop)
             requeued.append(w)
-        jobs.append(_Job(w.key, w.view.gpus, job_kw(w, cfg) * kw_scale, w.view.flex_tier,
-                         now, end, site.placed(placed) or site.alloc_share, w.cluster_queue,
-                         draw_from))
+        jobs.append(_job(w, cfg, site, kw_scale, (now, end),
+                         site.placed(placed) or site.alloc_share, draw_from))
     return jobs, requeued
 
 
@@ -360,10 +583,12 @@ def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[d
                 for r in snap.factory.racks), default=72)
     n = len(bounds) - 1
     out = _Run([0.0] * n, [0.0] * n, [{} for _ in range(n)], [{} for _ in range(n)], 0.0,
-               [0.0] * n, [0.0] * n)
+               [0.0] * n, [0.0] * n, [{} for _ in range(n)], [{} for _ in range(n)])
     out.kw_at_now = _kw_now(jobs, site, cfg)
-    new = _NewWork.of(jobs, bounds[0], new_scale) if cfg.new_work is NewWork.PERSIST \
-        else _NewWork()
+    sample = [_job(w, cfg, site, kw_scale, (bounds[0], bounds[0]), {}, None)
+              for w in _queue(snap)]
+    new = _NewWork.of(jobs, bounds[0], new_scale, site.draw_share, sample) \
+        if cfg.new_work is NewWork.PERSIST else _NewWork()
     for i in range(n):
         t0, t1 = bounds[i], bounds[i + 1]
         cap = site.healthy - site.covered_gpus(t0, t1)
@@ -371,8 +596,8 @@ def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[d
         if plan_cap is not None:
             cap = min(cap, int(plan_cap))
         limit = _limit(snap, t0, t1)
-        queue = _start_queue(snap, cfg, queue, jobs, (t0, cap, limit), scale, kw_scale, size,
-                             site)
+        queue = _start_queue(snap, cfg, queue, jobs, (t0, cap, limit), (scale, kw_scale),
+                             size, site)
         room = cap - _held(snap.reservations, None, t0, t1, cfg.reservation_lead_seconds, size)
         _account(out, i, jobs, t0, t1, site, cfg, new, max(0, room))
     return out
@@ -400,11 +625,15 @@ def _queue_gpus(snap: ClusterSnapshot) -> dict[str, int]:
 
 
 def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[WorkloadState],
-                 jobs: list[_Job], at: tuple[datetime, int, float | None], scale: float,
-                 kw_scale: float, size: int, site: _Site) -> list[WorkloadState]:
-    """Start the queued work that fits at ``t0`` (appended to ``jobs``); the rest waits."""
+                 jobs: list[_Job], at: tuple[datetime, int, float | None],
+                 scales: tuple[float, float], size: int, site: _Site) -> list[WorkloadState]:
+    """Start the queued work that fits at ``t0`` (appended to ``jobs``); the rest waits.
+    Under a kW limit the tiers demand response holds back (``headroom_min_tier``) are not
+    started into it; the others are."""
     t0, cap, limit = at
-    lag = bind_lag(snap, site.allocated)[0]
+    scale, kw_scale = scales
+    lag = site.pipe.lag
+    gate = cfg.planner.headroom_min_tier
     busy = sum(j.gpus for j in jobs if j.start <= t0 < j.end)
     busy_kw = sum(j.kw for j in jobs if j.start <= t0 < j.end)
     quotas = _queue_gpus(snap)
@@ -422,14 +651,14 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
         room = cap - busy - _held(snap.reservations, w, t0, t0 + rt,
                                   cfg.reservation_lead_seconds, size)
         kw = job_kw(w, cfg) * kw_scale
-        over = limit is not None and busy_kw + kw > limit and w.view.flex_tier > 0
+        over = limit is not None and busy_kw + kw > limit and w.view.flex_tier >= gate
         quota = quotas.get(w.cluster_queue)
         if quota is not None and used.get(w.cluster_queue, 0) + w.view.gpus > quota:
             left.append(w)  # its ClusterQueue is full: Kueue would not admit it
             continue
         if w.view.gpus <= room and not over:
-            jobs.append(_Job(w.key, w.view.gpus, kw, w.view.flex_tier, t0, t0 + lag + rt,
-                             site.healthy_share, w.cluster_queue, t0 + lag))
+            jobs.append(_job(w, cfg, site, kw_scale, (t0, t0 + lag + rt), site.healthy_share,
+                             t0 + lag))
             used[w.cluster_queue] = used.get(w.cluster_queue, 0) + w.view.gpus
             busy += w.view.gpus
             busy_kw += kw
@@ -445,6 +674,8 @@ def _account(out: _Run, i: int, jobs: list[_Job], t0: datetime, t1: datetime, si
     kw = 0.0
     doms: dict[str, float] = {}
     flex: dict[int, float] = {}
+    capped: dict[int, float] = {}
+    paused: dict[int, float] = {}
     for j in jobs:
         held += max(0.0, (min(t1, j.end) - max(t0, j.start)).total_seconds()) / span * j.gpus
         overlap = (min(t1, j.end) - max(t0, j.drawing)).total_seconds()
@@ -457,15 +688,23 @@ def _account(out: _Run, i: int, jobs: list[_Job], t0: datetime, t1: datetime, si
             doms[d] = doms.get(d, 0.0) + j.kw * frac * share
         if j.tier > 0:
             flex[j.tier] = flex.get(j.tier, 0.0) + j.kw * frac
+            capped[j.tier] = capped.get(j.tier, 0.0) + j.cap_kw * frac
+            paused[j.tier] = paused.get(j.tier, 0.0) + max(
+                0.0, j.kw - j.gpus * cfg.idle_kw_per_gpu) * frac
     committed = kw + max(0.0, site.healthy - gpu_s) * cfg.idle_kw_per_gpu
     fill = max(0.0, min(new.level, room) - held)
-    fill_kw = fill * new.kw_per_gpu
+    drawing = fill * new.draw_share  # the rest of its GPUs wait for their pods
+    fill_kw = drawing * new.kw_per_gpu
     for t, share in new.tier_share.items():
         if t > 0:
             flex[t] = flex.get(t, 0.0) + fill_kw * share
-    idle = max(0.0, site.healthy - gpu_s - fill) * cfg.idle_kw_per_gpu
+            capped[t] = capped.get(t, 0.0) + fill_kw * share * new.cap_share.get(t, 0.0)
+            paused[t] = paused.get(t, 0.0) + max(
+                0.0, (fill_kw - drawing * cfg.idle_kw_per_gpu) * share)
+    idle = max(0.0, site.healthy - gpu_s - drawing) * cfg.idle_kw_per_gpu
     for d, share in site.healthy_share.items():
         doms[d] = doms.get(d, 0.0) + (idle + fill_kw) * share
-    out.site[i], out.busy[i], out.domains[i], out.flex[i] = (kw + fill_kw + idle, gpu_s + fill,
-                                                             doms, flex)
+    out.site[i], out.busy[i], out.domains[i], out.flex[i] = (kw + fill_kw + idle,
+                                                             gpu_s + drawing, doms, flex)
     out.committed[i], out.new_gpus[i] = committed, fill
+    out.capped[i], out.paused[i] = capped, paused
