@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import signal
@@ -57,6 +58,19 @@ def exec_timeout(environ: Mapping[str, str] | None = None) -> float:
     if not (math.isfinite(seconds) and 0 < seconds <= MAX_EXEC_TIMEOUT):
         raise PermanentError(f"${ENV}={value[:40]!r}: seconds in (0, {MAX_EXEC_TIMEOUT:g}]")
     return seconds
+
+
+class _KilledChildNoise(logging.Filter):
+    """asyncio's child watcher logs "Unknown child process pid N, will report returncode
+    255" when a child it watches was reaped before it (seen once in CI after the group kill
+    of a plugin m2g had timed out): the plugin is gone and m2g reports it in its own line,
+    so that warning is only a second, confusing line on stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Unknown child process pid")
+
+
+logging.getLogger("asyncio").addFilter(_KilledChildNoise())
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
