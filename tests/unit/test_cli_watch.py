@@ -271,9 +271,8 @@ def test_queues_w_watches_cluster_and_local_queues(fake_cluster: FakeKube) -> No
         ("prod", 40), ("research", 8), ("research", 24)]
 
 
-def _m2g_again(*args: str) -> str:
-    """The same fake cluster from its start again."""
-    views = _views()
+def _m2g_over(views: list[ClusterView], *args: str) -> str:
+    """``m2g ARGS`` reading ``views`` one after the other (then Ctrl-C)."""
 
     async def read(*_: Any, **__: Any) -> ClusterView:
         if not views:
@@ -285,6 +284,11 @@ def _m2g_again(*args: str) -> str:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cli_cluster, "read", read)
         return _m2g(*args)
+
+
+def _m2g_again(*args: str) -> str:
+    """The same fake cluster from its start again."""
+    return _m2g_over(_views(), *args)
 
 
 def test_a_sort_key_no_item_has_is_exit_2_before_watching(fake_cluster: FakeKube) -> None:
@@ -320,17 +324,7 @@ def test_queues_w_wide_prints_a_row_whose_grid_event_note_changed(fake_cluster: 
     quiet = dataclasses.replace(snap, factory=dataclasses.replace(snap.factory,
                                                                   grid_events=()))
     views.append(ClusterView(quiet, views[0].objects, namespace="ml"))
-
-    async def read(*_: Any, **__: Any) -> ClusterView:
-        if not views:
-            raise KeyboardInterrupt
-        return views.pop(0)
-
-    from m2g_cli import cluster as cli_cluster
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(cli_cluster, "read", read)
-        out = _m2g("queues", "-w", "-o", "wide")
+    out = _m2g_over(views, "queues", "-w", "-o", "wide")
     lines = out.splitlines()
     assert len(lines) == 5, out  # header, two rows, the two rows again without the note
     assert [ln.split()[-1] for ln in lines[3:]] == ["-", "m2g"]

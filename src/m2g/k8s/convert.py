@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
@@ -405,7 +405,13 @@ def pod_checkpoints_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLin
     reports = [(p.uids, p.checkpoint) for p in pods if p.checkpoint is not None]
     if not reports:
         return {}
-    owner_of = {u: wl.key for wl in workloads for u in wl.owners}
+    return _newest_per_owner(reports, {u: wl.key for wl in workloads for u in wl.owners})
+
+
+def _newest_per_owner(reports: Iterable[tuple[Sequence[str], datetime]],
+                      owner_of: Mapping[str, str]) -> dict[str, datetime]:
+    """Workload key → the newest of the reports whose UIDs (a pod's owners, then its own)
+    name one of its objects in ``owner_of``."""
     out: dict[str, datetime] = {}
     for uids, at in reports:
         owner = next((owner_of[u] for u in uids if u in owner_of), None)
@@ -709,13 +715,7 @@ def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, 
         reports.append(([*uids, str(meta.get("uid", ""))], at))
     if not reports:
         return {}
-    owner_of = _owners(workloads)
-    out: dict[str, datetime] = {}
-    for uids, at in reports:
-        owner = next((owner_of[u] for u in uids if u in owner_of), None)
-        if owner is not None and (owner not in out or at > out[owner]):
-            out[owner] = at
-    return out
+    return _newest_per_owner(reports, _owners(workloads))
 
 
 def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 from m2g.model.cluster import CheckState
+
+
+def format_api_time(t: datetime) -> str:
+    """RFC 3339 in whole seconds, UTC, as the API server stores condition times."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

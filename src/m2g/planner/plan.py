@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from m2g.model.cluster import ClusterSnapshot
 from m2g.model.collector import collector_paused
-from m2g.model.plan import Plan
+from m2g.model.plan import Plan, format_api_time
 from m2g.planner import caps as hourly
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
@@ -82,8 +81,3 @@ def with_baselines(snap: ClusterSnapshot, baselines: dict[str, float]) -> Cluste
                    if e.source in baselines and not e.baseline_kw else e
                    for e in snap.factory.grid_events)
     return replace(snap, factory=replace(snap.factory, grid_events=events))
-
-
-def format_api_time(t: datetime) -> str:
-    """RFC 3339 in whole seconds, UTC, as the API server stores condition times."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
-from m2g.model.plan import CheckUpdate
+from m2g.model.plan import CheckUpdate, format_api_time
 from m2g.planner.config import PlannerConfig
 
 RULE = "preemptor-hold"
@@ -70,7 +70,7 @@ def _until(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> st
     if w.phase is not Phase.RESERVED or w.reserved_at is None:
         return None
     end = w.reserved_at + timedelta(seconds=config.preemptor_hold_seconds)
-    return end.strftime("%Y-%m-%dT%H:%M:%SZ") if snap.now < end else None
+    return format_api_time(end) if snap.now < end else None
 
 
 def _pending(w: WorkloadState, u: CheckUpdate, n: int, until: str) -> CheckUpdate:
