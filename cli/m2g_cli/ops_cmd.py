@@ -7,8 +7,9 @@ unknown workload too).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -33,6 +34,7 @@ from m2g_cli.views import (
     render_queues,
     render_signals,
     render_workloads,
+    signal_data,
     sort_items,
     sort_path,
     structured,
@@ -44,6 +46,7 @@ from m2g_cli.watch_cmd import queue_key, workload_key
 
 if TYPE_CHECKING:
     from m2g.k8s.client import Resource
+    from m2g.model.factory import FactorySnapshot
     from m2g_cli.cluster import ClusterView
 
 T = TypeVar("T")
@@ -115,55 +118,83 @@ def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = 
     return view
 
 
+def _never(_view: ClusterView) -> Iterable[datetime]:
+    return ()
+
+
 @dataclass(frozen=True)
 class Watched:
     """What ``-w`` follows (m2g_cli.watch_cmd): ``what`` (for errors), the watches (resource,
-    namespace), each item's key, the items of a read (sorted), their table cells (``wide``),
-    and the table as the one-shot command prints it (the first listing)."""
+    namespace, field selector), each item's key, the items of a read (sorted), their table
+    cells (``wide``), and the table as the one-shot command prints it (the first listing).
+
+    ``moments``: when what a view shows changes by the clock alone (a grid event's start and
+    end, the Lease's expiry), each followed by a read; ``every``: seconds after which a read
+    follows anyway (Prometheus readings, which no watch announces; None: never).
+    ``single``: the command shows one object (``m2g status``, ``m2g signals``): ``items``
+    gives it as the only item and each change prints ``table`` again, whole, in every -o
+    (a JSON object, a YAML document, or the table after a blank line)."""
 
     what: str
-    resources: Sequence[tuple[Resource, str | None]]
+    resources: Sequence[tuple[Resource, str | None, str | None]]
     key: Callable[[Mapping[str, Any]], str]
     items: Callable[[ClusterView], list[dict[str, Any]]]
     cells: Callable[[ClusterView, list[dict[str, Any]], bool],
-                    tuple[list[str], list[list[str]]]]
+                    tuple[list[str], list[list[str]]]] | None
     table: Callable[[ClusterView, Output], str]
+    moments: Callable[[ClusterView], Iterable[datetime]] = _never
+    every: float | None = None
+    single: bool = False
 
 
-def _watch(kubeconfig: str | None, context: str | None, field_selector: str | None,
-           spec: Watched, output: Output, first: ClusterView) -> None:
+def _watch(kubeconfig: str | None, context: str | None, spec: Watched, output: Output,
+           first: ClusterView, **read_args: Any) -> None:
     """``-w``, as kubectl get -w: the list (a table; with -o json|yaml each item as its own
-    document), then each item that changes, until Ctrl-C (exit 0) or a failure (one line)."""
+    document), then each item that changes, until Ctrl-C (exit 0) or a failure (one line).
+    ``read_args``: what m2g_cli.cluster.read is given besides the kubeconfig and context."""
     import asyncio
 
+    from m2g_cli import watch_cmd
     from m2g_cli.cluster import CliError, read
     from m2g_cli.watch_cmd import Rows, Stream, follow_cluster, keyed
 
     documents = output in (Output.YAML, Output.JSON)
+    last = [first]
 
     def rows_of(view: ClusterView) -> Rows:
         items = spec.items(view)
+        if spec.single:
+            return keyed(items, [spec.table(view, output)], spec.key)
         if documents:  # "_" fields are compared for the table only (its NOTE), not printed
             items = [{k: v for k, v in i.items() if not k.startswith("_")} for i in items]
             return keyed(items, [structured(i, output) for i in items], spec.key)
+        assert spec.cells is not None
         head, body = spec.cells(view, items, output is Output.WIDE)
         return keyed(items, table(head, body, no_headers=True).splitlines() if body else [],
                      spec.key)
 
     async def read_rows() -> Rows:
-        return rows_of(await read(kubeconfig, context, field_selector=field_selector))
+        last[0] = await read(kubeconfig, context, **read_args)
+        return rows_of(last[0])
 
-    echo = Stream(lambda text: typer.echo(text, nl=False), documents=documents,
-                  separator="---\n" if output is Output.YAML else "")
+    def wake() -> float | None:
+        view = last[0]
+        return watch_cmd.until(view.snapshot.now, watch_cmd.now(), spec.moments(view),
+                               spec.every)
+
+    separator = "---\n" if output is Output.YAML else "\n" if spec.single and not documents \
+        else ""
+    echo = Stream(lambda text: typer.echo(text, nl=False), documents=documents or spec.single,
+                  separator=separator)
     try:
         shown = rows_of(first)
-        if documents:  # kubectl -w -o json|yaml: the current objects one by one, not a List
+        if documents or spec.single:  # kubectl -w -o json|yaml: the objects one by one
             for _, text in shown.values():
                 echo(text)
         else:
             typer.echo(spec.table(first, output), nl=False)
         asyncio.run(follow_cluster(kubeconfig, context, spec.resources, spec.what, read_rows,
-                                   shown, echo))
+                                   shown, echo, wake))
     except KeyboardInterrupt:
         return
     except SortKeyError as exc:
@@ -175,6 +206,9 @@ def _watch(kubeconfig: str | None, context: str | None, field_selector: str | No
 Watch = Annotated[bool, typer.Option(
     "--watch", "-w", help="After the list, print each item that changes, as kubectl -w (a row, "
     "or with -o json|yaml the item as a document; Ctrl-C ends)")]
+WatchOne = Annotated[bool, typer.Option(
+    "--watch", "-w", help="Print it again whenever what it shows changes (the whole table "
+    "after a blank line, or with -o json|yaml the object as a document; Ctrl-C ends)")]
 
 
 def queues(kubeconfig: Kubeconfig = None, context: Context = None,
@@ -184,7 +218,7 @@ def queues(kubeconfig: Kubeconfig = None, context: Context = None,
     how = listing(no_headers, sort_by)
     view = _view(kubeconfig, context)
     if watch:
-        _watch(kubeconfig, context, None, _queues_watched(how), output, view)
+        _watch(kubeconfig, context, _queues_watched(how), output, view)
         return
     rendered(lambda: render_queues(view.snapshot, output, how))
 
@@ -193,13 +227,15 @@ def _queues_watched(how: Listing) -> Watched:
     from m2g.k8s import client as k
 
     return Watched(
-        "ClusterQueues", ((k.CLUSTER_QUEUES, None), (k.LOCAL_QUEUES, None),
-                          (k.GRID_EVENTS, None)), queue_key,
-        # -o wide's NOTE names the grid event in force: a row whose note changes is printed
+        "ClusterQueues", ((k.CLUSTER_QUEUES, None, None), (k.LOCAL_QUEUES, None, None),
+                          (k.GRID_EVENTS, None, None)), queue_key,
+        # -o wide's NOTE names the grid event in force: a row whose note changes is printed,
+        # also when the event starts or ends by the clock alone (no object changed)
         lambda view: [{**r, "_note": event_note(view.snapshot)}
                       for r in sort_items(queue_rows(view.snapshot), how.sort_by)],
         lambda view, rows, wide: queue_cells(rows, wide, event_note(view.snapshot)),
-        lambda view, out: render_queues(view.snapshot, out, how))
+        lambda view, out: render_queues(view.snapshot, out, how),
+        moments=lambda view: event_moments(view.snapshot.factory))
 
 
 def workloads(
@@ -226,8 +262,8 @@ def workloads(
     ns = chosen_namespace(view, namespace, all_namespaces)
     chosen = WorkloadFilter(ns, queue, match)
     if watch:
-        _watch(kubeconfig, context, field_selector, _workloads_watched(chosen, how), output,
-               view)
+        _watch(kubeconfig, context, _workloads_watched(chosen, how), output, view,
+               field_selector=field_selector)
         return
     rendered(lambda: render_workloads(view.snapshot, output, ns, queue, match, how,
                                       view.selected, view.objects.workloads))
@@ -247,17 +283,45 @@ def _workloads_watched(chosen: WorkloadFilter, how: Listing) -> Watched:
         return render_workloads(view.snapshot, out, c.namespace, c.queue, c.labels, how,
                                 view.selected, view.objects.workloads)
 
-    return Watched("Workloads", ((k.WORKLOADS, chosen.namespace),), workload_key, items,
+    return Watched("Workloads", ((k.WORKLOADS, chosen.namespace, None),), workload_key, items,
                    lambda _view, rows, wide: workload_cells(rows, wide), first)
+
+
+#: m2g status -w and m2g signals -w read again this often (s): Prometheus has no watch
+READINGS_EVERY = 15.0
+
+
+def event_moments(f: FactorySnapshot, maintenance: bool = False) -> list[datetime]:
+    """When a view of ``f`` changes by the clock alone: each grid event's start and end (the
+    limit in force, queues' NOTE); ``maintenance``: each window's start and end too (signals
+    lists the windows not yet over)."""
+    return [t for e in f.grid_events for t in (e.start, e.end)] + [
+        t for w in f.maintenance for t in (w.start, w.end) if maintenance]
 
 
 def signals(kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
             output: Out = Output.TABLE, no_headers: NoHeaders = False,
-            sort_by: SortBy = None) -> None:
+            sort_by: SortBy = None, watch: WatchOne = False) -> None:
     """The factory as m2g sees it: power vs budget, thermal, health, grid events, maintenance."""
     how = listing(no_headers, sort_by)
-    factory = _view(kubeconfig, context, prometheus).snapshot.factory
-    rendered(lambda: render_signals(factory, output, how))
+    view = _view(kubeconfig, context, prometheus)
+    if watch:
+        _watch(kubeconfig, context, _signals_watched(how), output, view, prometheus=prometheus)
+        return
+    rendered(lambda: render_signals(view.snapshot.factory, output, how))
+
+
+def _signals_watched(how: Listing) -> Watched:
+    from m2g.k8s import client as k
+
+    return Watched(
+        "signals", ((k.NODES, None, None), (k.POWER_DOMAINS, None, None),
+                    (k.GRID_EVENTS, None, None), (k.MAINTENANCE_WINDOWS, None, None)),
+        lambda _item: "signals", lambda view: [signal_data(view.snapshot.factory)], None,
+        lambda view, out: render_signals(view.snapshot.factory, out, how),
+        moments=lambda view: event_moments(view.snapshot.factory, maintenance=True),
+        every=READINGS_EVERY,
+        single=True)
 
 
 def evaluator_for(view: ClusterView, policies: Path | None) -> Evaluator:

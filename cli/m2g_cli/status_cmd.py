@@ -8,15 +8,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from datetime import datetime
-from typing import Annotated, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from m2g.k8s.parse import parse_time
 from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot
-from m2g_cli.ops_cmd import NoHeaders, SortBy, listing, rendered
+from m2g_cli.ops_cmd import (
+    READINGS_EVERY,
+    NoHeaders,
+    SortBy,
+    Watched,
+    WatchOne,
+    listing,
+    rendered,
+)
 from m2g_cli.views import Listing, Output, sort_lists, structured, table
+
+if TYPE_CHECKING:
+    from m2g_cli.cluster import ClusterView
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
@@ -41,6 +52,19 @@ def leader_data(lease: dict[str, Any] | None, namespace: str, name: str, now: da
     return {"lease": f"{namespace}/{name}", "holder": holder, "state": state,
             "renewedSecondsAgo": None if age is None else round(age, 1),
             "leaseDurationSeconds": duration}
+
+
+def lease_expiry(lease: Mapping[str, Any] | None) -> list[datetime]:
+    """When a held Lease expires unless it is renewed: its state then turns Expired by the
+    clock alone (no object changes when the leader dies)."""
+    spec = (lease or {}).get("spec") or {}
+    renewed = parse_time(spec.get("renewTime"))
+    if not spec.get("holderIdentity") or renewed is None:
+        return []
+    try:
+        return [renewed + timedelta(seconds=float(spec.get("leaseDurationSeconds") or 15))]
+    except (TypeError, ValueError, OverflowError):
+        return []
 
 
 def policy_rows(policies: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -140,18 +164,42 @@ def status(
         "--prometheus", envvar="M2G_PROMETHEUS_URL", help="Prometheus URL for power")] = None,
     output: Annotated[Output, typer.Option("--output", "-o",
                                            help="table | wide | yaml | json")] = Output.TABLE,
-    no_headers: NoHeaders = False, sort_by: SortBy = None,
+    no_headers: NoHeaders = False, sort_by: SortBy = None, watch: WatchOne = False,
 ) -> None:
     """Is m2g in charge: the leader, the policies in force, its AdmissionChecks, signal ages."""
     from m2g.config import SiteConfig
     from m2g_cli.cluster import site_config
-    from m2g_cli.ops_cmd import _view
+    from m2g_cli.ops_cmd import _view, _watch
 
     how = listing(no_headers, sort_by)
     site = site_config() or SiteConfig()
     at = (lease_namespace or site.lease_namespace(dict(os.environ)),
           lease_name or site.leader_election.lease_name)
     view = _view(kubeconfig, context, prometheus, lease=at)
+    if watch:
+        _watch(kubeconfig, context, status_watched(at, how), output, view,
+               prometheus=prometheus, lease=at)
+        return
     data = status_data(view.snapshot, view.policies, view.objects.admission_checks,
                        view.lease, at)
     rendered(lambda: render_status(data, output, how))
+
+
+def status_watched(at: tuple[str, str], how: Listing) -> Watched:
+    """``m2g status -w``: the Lease (by name), the Policies and AdmissionChecks, and what m2g
+    may leave out or counts as racks (Nodes, Workloads, m2g's CRDs); again when the Lease
+    expires by the clock and every READINGS_EVERY seconds (the power readings)."""
+    from m2g.k8s import client as k
+
+    def data(view: ClusterView) -> dict[str, Any]:
+        return status_data(view.snapshot, view.policies, view.objects.admission_checks,
+                           view.lease, at)
+
+    return Watched(
+        "status", ((k.LEASES, at[0], f"metadata.name={at[1]}"), (k.POLICIES, None, None),
+                   (k.ADMISSION_CHECKS, None, None), (k.NODES, None, None),
+                   (k.WORKLOADS, None, None), (k.POWER_DOMAINS, None, None),
+                   (k.GRID_EVENTS, None, None), (k.MAINTENANCE_WINDOWS, None, None)),
+        lambda _item: "status", lambda view: [data(view)], None,
+        lambda view, out: render_status(data(view), out, how),
+        moments=lambda view: lease_expiry(view.lease), every=READINGS_EVERY, single=True)

@@ -18,13 +18,18 @@ separated by ``---``; see Stream).
   again after ``backoff`` seconds. Nothing is lost: the next read compares every item.
 * A permanent error (403, the CRD gone) or a read that fails ends the command with one line,
   exit 1. Ctrl-C ends it, exit 0.
+* What changes by the clock alone — a grid event that starts or ends, a Lease that expires —
+  has no watch event: ``follow``'s ``wake`` says when the next such moment is and a read
+  follows it (``until``); readings no watch announces (Prometheus) are read again every
+  ``every`` seconds the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,13 +43,52 @@ Events = Callable[[], AsyncIterator[Any]]
 #: the command's pace: at most one read a second; a watch the server ended re-opened after 2 s
 INTERVAL, BACKOFF = 1.0, 2.0
 
-#: -o json fields that change with the clock, not with the object
-TIME_FIELDS = frozenset({"waitSeconds", "ageSeconds"})
+#: what waits for a moment of the clock (a grid event's start): asyncio.sleep; tests replace
+#: it, and ``now``, so that nothing waits on the wall clock
+TIMER: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+#: a read for a moment of the clock comes this long after it (the timer may fire a little
+#: early; the read must see the moment passed); and never waits longer than MAX_WAKE
+#: (then it looks again: a year-9999 event is not a timer of 250 billion seconds)
+CLOCK_MARGIN, MAX_WAKE = 0.5, 3600.0
+
+#: -o json fields that change with the clock, not with the object (at any depth)
+TIME_FIELDS = frozenset({"waitSeconds", "ageSeconds", "powerAgeSeconds",
+                         "renewedSecondsAgo", "oldestFreshPowerSeconds"})
+
+
+def now() -> datetime:
+    """The wall clock (UTC), as the reads' snapshots have it."""
+    return datetime.now(UTC)
+
+
+def _without_time(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple((k, _without_time(v)) for k, v in sorted(value.items())
+                     if k not in TIME_FIELDS)
+    if isinstance(value, list | tuple):
+        return tuple(_without_time(v) for v in value)
+    return repr(value)
 
 
 def signature(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What decides whether a row changed: every field but the clock's."""
-    return tuple((k, repr(v)) for k, v in sorted(row.items()) if k not in TIME_FIELDS)
+    """What decides whether a row changed: every field but the clock's (nested ones too)."""
+    out: tuple[Any, ...] = _without_time(row)
+    return out
+
+
+def until(seen: datetime, clock: datetime, moments: Iterable[datetime],
+          every: float | None = None) -> float | None:
+    """Seconds from ``clock`` until a read should follow a read made at ``seen``: the first
+    of ``moments`` after ``seen`` (what the read showed changes then by the clock alone; one
+    already passed is due at once), or ``every`` seconds after ``seen``; None: no moment and
+    no ``every``. CLOCK_MARGIN is added, MAX_WAKE is the most."""
+    due = [m for m in moments if m > seen]
+    if every is not None:
+        due.append(seen + timedelta(seconds=every))
+    if not due:
+        return None
+    return min(max(0.0, (min(due) - clock).total_seconds()) + CLOCK_MARGIN, MAX_WAKE)
 
 
 def workload_key(row: Mapping[str, Any]) -> str:
@@ -103,19 +147,26 @@ async def _watching(events: Events, dirty: asyncio.Event, backoff: float,
 async def follow(read: Callable[[], Awaitable[Rows]], streams: Sequence[Events],
                  echo: Callable[[str], None], shown: Rows, *, interval: float = 1.0,
                  backoff: float = 2.0,
-                 retryable: tuple[type[BaseException], ...] = ()) -> None:
+                 retryable: tuple[type[BaseException], ...] = (),
+                 wake: Callable[[], float | None] | None = None,
+                 timer: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
     """Print the changed rows after each event of any of ``streams`` (coalesced to one read
-    per ``interval``), until cancelled or until a watch fails for good (its error is
-    raised)."""
+    per ``interval``), and ``wake()`` seconds after each read (None: not; what the last read
+    showed changes then by the clock alone), waiting with ``timer``; until cancelled or until
+    a watch fails for good (its error is raised)."""
     dirty = asyncio.Event()
     watchers = {asyncio.create_task(_watching(s, dirty, backoff, retryable)) for s in streams}
     try:
         while True:
-            waiting = asyncio.create_task(dirty.wait())
-            done, _ = await asyncio.wait({waiting, *watchers},
+            delay = wake() if wake is not None else None
+            wakers: set[asyncio.Future[Any]] = {asyncio.ensure_future(dirty.wait())}
+            if delay is not None:
+                wakers.add(asyncio.ensure_future(timer(delay)))
+            done, _ = await asyncio.wait({*wakers, *watchers},
                                          return_when=asyncio.FIRST_COMPLETED)
+            for waker in wakers:
+                waker.cancel()
             for task in done & watchers:
-                waiting.cancel()
                 task.result()  # raises the watch's permanent error
             dirty.clear()
             now = await read()
@@ -132,12 +183,13 @@ async def follow(read: Callable[[], Awaitable[Rows]], streams: Sequence[Events],
 
 
 async def follow_cluster(kubeconfig: str | None, context: str | None,
-                         watched: Sequence[tuple[Resource, str | None]], what: str,
+                         watched: Sequence[tuple[Resource, str | None, str | None]], what: str,
                          read: Callable[[], Awaitable[Rows]], shown: Rows,
-                         echo: Callable[[str], None]) -> None:
-    """``follow`` on the cluster's watches of ``watched`` (each a resource and its namespace;
-    None: every namespace, or cluster-scoped); failures as m2g_cli.cluster.CliError (one line
-    naming ``what``)."""
+                         echo: Callable[[str], None],
+                         wake: Callable[[], float | None] | None = None) -> None:
+    """``follow`` on the cluster's watches of ``watched`` (each a resource, its namespace —
+    None: every namespace, or cluster-scoped — and a field selector or None), waking as
+    ``wake`` says too; failures as m2g_cli.cluster.CliError (one line naming ``what``)."""
     from m2g.k8s import client as k
     from m2g_cli.cluster import CliError
 
@@ -146,22 +198,23 @@ async def follow_cluster(kubeconfig: str | None, context: str | None,
     except k.KubeError as exc:
         raise CliError(f"cannot watch {what}: {exc}") from None
 
-    def stream(res: Resource, namespace: str | None) -> Events:
+    def stream(res: Resource, namespace: str | None, fields: str | None) -> Events:
+        params = {"fieldSelector": fields} if fields else None
         if res.group != k.M2G:
-            return lambda: kube.watch(res, "", namespace=namespace)
+            return lambda: kube.watch(res, "", namespace=namespace, params=params)
 
         async def optional() -> AsyncIterator[Any]:
             """m2g's own CRDs are optional (the read warns): not served, nothing to watch."""
             try:
-                async for event in kube.watch(res, "", namespace=namespace):
+                async for event in kube.watch(res, "", namespace=namespace, params=params):
                     yield event
             except k.ResourceMissing:
                 await asyncio.Event().wait()
         return optional
 
     try:
-        await follow(read, [stream(r, ns) for r, ns in watched], echo, shown,
-                     interval=INTERVAL, backoff=BACKOFF, retryable=(k.RetryableError,))
+        await follow(read, [stream(*w) for w in watched], echo, shown, interval=INTERVAL,
+                     backoff=BACKOFF, retryable=(k.RetryableError,), wake=wake, timer=TIMER)
     except k.KubeError as exc:
         raise CliError(f"watching {what}: {exc}") from None
     finally:

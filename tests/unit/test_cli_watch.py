@@ -1,6 +1,8 @@
-"""m2g workloads|queues -w (m2g_cli.watch_cmd): which rows are printed again, coalescing, the
-watch re-opened when the server ends it, a permanent error ending the command, several watches
-in one loop, and the commands end to end over a fake API server (-o table|json|yaml)."""
+"""m2g workloads|queues|status|signals -w (m2g_cli.watch_cmd): which rows are printed again,
+coalescing, the watch re-opened when the server ends it, a permanent error ending the command,
+several watches in one loop, a read at a moment of the clock (a grid event's start, a Lease's
+expiry) with no watch event, and the commands end to end over a fake API server
+(-o table|json|yaml). Nothing waits on the wall clock: the timer and the clock are replaced."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,9 +21,20 @@ from m2g.k8s.build import ClusterObjects
 from m2g.model.cluster import CheckState, Phase
 from m2g_cli.app import app
 from m2g_cli.cluster import ClusterView
-from m2g_cli.watch_cmd import Rows, Stream, changed, follow, keyed, queue_key
+from m2g_cli.watch_cmd import (
+    CLOCK_MARGIN,
+    MAX_WAKE,
+    Rows,
+    Stream,
+    changed,
+    follow,
+    keyed,
+    queue_key,
+    signature,
+    until,
+)
 from tests.unit.goldens import golden
-from tests.unit.test_views import cluster, raws
+from tests.unit.test_views import NOW, cluster, raws
 
 
 def _row(name: str, phase: str = "Pending", wait: float = 1.0, age: float = 5.0
@@ -173,21 +187,37 @@ def _views() -> list[ClusterView]:
 
 
 class FakeKube:
-    """Watches that say "changed" over and over; records what was watched."""
+    """Watches that say "changed" over and over (``quiet``: never, and after 20 s a 403 ends
+    the command, so a test that waits for a read no event triggers fails instead of hanging);
+    records what was watched (kind, namespace) and the field selectors."""
 
     def __init__(self) -> None:
         self.watched: set[tuple[str, str | None]] = set()
+        self.fields: dict[str, str] = {}
         self.closed = False
+        self.quiet = False
 
-    async def watch(self, res: Any, rv: str, *, namespace: str | None = None
-                    ) -> AsyncIterator[dict[str, Any]]:
+    async def watch(self, res: Any, rv: str, *, namespace: str | None = None,
+                    params: dict[str, str] | None = None) -> AsyncIterator[dict[str, Any]]:
+        from m2g.k8s import client as k
+
         self.watched.add((res.kind, namespace))
+        if params:
+            self.fields[res.kind] = params["fieldSelector"]
+        if self.quiet:
+            await asyncio.sleep(20)  # only if the test is broken: no event must come
+            raise k.PermanentError("no read came without an event")
         while True:
             yield {"type": "MODIFIED"}
             await asyncio.sleep(0)
 
+
     async def close(self) -> None:
         self.closed = True
+
+
+async def _never(_seconds: float) -> None:
+    await asyncio.Event().wait()
 
 
 @pytest.fixture
@@ -212,7 +242,34 @@ def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     monkeypatch.setattr(k, "connect", connect)
     monkeypatch.setattr(watch_cmd, "INTERVAL", 0.0)
     monkeypatch.setattr(watch_cmd, "BACKOFF", 0.0)
+    monkeypatch.setattr(watch_cmd, "TIMER", _never)  # no moment of the clock comes
     return kube
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch, fake_cluster: FakeKube) -> list[float]:
+    """The watches stay quiet, the clock says NOW, and the timer returns at once: the delays
+    it was asked for, in order (reads then come only from the clock)."""
+    from m2g_cli import watch_cmd
+
+    delays: list[float] = []
+
+    async def timer(seconds: float) -> None:
+        delays.append(seconds)
+
+    fake_cluster.quiet = True
+    monkeypatch.setattr(watch_cmd, "TIMER", timer)
+    monkeypatch.setattr(watch_cmd, "now", lambda: NOW)
+    return delays
+
+
+def _at(view: ClusterView, seconds: float, **changes: Any) -> ClusterView:
+    """``view`` read ``seconds`` after NOW (its snapshot's clock moved, nothing else), with
+    ``changes`` to the ClusterView."""
+    snap = view.snapshot
+    later = NOW + timedelta(seconds=seconds)
+    snap = dataclasses.replace(snap, factory=dataclasses.replace(snap.factory, now=later))
+    return dataclasses.replace(view, snapshot=snap, **changes)
 
 
 def _m2g(*args: str) -> str:
@@ -271,8 +328,8 @@ def test_queues_w_watches_cluster_and_local_queues(fake_cluster: FakeKube) -> No
         ("prod", 40), ("research", 8), ("research", 24)]
 
 
-def _m2g_over(views: list[ClusterView], *args: str) -> str:
-    """``m2g ARGS`` reading ``views`` one after the other (then Ctrl-C)."""
+def _invoke_over(views: list[ClusterView], *args: str) -> Any:
+    """``m2g ARGS`` reading ``views`` one after the other (then Ctrl-C): the result."""
 
     async def read(*_: Any, **__: Any) -> ClusterView:
         if not views:
@@ -283,7 +340,15 @@ def _m2g_over(views: list[ClusterView], *args: str) -> str:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cli_cluster, "read", read)
-        return _m2g(*args)
+        return CliRunner().invoke(app, list(args))
+
+
+def _m2g_over(views: list[ClusterView], *args: str) -> str:
+    """``m2g ARGS`` reading ``views`` one after the other (then Ctrl-C)."""
+    result = _invoke_over(views, *args)
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    out: str = result.stdout
+    return out
 
 
 def _m2g_again(*args: str) -> str:
@@ -330,3 +395,161 @@ def test_queues_w_wide_prints_a_row_whose_grid_event_note_changed(fake_cluster: 
     assert [ln.split()[-1] for ln in lines[3:]] == ["-", "m2g"]
     docs = _json_stream(_m2g_again("queues", "-w", "-o", "json"))
     assert all("_note" not in d for d in docs)
+
+
+# ---- moments of the clock ---------------------------------------------------------------
+
+def test_until_is_the_first_moment_after_the_read_or_the_period() -> None:
+    seen, at = NOW, NOW + timedelta(seconds=10)
+    moments = [NOW - timedelta(hours=1), NOW + timedelta(seconds=600),
+               NOW + timedelta(seconds=1200)]
+    assert until(seen, at, moments) == 590 + CLOCK_MARGIN  # from the clock, not the read
+    assert until(seen, at, moments, every=15.0) == 5 + CLOCK_MARGIN
+    assert until(seen, at, []) is None
+    # a moment after the read that the clock has already passed: a read at once
+    assert until(seen, NOW + timedelta(seconds=700), moments[:2]) == CLOCK_MARGIN
+    assert until(seen, at, [datetime(9999, 1, 1, tzinfo=NOW.tzinfo)]) == MAX_WAKE
+
+
+def test_a_grid_event_that_starts_by_the_clock_prints_the_rows_again(
+        clock: list[float], fake_cluster: FakeKube) -> None:
+    """queues -w -o wide: an event 600 s ahead; no object changes and no watch event comes,
+    yet the rows are printed again with the NOTE once the event has started (the read the
+    timer asked for at its start), then a read at its end is asked for."""
+    first = _views()[0]
+    snap = first.snapshot
+    event = dataclasses.replace(snap.factory.grid_events[0], start=NOW + timedelta(seconds=600),
+                                end=NOW + timedelta(seconds=1200))
+    first = dataclasses.replace(first, snapshot=dataclasses.replace(
+        snap, factory=dataclasses.replace(snap.factory, grid_events=(event,))))
+    out = _m2g_over([first, _at(first, 601)], "queues", "-w", "-o", "wide")
+    lines = out.splitlines()
+    assert [ln.split()[-1] for ln in lines[1:3]] == ["-", "m2g"]  # no event in force yet
+    assert len(lines) == 5 and lines[3].endswith("grid event srp-dr-0529 active"), out
+    assert clock[:2] == [600 + CLOCK_MARGIN, 1200 + CLOCK_MARGIN]
+
+
+def test_without_a_moment_of_the_clock_queues_w_waits_for_events_only(
+        clock: list[float], fake_cluster: FakeKube) -> None:
+    """No grid event: no timer (queues has no readings to poll); the next read comes from
+    an event (here: the watch's 403 after the safety delay would end it, so the listing is
+    all that is printed — checked without that delay by replacing the watch)."""
+    from m2g_cli import ops_cmd
+
+    first = _views()[0]
+    snap = first.snapshot
+    first = dataclasses.replace(first, snapshot=dataclasses.replace(
+        snap, factory=dataclasses.replace(snap.factory, grid_events=())))
+    spec = ops_cmd._queues_watched(ops_cmd.Listing())
+    assert list(spec.moments(first)) == [] and spec.every is None
+
+
+# ---- m2g status -w, m2g signals -w ----------------------------------------------------------
+
+def _lease(holder: str, renewed: float, duration: int = 15) -> dict[str, Any]:
+    at = (NOW + timedelta(seconds=renewed)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {"spec": {"holderIdentity": holder, "renewTime": at,
+                     "leaseDurationSeconds": duration}}
+
+
+def _status_views() -> list[ClusterView]:
+    """m2g-0 leads; its renewal 5 s later (nothing to print); m2g-1 takes over."""
+    base = _views()[0]
+    return [dataclasses.replace(base, lease=_lease("m2g-0", -2)),
+            _at(base, 5, lease=_lease("m2g-0", 4)),
+            _at(base, 6, lease=_lease("m2g-1", 6))]
+
+
+def test_status_w_json_streams_the_status_then_each_change(fake_cluster: FakeKube) -> None:
+    out = _m2g_over(_status_views(), "status", "-w", "-o", "json")
+    docs = _json_stream(out)
+    assert [(d["leader"]["holder"], d["leader"]["state"]) for d in docs] == [
+        ("m2g-0", "Leading"), ("m2g-1", "Leading")]  # the renewal alone: not printed
+    assert [d["leader"]["renewedSecondsAgo"] for d in docs] == [2.0, 0.0]
+    assert fake_cluster.fields == {"Lease": "metadata.name=m2g-controller"}
+    assert {("Lease", "m2g-system"), ("Policy", None), ("AdmissionCheck", None),
+            ("Node", None), ("GridEvent", None)} <= fake_cluster.watched
+    golden("status_watch_json.txt", out)
+
+
+def test_status_w_table_prints_it_whole_again_after_a_blank_line(fake_cluster: FakeKube
+                                                                 ) -> None:
+    out = _m2g_over(_status_views(), "status", "-w")
+    blocks = out.split("\n\n")
+    assert blocks[0].startswith("Leader:    m2g-0 (Leading")
+    again = [b for b in blocks if b.startswith("Leader:")]
+    assert len(again) == 2 and again[1].startswith("Leader:    m2g-1 (Leading"), out
+    assert out.count("ADMISSIONCHECK") == 0  # the fake cluster has no AdmissionCheck
+    golden("status_watch_table.txt", out)
+
+
+def test_status_w_shows_the_lease_expire_by_the_clock(clock: list[float],
+                                                      fake_cluster: FakeKube) -> None:
+    """The leader dies: its Lease is never written again, no watch event comes; a read is
+    asked for when it expires (renewed 2 s before NOW, 15 s: 13 s after NOW, before the
+    readings' 15 s) and shows it Expired."""
+    first = dataclasses.replace(_views()[0], lease=_lease("m2g-0", -2))
+    out = _m2g_over([first, _at(first, 14)], "status", "-w", "-o", "yaml")
+    docs = list(yaml.safe_load_all(out))
+    assert [d["leader"]["state"] for d in docs] == ["Leading", "Expired"]
+    assert clock[0] == 13 + CLOCK_MARGIN
+
+
+def test_signals_w_reads_again_every_period_and_prints_what_changed(
+        clock: list[float], fake_cluster: FakeKube) -> None:
+    """Prometheus has no watch: signals -w reads again READINGS_EVERY s after each read;
+    a rack's kW that changed prints the signals again; an age that grew does not."""
+    from m2g.model.factory import Reading
+    from m2g_cli.ops_cmd import READINGS_EVERY
+
+    first = _views()[0]
+    aged = _at(first, 15)
+    f = aged.snapshot.factory
+    r0 = dataclasses.replace(f.racks[0], power_kw=Reading(121.0, 3.0))
+    hotter = dataclasses.replace(aged, snapshot=dataclasses.replace(
+        aged.snapshot, factory=dataclasses.replace(f, racks=(r0, *f.racks[1:]))))
+    older = dataclasses.replace(first.snapshot.factory.racks[0], power_kw=Reading(118.4, 9.0))
+    only_older = dataclasses.replace(first, snapshot=dataclasses.replace(
+        first.snapshot, factory=dataclasses.replace(
+            first.snapshot.factory, racks=(older, *first.snapshot.factory.racks[1:]))))
+    out = _m2g_over([first, only_older, hotter], "signals", "-w", "-o", "json")
+    docs = _json_stream(out)
+    assert [d["racks"][0]["drawKw"] for d in docs] == [118.4, 121.0]
+    assert clock[0] == READINGS_EVERY + CLOCK_MARGIN
+    assert {("Node", None), ("PowerDomain", None), ("GridEvent", None),
+            ("MaintenanceWindow", None)} == fake_cluster.watched
+
+
+def test_signals_w_table_and_yaml(fake_cluster: FakeKube) -> None:
+    from m2g.model.factory import Reading
+
+    views = _views()[:1]
+    f = views[0].snapshot.factory
+    r1 = dataclasses.replace(f.racks[1], power_kw=Reading(96.0, 2.0))
+    views.append(dataclasses.replace(views[0], snapshot=dataclasses.replace(
+        views[0].snapshot, factory=dataclasses.replace(f, racks=(f.racks[0], r1)))))
+    out = _m2g_over(list(views), "signals", "-w", "--sort-by", ".name")
+    golden("signals_watch_table.txt", out)
+    blocks = out.split("\n\n")
+    assert len(blocks) == 4 and blocks[2].startswith("Site phx-1: draw 214.4 kW"), out
+    docs = list(yaml.safe_load_all(_m2g_over(list(views), "signals", "-w", "-o", "yaml")))
+    assert [d["racks"][1]["drawKw"] for d in docs] == [None, 96.0]
+
+
+def test_status_w_and_signals_w_sort_key_errors_are_exit_2(fake_cluster: FakeKube) -> None:
+    policy = {"metadata": {"name": "p"}, "spec": {"stage": "Admission"}}
+    for args in (["status", "-w", "--sort-by", ".nope"], ["signals", "-w", "--sort-by", ".x"]):
+        view = dataclasses.replace(_views()[0], policies=[policy])
+        result = _invoke_over([view], *args)
+        assert result.exit_code == 2, (args, result.stdout)
+        assert result.stderr.startswith("error: --sort-by ") and result.stdout == ""
+        assert not fake_cluster.watched
+
+
+def test_signature_ignores_clock_fields_at_any_depth() -> None:
+    a = {"leader": {"holder": "x", "renewedSecondsAgo": 1.0}, "racks": [
+        {"name": "r", "drawKw": 1.0, "powerAgeSeconds": 3.0}]}
+    b = {"leader": {"holder": "x", "renewedSecondsAgo": 9.0}, "racks": [
+        {"name": "r", "drawKw": 1.0, "powerAgeSeconds": 7.0}]}
+    assert signature(a) == signature(b)
+    assert signature(a) != signature({**b, "racks": [{"name": "r", "drawKw": 2.0}]})
