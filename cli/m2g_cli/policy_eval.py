@@ -1,7 +1,10 @@
 """``m2g policy eval``'s input side: a stream of JSON inputs evaluated in chunks, in order.
 
 Constant memory: inputs are read a line at a time (m2g.policy.jsonin) and evaluated ``CHUNK``
-at a time through the batch evaluator. Inputs that share their factory part (everything but
+at a time through the batch evaluator — or fewer when the input is a pipe, a FIFO, a socket or
+a terminal and the next line has not arrived yet (PipeReader.ready): a writer that sends one
+input at a time gets each decision as soon as it is made, not after 255 more inputs. stdout
+is flushed after each chunk. Inputs that share their factory part (everything but
 ``workload`` and ``queue``, compared by content: dict equality, in C) share one validated base,
 so the evaluator converts that part into CEL values once, as the controller does for one
 snapshot. Each input
@@ -13,18 +16,19 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 
 from m2g.model.inputs import PolicyInput, QueueView, WorkloadView
 from m2g.policy import Evaluator, Stage
-from m2g.policy.jsonin import Record, non_finite, records
+from m2g.policy.jsonin import MAX_LINE_BYTES, LineSource, Record, non_finite, records
 from m2g.policy.results import StageResult
 from m2g.policy.testing import input_error_text
 
@@ -39,16 +43,72 @@ class InputUnusable(Exception):
     """The input as a whole cannot be read (one line)."""
 
 
+class PipeReader:
+    """Lines read straight from a descriptor (a pipe, FIFO, socket or terminal), knowing
+    whether the next one has arrived (``ready``), which a buffered file object cannot say
+    without waiting for it. Holds at most MAX_LINE_BYTES + one read."""
+
+    READ = 1 << 16
+
+    def __init__(self, fd: int) -> None:
+        self._fd, self._buf, self._pos, self._eof = fd, bytearray(), 0, False
+
+    def _fill(self) -> None:
+        if self._pos > len(self._buf) // 2:
+            del self._buf[:self._pos]
+            self._pos = 0
+        data = os.read(self._fd, self.READ)
+        if data:
+            self._buf += data
+        else:
+            self._eof = True
+
+    def _complete(self, limit: int) -> bool:
+        """A line (or ``limit`` bytes of one, or the end) is in the buffer."""
+        return (self._eof or self._buf.find(b"\n", self._pos) >= 0
+                or len(self._buf) - self._pos >= limit)
+
+    def readline(self, size: int = -1, /) -> bytes:
+        limit = size if size > 0 else MAX_LINE_BYTES + 1
+        while not self._complete(limit):
+            self._fill()
+        end = self._buf.find(b"\n", self._pos, self._pos + limit)
+        stop = min(len(self._buf), self._pos + limit) if end < 0 else end + 1
+        line = bytes(self._buf[self._pos:stop])
+        self._pos = stop
+        return line
+
+    def ready(self) -> bool:
+        """Whether the next line (or the end of the input) can be read without waiting for
+        the writer: it is buffered, or the descriptor has it now."""
+        while not self._complete(MAX_LINE_BYTES + 1):
+            if not select.select([self._fd], [], [], 0)[0]:
+                return False
+            self._fill()
+        return True
+
+
 @contextmanager
-def open_input(source: str) -> Iterator[IO[bytes]]:
-    """The input as a binary stream: stdin for ``-``, else a regular file or a pipe.
-    A directory or a device (``/dev/zero``, ``/dev/urandom``) is refused before reading."""
+def open_input(source: str) -> Iterator[LineSource]:
+    """The input: stdin for ``-``, else a regular file (a binary file object) or a pipe,
+    FIFO, socket or terminal (a PipeReader). A directory or a device (``/dev/zero``,
+    ``/dev/urandom``) is refused before reading."""
     try:
         if source == "-":
-            _check_stdin()
-            yield sys.stdin.buffer
+            fd = _stdin_fd()
+            if fd is not None and _is_stream(os.fstat(fd).st_mode, os.isatty(fd)):
+                yield PipeReader(fd)
+            else:
+                yield sys.stdin.buffer
             return
-        _check_mode(Path(source).stat().st_mode, False)
+        mode = Path(source).stat().st_mode
+        if _is_stream(mode, False):
+            fd = os.open(source, os.O_RDONLY)  # a FIFO: waits for a writer, as cat does
+            try:
+                yield PipeReader(fd)
+            finally:
+                os.close(fd)
+            return
         with Path(source).open("rb") as fh:
             yield fh
     except OSError as exc:
@@ -57,17 +117,20 @@ def open_input(source: str) -> Iterator[IO[bytes]]:
         raise InputUnusable(f"cannot read input {source}: {exc}") from None
 
 
-def _check_stdin() -> None:
+def _stdin_fd() -> int | None:
     try:
-        fd = sys.stdin.fileno()
+        return sys.stdin.fileno()
     except (OSError, ValueError):  # not a real file (a test runner's): nothing to check
-        return
-    _check_mode(os.fstat(fd).st_mode, os.isatty(fd))
+        return None
 
 
-def _check_mode(mode: int, tty: bool) -> None:
-    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or tty:
-        return
+def _is_stream(mode: int, tty: bool) -> bool:
+    """True for a pipe, FIFO, socket or terminal, False for a regular file; raises
+    ValueError for anything else."""
+    if stat.S_ISREG(mode):
+        return False
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or tty:
+        return True
     raise ValueError("not a regular file or a pipe")
 
 
@@ -129,24 +192,28 @@ def _many(evaluator: Evaluator, stage: Stage) -> Callable[[Sequence[PolicyInput]
     return lambda items: [evaluator.placement(i) for i in items]
 
 
-def _chunks(stream: Iterator[Record]) -> Iterator[list[Record]]:
+def _chunks(stream: Iterator[Record], ready: Callable[[], bool] | None = None
+            ) -> Iterator[list[Record]]:
+    """CHUNK records at a time; fewer when ``ready()`` says the next has not arrived."""
     chunk: list[Record] = []
     for rec in stream:
         chunk.append(rec)
-        if len(chunk) >= CHUNK or rec.fatal:
+        if len(chunk) >= CHUNK or rec.fatal or (ready is not None and not ready()):
             yield chunk
             chunk = []
     if chunk:
         yield chunk
 
 
-def evaluate_stream(evaluator: Evaluator, stage: Stage, stream: IO[bytes], name: str,
+def evaluate_stream(evaluator: Evaluator, stage: Stage, stream: LineSource, name: str,
                     out: Callable[[str], None], err: Callable[[str], None]) -> tuple[int, int]:
-    """Evaluate every input of ``stream``; returns (inputs, bad inputs)."""
+    """Evaluate every input of ``stream``; returns (inputs, bad inputs). From a PipeReader,
+    a chunk ends where the writer paused: what has arrived is evaluated and printed."""
     many = _many(evaluator, stage)
     builder = Inputs()
     total = bad = 0
-    for chunk in _chunks(records(stream)):
+    ready = stream.ready if isinstance(stream, PipeReader) else None
+    for chunk in _chunks(records(stream), ready):
         built: list[PolicyInput | str] = [
             rec.error if rec.error is not None else builder.build(rec.value) for rec in chunk]
         good = [b for b in built if not isinstance(b, str)]

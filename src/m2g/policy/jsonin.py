@@ -17,7 +17,7 @@ import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -112,7 +112,14 @@ def _record(line: int, raw: bytes) -> Record:
         return Record(line, error=str(exc))
 
 
-def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes, bool]]:
+class LineSource(Protocol):
+    """What inputs are read from: a binary file, or anything that reads a line of at most
+    ``size`` bytes (b"" at the end)."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
+def _lines(stream: LineSource) -> Iterator[tuple[int, bytes, bool]]:
     """(line number, bytes, too long) for every line; stops after a too-long line."""
     n = 0
     while True:
@@ -135,7 +142,7 @@ def _json_lines(lines: Iterator[tuple[int, bytes, bool]]) -> Iterator[Record]:
             yield _record(n, raw)
 
 
-def records(stream: IO[bytes]) -> Iterator[Record]:
+def records(stream: LineSource) -> Iterator[Record]:
     """Every input of ``stream``: a single JSON document (possibly over many lines), or JSON
     Lines. A first line that is JSON on its own means JSON Lines; otherwise the lines are
     gathered (up to MAX_DOC_BYTES) as one document, and read as JSON Lines if they are not one."""
