@@ -36,7 +36,7 @@ from m2g.k8s import client as k
 from m2g.k8s.leader import LeaderElector
 from m2g.planner.config import PlannerConfig
 from m2g.policy import EngineUnavailable, make_runtime
-from m2g.signals.config import PrometheusSettings
+from m2g.signals.config import PrometheusSettings, SignalConfig
 from m2g.signals.http import PrometheusSetupError, make_http_client
 from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.health import HealthServer
@@ -200,6 +200,17 @@ def resolve(args: argparse.Namespace, environ: dict[str, str]) -> Settings:
                     args.lease_name or site.leader_election.lease_name)
 
 
+def signal_config(settings: Settings) -> SignalConfig:
+    """What K8sCluster reads the signals with: the site's signals, and the Prometheus
+    settings in force (the file's, with --prometheus's URL): URL, timeout, answer bound."""
+    signals = settings.site.signal_config()
+    prom = settings.prometheus
+    if prom is None:
+        return signals
+    return signals.model_copy(update={"url": prom.url, "timeout_seconds": prom.timeout_seconds,
+                                      "max_response_bytes": prom.max_response_bytes})
+
+
 async def kick_on_leadership(elector: LeaderElector, manager: Manager,
                              stop: asyncio.Event) -> None:
     """Reconcile at once when this replica becomes the leader (not at the next resync)."""
@@ -217,10 +228,7 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
         log.warning("TLS verification of %s is off (prometheus.insecureSkipVerify)",
                     prom.where())
     kube = await k.connect(args.kubeconfig, args.context)
-    signals = settings.site.signal_config()
-    if prom is not None:
-        signals = signals.model_copy(update={"url": prom.url,
-                                             "timeout_seconds": prom.timeout_seconds})
+    signals = signal_config(settings)
     clock = make_clock(args)
     cluster = K8sCluster(kube, prometheus=prom.url if prom else None, signal_config=signals,
                          http=http, instance=args.identity, clock=clock,

@@ -147,7 +147,8 @@ class K8sCluster:
         try:  # a failed read is stale data (fail-safe rules), never a failed reconcile
             return await asyncio.wait_for(read_signals(
                 PrometheusClient(self._prometheus, self._http,
-                                 self._signal_config.timeout_seconds),
+                                 self._signal_config.timeout_seconds,
+                                 max_response_bytes=self._signal_config.max_response_bytes),
                 self._signal_config), 10)
         except Exception as exc:
             log.warning("signals unavailable, treated as stale: %s", exc)

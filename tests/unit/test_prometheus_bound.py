@@ -4,9 +4,12 @@ further: that signal is missing with one line (the reader's fail-safe), never a 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
+import pytest
 
+from m2g.config import SiteConfigError
 from m2g.signals.config import SignalConfig, SignalName
 from m2g.signals.prometheus import PrometheusClient, fetch_signals
 
@@ -54,3 +57,52 @@ async def test_an_answer_within_the_bound_reads_as_before() -> None:
     small = _client(httpx.MockTransport(lambda _: httpx.Response(200, content=OK)), len(OK) - 1)
     fetched = await fetch_signals(small, SignalConfig())
     assert "more than" in str(fetched[SignalName.RACK_POWER_KW].error)
+
+
+# ---- m2g run: prometheus.maxResponseBytes from the site config reaches its reader -----------
+
+def _big_answer() -> bytes:
+    """A well-formed answer of ~4 KiB: one rack's power, padded with more racks."""
+    result = ",".join(f'{{"metric":{{"rack":"r{i}"}},"value":[1000,"5"]}}' for i in range(100))
+    return (b'{"status":"success","data":{"resultType":"vector","result":[' + result.encode()
+            + b"]}}")
+
+
+def test_run_takes_max_response_bytes_from_the_site_config(tmp_path: Path) -> None:
+    from m2g_controllers import run
+
+    f = tmp_path / "site.yaml"
+    f.write_text("prometheus: {url: 'http://from-file:9090', maxResponseBytes: 2048}\n")
+    settings = run.resolve(run.parse(["--config", str(f), "--prometheus", "http://flag:9090"]),
+                           {})
+    signals = run.signal_config(settings)
+    assert (signals.url, signals.max_response_bytes) == ("http://flag:9090", 2048)
+    assert run.signal_config(run.resolve(run.parse([]), {})).max_response_bytes == 64 << 20
+    f.write_text("prometheus: {maxResponseBytes: 12}\n")  # below 1 KiB: refused with its line
+    with pytest.raises(SiteConfigError, match=r"site.yaml:1: prometheus.maxResponseBytes"):
+        run.resolve(run.parse(["--config", str(f)]), {})
+
+
+@pytest.mark.parametrize(("limit", "read"), [(2048, False), (64 << 20, True)])
+async def test_the_controllers_reader_stops_at_the_configured_bound(limit: int,
+                                                                     read: bool) -> None:
+    """K8sCluster (what m2g run reads with) asks Prometheus with the configured bound: a
+    4 KiB answer is read under the default and cut (the signal missing) under 2 KiB."""
+    from m2g.testing.kube import FakeKube
+    from m2g_controllers.wiring import K8sCluster
+
+    body = _big_answer()
+    assert 2048 < len(body) < 64 << 20
+    http = httpx.AsyncClient(transport=httpx.MockTransport(
+        lambda _: httpx.Response(200, content=body)))
+    cluster = K8sCluster(FakeKube(), prometheus="http://prom:9090",  # type: ignore[arg-type]
+                         signal_config=SignalConfig(max_response_bytes=limit), http=http,
+                         signal_refresh_seconds=0)
+    try:
+        readings = await cluster._read_now()
+    finally:
+        await http.aclose()
+    assert readings is not None
+    status = readings.status[SignalName.RACK_POWER_KW]
+    assert ("more than 2,048 bytes" in (status.error or "")) is not read
+    assert ("r7" in readings.racks) is read

@@ -180,6 +180,8 @@ class SignalConfig(BaseModel):
 
     url: str = "http://127.0.0.1:9090"
     timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
+    #: the largest answer read (PrometheusSettings.max_response_bytes)
+    max_response_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
     signals: dict[SignalName, SignalSpec] = Field(default_factory=lambda: dict(DEFAULT_SIGNALS))
 
     @field_validator("signals", mode="before")
