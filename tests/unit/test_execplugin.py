@@ -2,12 +2,17 @@
 the plugin killed with its children when the bound or the caller gives up, one line naming it.
 
 No test measures time: a plugin that never exits either ends in the documented error (the
-fix) or holds the test until the subprocess guard of ``_m2g`` gives up (without it)."""
+fix) or holds the test until a guard (120 s) gives up (without it). That the plugin and its
+child have ended is learnt from the kernel (a pidfd becomes readable when its process
+exits), not by looking at /proc at some instant: the group's SIGKILL is delivered at once but
+a grandchild nobody waits for dies a moment later."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -20,19 +25,42 @@ from m2g.k8s import execplugin
 M2G = str(Path(sys.executable).parent / "m2g")
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie nobody reaped has ended)."""
+#: the most a test waits for a plugin to end or to start (a guard, not an assertion)
+GUARD = 120.0
+
+
+def _pidfds(pids: list[int]) -> list[int]:
+    """A pidfd per process still there (one already reaped has ended: none)."""
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            fds.append(os.pidfd_open(pid))
+    return fds
+
+
+def _all_end(pids: list[int] | None = None, fds: list[int] | None = None) -> bool:
+    """Whether every process (``pids``, or already opened ``fds``) has ended or ends within
+    GUARD seconds: the kernel makes a pidfd readable when its process exits (a zombie nobody
+    reaped has ended)."""
+    waiting = set(fds if fds is not None else _pidfds(pids or []))
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        while waiting:
+            ready, _, _ = select.select(list(waiting), [], [], GUARD)
+            if not ready:
+                return False
+            waiting -= set(ready)
+        return True
+    finally:
+        for fd in fds if fds is not None else []:
+            os.close(fd)
 
 
 def _plugin(tmp_path: Path, body: str) -> Path:
-    """A plugin script: writes its own pid and its child's to ``pids``, then ``body``."""
+    """A plugin script: writes its own pid and its child's to ``pids`` (whole, by a rename),
+    then ``body``."""
     script = tmp_path / "plugin.sh"
-    script.write_text(f"#!/bin/sh\nsleep 600 &\necho $$ $! > {tmp_path}/pids\n{body}\n")
+    script.write_text(f"#!/bin/sh\nsleep 600 &\necho $$ $! > {tmp_path}/pids.new\n"
+                      f"mv {tmp_path}/pids.new {tmp_path}/pids\n{body}\n")
     script.chmod(0o755)
     return script
 
@@ -59,7 +87,7 @@ async def test_a_plugin_that_never_exits_is_killed_with_its_children(tmp_path: P
         await execplugin.run_plugin(str(script), timeout=0.5)
     assert str(err.value) == (f"exec plugin {script} gave no credentials within 0.5s; "
                               "killed it ($M2G_EXEC_TIMEOUT sets the bound)")
-    assert not any(_alive(pid) for pid in _pids(tmp_path))
+    assert _all_end(_pids(tmp_path))
 
 
 def test_the_bound_comes_from_the_environment() -> None:
@@ -84,7 +112,7 @@ async def test_kr8s_runs_exec_plugins_through_m2g(tmp_path: Path,
     assert str(err.value) == (f"cannot load Kubernetes credentials from {tmp_path}/kc: exec "
                               f"plugin {script} gave no credentials within 0.5s; killed it "
                               "($M2G_EXEC_TIMEOUT sets the bound)")
-    assert not any(_alive(pid) for pid in _pids(tmp_path))
+    assert _all_end(_pids(tmp_path))
 
 
 def test_m2g_with_a_plugin_that_never_exits_is_one_line_exit_1(tmp_path: Path) -> None:
@@ -100,4 +128,60 @@ def test_m2g_with_a_plugin_that_never_exits_is_one_line_exit_1(tmp_path: Path) -
     assert proc.stderr == (f"error: cannot load Kubernetes credentials from {tmp_path}/kc: exec "
                            f"plugin {script} gave no credentials within 1s; killed it "
                            "($M2G_EXEC_TIMEOUT sets the bound)\n")
-    assert not any(_alive(pid) for pid in _pids(tmp_path))
+    assert _all_end(_pids(tmp_path))
+
+
+async def _started(tmp_path: Path, call: asyncio.Future[str]) -> list[int]:
+    """The plugin's pids once it has written them (the call still running)."""
+    for _ in range(int(GUARD * 100)):
+        if (tmp_path / "pids").exists():
+            return _pids(tmp_path)
+        assert not call.done(), call.result()
+        await asyncio.sleep(0.01)
+    raise AssertionError("the plugin did not start")
+
+
+async def test_cancelling_the_call_kills_the_plugin_and_its_children(tmp_path: Path) -> None:
+    """The caller gives up (connect's 30 s bound on the first request, Ctrl-C) long before
+    the plugin's own bound: the plugin's whole process group is killed, not left running."""
+    script = _plugin(tmp_path, "wait")
+    call = asyncio.ensure_future(execplugin.run_plugin(str(script), timeout=600))
+    fds = _pidfds(await _started(tmp_path, call))
+    assert len(fds) == 2  # the plugin and its child, both running
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(call, GUARD)
+    assert _all_end(fds=fds)
+
+
+#: an endless printer with a pipe of 1 MiB (F_SETPIPE_SZ), always full: when m2g stops
+#: reading, far more than asyncio's 128 KiB is still to read
+FLOOD = (f"exec {sys.executable} -c 'import fcntl, os\nfcntl.fcntl(1, 1031, 1 << 20)\n"
+         "while True: os.write(1, b\"x\" * 65536)'")
+
+
+async def test_a_plugin_that_prints_more_than_1_mib_is_killed(tmp_path: Path) -> None:
+    """An endless printer (within its time bound: 600 s): read up to MAX_OUTPUT, then the
+    plugin and its child are killed and the error is one line. Without the bound the read
+    never ends; and without closing the pipes m2g stopped reading, asyncio's wait() never
+    returned (a paused pipe's end is never seen) — the guard's TimeoutError fails either."""
+    script = _plugin(tmp_path, FLOOD)
+    with pytest.raises(execplugin.ExecPluginError) as err:
+        await asyncio.wait_for(execplugin.run_plugin(str(script), timeout=600), GUARD)
+    assert str(err.value) == f"exec plugin {script} printed more than 1,048,576 bytes; killed it"
+    assert _all_end(_pids(tmp_path))
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+async def test_the_output_bound_is_exactly_1_mib(tmp_path: Path, extra: int) -> None:
+    """MAX_OUTPUT bytes are credentials (returned whole); one byte more is refused."""
+    size = execplugin.MAX_OUTPUT + extra
+    assert execplugin.MAX_OUTPUT == 1 << 20
+    script = _plugin(tmp_path, f"head -c {size} /dev/zero | tr '\\0' x\nkill $!")
+    call = execplugin.run_plugin(str(script), timeout=600)
+    if extra:
+        with pytest.raises(execplugin.ExecPluginError, match="printed more than 1,048,576"):
+            await asyncio.wait_for(call, GUARD)
+    else:
+        assert await asyncio.wait_for(call, GUARD) == "x" * size
+    assert _all_end(_pids(tmp_path))

@@ -137,6 +137,13 @@ async def run_plugin(command: str, *args: Any, env: Mapping[str, str] | None = N
                              f"{bound:g}s; killed it (${ENV} sets the bound)") from None
     finally:
         _kill(proc)
+        # and its pipes, before waiting: asyncio's wait() returns only once every pipe has
+        # disconnected, and a stdout m2g stopped reading (more than MAX_OUTPUT) is paused, so
+        # its end was never seen: wait() hung, the call failed on the caller's bound instead
+        # (50 s), and the transport's finaliser printed a traceback on a closed loop
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
         with contextlib.suppress(Exception):
             await asyncio.shield(proc.wait())
     if code != 0:
