@@ -353,23 +353,37 @@ def _allocated(gpus: int) -> FactorySnapshot:
 
 
 def test_the_bind_rate_paces_the_work_not_running_yet() -> None:
-    """Of the work admitted in the last settle_max_seconds (300 s), the nodes bound 36 GPUs
-    in 200 s: 0.18 GPU/s. The two jobs still waiting draw in admission order at that rate,
-    200 s and 400 s from now, not as soon as they have waited as long as the oldest (100 s).
-    """
+    """Of the work admitted in the last settle_max_seconds (300 s), the nodes hold a's 36 GPUs,
+    admitted in the 100 s before the oldest waiting job (b, 100 s ago): 0.36 GPU/s. The two
+    jobs still waiting draw in admission order at that rate, 100 s and 200 s from now, not as
+    soon as they have waited as long as the oldest (100 s)."""
     a = wl("a", Phase.ADMITTED, 36, 3600, ago=200)
     b = wl("b", Phase.ADMITTED, 36, 3600, ago=100)
     c = wl("c", Phase.ADMITTED, 36, 3600, ago=50)
     s = replace(snap(RUNNING, a, b, c), factory=_allocated(108))
     pipe = pipeline(s, 108, 300)
-    assert pipe.rate == pytest.approx(36 / 200)
-    assert pipe.draw_at == {"team/b": NOW + timedelta(seconds=200),
-                            "team/c": NOW + timedelta(seconds=400)}
-    assert pipe.lag == timedelta(seconds=(300 + 450) / 2)
+    assert pipe.rate == pytest.approx(36 / 100)
+    assert pipe.draw_at == {"team/b": NOW + timedelta(seconds=100),
+                            "team/c": NOW + timedelta(seconds=200)}
+    assert pipe.lag == timedelta(seconds=(200 + 250) / 2)
     fc = forecast(s, ForecastConfig(horizon_hours=1 / 6, interval_seconds=200))
-    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [108, 144, 180]
+    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [126, 180, 180]
     # nothing bound in the window: the lower bound of bind_lag, as before
     assert pipeline(s, 72, 300).rate is None
+
+
+def test_the_bind_rate_is_not_charged_the_wait_of_a_burst_just_admitted() -> None:
+    """A burst: 20 jobs of 36 GPUs admitted one a second, 40 s to 21 s ago; the nodes hold
+    the first two (72 GPUs: bound in the last few seconds, after the pipeline's dead time).
+    They were taken in over the 2 s before the oldest waiting job's admission: 36 GPU/s, so
+    the other 648 GPUs draw within 18 s — not over the 40 s since the burst began (1.8 GPU/s,
+    360 s): the time the waiting work has already waited is not the pipeline's throughput."""
+    burst = [wl(f"j{i:02}", Phase.ADMITTED, 36, 3600, ago=40 - i) for i in range(20)]
+    s = ClusterSnapshot(factory(), tuple(burst))
+    pipe = pipeline(s, 72, 300)
+    assert pipe.rate == pytest.approx(72 / 2)
+    assert max(pipe.draw_at.values()) == NOW + timedelta(seconds=648 / 36)
+    assert len(pipe.draw_at) == 18
 
 
 def test_new_work_draws_on_the_share_its_runtime_leaves_after_the_lag() -> None:

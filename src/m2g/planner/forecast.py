@@ -214,7 +214,10 @@ def pipeline(snap: ClusterSnapshot, allocated: float, window_seconds: float) -> 
     """The bind pipeline from this snapshot. The admitted GPUs the nodes do not hold yet are
     the most recently admitted workloads' (pods bind in admission order). Of the work admitted
     within ``window_seconds`` (the planner's ``settle_max_seconds``), the GPUs the nodes hold
-    were bound since the oldest such admission: that is the bind rate; the waiting workloads
+    were admitted between the oldest such admission and the oldest waiting workload's: GPUs
+    over that span are the bind rate (in flow, the pipeline takes work in as fast as it binds
+    it; a steady backlog of lag L gives the admission rate, not (span − L) / span of it, and a
+    burst's start is not charged the time its waiting work has waited); the waiting workloads
     bind in admission order at that rate (each draws when the GPUs before it and its own are
     bound), and ``lag`` is their mean (GPU-weighted) admission → drawing time. No bound work in
     the window (no rate): every waiting workload waits as long as the oldest has so far (a
@@ -230,7 +233,10 @@ def pipeline(snap: ClusterSnapshot, allocated: float, window_seconds: float) -> 
               and (w.admitted_at or now) >= since]
     bound = sum(w.view.gpus for w in recent) - sum(w.view.gpus for w in waiting)
     first = min((w.admitted_at or now for w in recent), default=now)
-    span = (now - first).total_seconds()
+    # the bound GPUs were admitted before the oldest waiting workload (admission order): the
+    # pipeline took them in over that span, as fast as it binds when in flow; counting to now
+    # would charge the time the waiting work has already waited to the rate (a burst's start)
+    span = ((waiting[0].admitted_at or now) - first).total_seconds()
     if bound <= 0 or span <= 0:
         return Pipeline(lag, {w.key: max(now, (w.admitted_at or now) + lag) for w in waiting})
     rate = bound / span
