@@ -414,12 +414,34 @@ def test_new_work_takes_the_queues_mix() -> None:
     assert late.flex_kw[2] == pytest.approx(72 * per_gpu, abs=1e-2)
 
 
-def test_tier_1_queued_work_starts_under_a_limit() -> None:
-    """Demand response holds back flex >= 2 (headroom_min_tier) under a limit, not tier 1."""
-    ev = (_event(0, 7200, 10.0),)
-    one = forecast(snap(wl("one", Phase.PENDING, 36, 3600, tier=1), f=factory(events=ev)),
-                   ForecastConfig(horizon_hours=1, planner=_fast()))
-    assert one.intervals[0].busy_gpus == pytest.approx(36)
-    two = forecast(snap(wl("two", Phase.PENDING, 36, 3600, tier=2), f=factory(events=ev)),
-                   ForecastConfig(horizon_hours=1, planner=_fast()))
-    assert two.intervals[0].busy_gpus == 0
+def test_tier_1_queued_work_is_held_during_a_grid_event_not_under_a_plan() -> None:
+    """m2g's admission holds back flex >= 2 under a limit (headroom_min_tier), and flex 1 too
+    while a grid event is active (headroom_event_min_tier): a kW CapacityPlan alone lets
+    tier 1 start."""
+    cfg = ForecastConfig(horizon_hours=1, planner=_fast())
+    ev = factory(events=(_event(0, 7200, 10.0),))
+    one = wl("one", Phase.PENDING, 36, 3600, tier=1)
+    assert forecast(snap(one, f=ev), cfg).intervals[0].busy_gpus == 0
+    plan = (CapacityPlan("p", NOW, 7200, (10.0,), CapUnit.KW),)
+    assert forecast(snap(one, plans=plan), cfg).intervals[0].busy_gpus == pytest.approx(36)
+    two = wl("two", Phase.PENDING, 36, 3600, tier=2)
+    assert forecast(snap(two, plans=plan), cfg).intervals[0].busy_gpus == 0
+    # headroomEventMinTier 2 (the site's choice): tier 1 starts during the event again
+    loose = ForecastConfig(horizon_hours=1, planner=_fast(headroom_event_min_tier=2))
+    assert forecast(snap(one, f=ev), loose).intervals[0].busy_gpus == pytest.approx(36)
+
+
+def test_new_flex_1_work_is_held_back_during_a_grid_event() -> None:
+    """New work takes the GPUs a tier-1 job leaves after 30 min. During a grid event m2g's
+    admission holds new tier-1 work back (it saves its kW above idle); under a kW plan alone
+    tier 1 is only capped, within its flex allowance."""
+    t1 = wl("t1", Phase.ADMITTED, 72, 3600, tier=1, ago=1800)
+    cfg = ForecastConfig(horizon_hours=2, new_work=NewWork.PERSIST, planner=_fast())
+    held = forecast(snap(t1, f=factory(events=(_event(0, 7200, 10.0),))), cfg).intervals[1]
+    assert held.new_work_gpus == pytest.approx(72, abs=1e-2)
+    assert held.site_kw == pytest.approx(144 * IDLE, abs=1e-2)
+    plan = (CapacityPlan("p", NOW, 7200, (10.0,), CapUnit.KW),)
+    capped = forecast(snap(t1, plans=plan), cfg).intervals[1]
+    assert 144 * IDLE + 1.0 < capped.site_kw < FULL
+
+
