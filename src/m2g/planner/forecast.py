@@ -30,9 +30,10 @@ Model, per interval of ``interval_seconds`` from ``now``:
   what its levers reach — pausing the tiers from ``shed_min_tier`` (tier 1 too in a level-3
   event) saves their kW less the idle kW their GPUs keep drawing, capping the other flexible
   tiers what their flex allowance pays for over the limit's length (``cap_fraction``), new
-  work of the gated tiers held at admission (what a pause saves), tier 0 nothing —; it moves at its ramp, a shed shows ``settle_seconds`` after it is decided, a
-  restore the lag plus half the Retry hold after (held work is asked, admitted and bound
-  again). The mean kW held down is ``shedKw``;
+  work of the gated tiers held at admission (what a pause saves), tier 0 nothing —; it moves
+  at its ramp, a shed shows ``settle_seconds`` after it is decided, a restore the lag plus
+  half the Retry hold after (held work is asked, admitted and bound again). The mean kW held
+  down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
   (1 ∓ ``kw_spread``) (unknown runtimes: ``unknown_runtime_spread``);
 * **flexible kW**: per flex tier (1-3), the kW of that tier's running work (what could be shed
