@@ -21,14 +21,15 @@ REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 
 
 def estimated_kw(job: TraceJob, model: PowerModel) -> float:
-    """What the job adds to the site at full power: its GPUs' draw above idle (the trays'
-    overhead is drawn whether they are busy or not)."""
+    """What a real site's template would write for the job (``m2g.io/estimated-kw``,
+    docs/templates.md "Power": GPUs × the kind's kW per GPU): its GPUs' whole draw at full
+    power, idle included and the trays' overhead not. Every m2g reader takes it so: the
+    forecast and admission count it whole, a shed saves it less its GPUs' idle."""
     try:
         kind = WorkloadKind(job.kind)
     except ValueError:
         kind = WorkloadKind.UNSPECIFIED
-    per_gpu = model.gpu_watts(kind) - model.idle_w
-    return round(float(job.gpus * per_gpu) / 1000.0, 1)
+    return round(float(job.gpus * model.gpu_watts(kind)) / 1000.0, 1)
 
 
 def manifest(job: TraceJob, time_scale: float, model: PowerModel) -> Obj:

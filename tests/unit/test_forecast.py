@@ -353,23 +353,37 @@ def _allocated(gpus: int) -> FactorySnapshot:
 
 
 def test_the_bind_rate_paces_the_work_not_running_yet() -> None:
-    """Of the work admitted in the last settle_max_seconds (300 s), the nodes bound 36 GPUs
-    in 200 s: 0.18 GPU/s. The two jobs still waiting draw in admission order at that rate,
-    200 s and 400 s from now, not as soon as they have waited as long as the oldest (100 s).
-    """
+    """Of the work admitted in the last settle_max_seconds (300 s), the nodes hold a's 36 GPUs,
+    admitted in the 100 s before the oldest waiting job (b, 100 s ago): 0.36 GPU/s. The two
+    jobs still waiting draw in admission order at that rate, 100 s and 200 s from now, not as
+    soon as they have waited as long as the oldest (100 s)."""
     a = wl("a", Phase.ADMITTED, 36, 3600, ago=200)
     b = wl("b", Phase.ADMITTED, 36, 3600, ago=100)
     c = wl("c", Phase.ADMITTED, 36, 3600, ago=50)
     s = replace(snap(RUNNING, a, b, c), factory=_allocated(108))
     pipe = pipeline(s, 108, 300)
-    assert pipe.rate == pytest.approx(36 / 200)
-    assert pipe.draw_at == {"team/b": NOW + timedelta(seconds=200),
-                            "team/c": NOW + timedelta(seconds=400)}
-    assert pipe.lag == timedelta(seconds=(300 + 450) / 2)
+    assert pipe.rate == pytest.approx(36 / 100)
+    assert pipe.draw_at == {"team/b": NOW + timedelta(seconds=100),
+                            "team/c": NOW + timedelta(seconds=200)}
+    assert pipe.lag == timedelta(seconds=(200 + 250) / 2)
     fc = forecast(s, ForecastConfig(horizon_hours=1 / 6, interval_seconds=200))
-    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [108, 144, 180]
+    assert [round(i.busy_gpus) for i in fc.intervals[:3]] == [126, 180, 180]
     # nothing bound in the window: the lower bound of bind_lag, as before
     assert pipeline(s, 72, 300).rate is None
+
+
+def test_the_bind_rate_is_not_charged_the_wait_of_a_burst_just_admitted() -> None:
+    """A burst: 20 jobs of 36 GPUs admitted one a second, 40 s to 21 s ago; the nodes hold
+    the first two (72 GPUs: bound in the last few seconds, after the pipeline's dead time).
+    They were taken in over the 2 s before the oldest waiting job's admission: 36 GPU/s, so
+    the other 648 GPUs draw within 18 s — not over the 40 s since the burst began (1.8 GPU/s,
+    360 s): the time the waiting work has already waited is not the pipeline's throughput."""
+    burst = [wl(f"j{i:02}", Phase.ADMITTED, 36, 3600, ago=40 - i) for i in range(20)]
+    s = ClusterSnapshot(factory(), tuple(burst))
+    pipe = pipeline(s, 72, 300)
+    assert pipe.rate == pytest.approx(72 / 2)
+    assert max(pipe.draw_at.values()) == NOW + timedelta(seconds=648 / 36)
+    assert len(pipe.draw_at) == 18
 
 
 def test_new_work_draws_on_the_share_its_runtime_leaves_after_the_lag() -> None:
@@ -400,12 +414,34 @@ def test_new_work_takes_the_queues_mix() -> None:
     assert late.flex_kw[2] == pytest.approx(72 * per_gpu, abs=1e-2)
 
 
-def test_tier_1_queued_work_starts_under_a_limit() -> None:
-    """Demand response holds back flex >= 2 (headroom_min_tier) under a limit, not tier 1."""
-    ev = (_event(0, 7200, 10.0),)
-    one = forecast(snap(wl("one", Phase.PENDING, 36, 3600, tier=1), f=factory(events=ev)),
-                   ForecastConfig(horizon_hours=1, planner=_fast()))
-    assert one.intervals[0].busy_gpus == pytest.approx(36)
-    two = forecast(snap(wl("two", Phase.PENDING, 36, 3600, tier=2), f=factory(events=ev)),
-                   ForecastConfig(horizon_hours=1, planner=_fast()))
-    assert two.intervals[0].busy_gpus == 0
+def test_tier_1_queued_work_is_held_during_a_grid_event_not_under_a_plan() -> None:
+    """m2g's admission holds back flex >= 2 under a limit (headroom_min_tier), and flex 1 too
+    while a grid event is active (headroom_event_min_tier): a kW CapacityPlan alone lets
+    tier 1 start."""
+    cfg = ForecastConfig(horizon_hours=1, planner=_fast())
+    ev = factory(events=(_event(0, 7200, 10.0),))
+    one = wl("one", Phase.PENDING, 36, 3600, tier=1)
+    assert forecast(snap(one, f=ev), cfg).intervals[0].busy_gpus == 0
+    plan = (CapacityPlan("p", NOW, 7200, (10.0,), CapUnit.KW),)
+    assert forecast(snap(one, plans=plan), cfg).intervals[0].busy_gpus == pytest.approx(36)
+    two = wl("two", Phase.PENDING, 36, 3600, tier=2)
+    assert forecast(snap(two, plans=plan), cfg).intervals[0].busy_gpus == 0
+    # headroomEventMinTier 2 (the site's choice): tier 1 starts during the event again
+    loose = ForecastConfig(horizon_hours=1, planner=_fast(headroom_event_min_tier=2))
+    assert forecast(snap(one, f=ev), loose).intervals[0].busy_gpus == pytest.approx(36)
+
+
+def test_new_flex_1_work_is_held_back_during_a_grid_event() -> None:
+    """New work takes the GPUs a tier-1 job leaves after 30 min. During a grid event m2g's
+    admission holds new tier-1 work back (it saves its kW above idle); under a kW plan alone
+    tier 1 is only capped, within its flex allowance."""
+    t1 = wl("t1", Phase.ADMITTED, 72, 3600, tier=1, ago=1800)
+    cfg = ForecastConfig(horizon_hours=2, new_work=NewWork.PERSIST, planner=_fast())
+    held = forecast(snap(t1, f=factory(events=(_event(0, 7200, 10.0),))), cfg).intervals[1]
+    assert held.new_work_gpus == pytest.approx(72, abs=1e-2)
+    assert held.site_kw == pytest.approx(144 * IDLE, abs=1e-2)
+    plan = (CapacityPlan("p", NOW, 7200, (10.0,), CapUnit.KW),)
+    capped = forecast(snap(t1, plans=plan), cfg).intervals[1]
+    assert 144 * IDLE + 1.0 < capped.site_kw < FULL
+
+

@@ -17,9 +17,10 @@ Model, per interval of ``interval_seconds`` from ``now``:
 * **the queue** is started in admission order (priority, then longest wait) at the first
   interval start with room: healthy GPUs, less maintenance windows' nodes, less what
   reservations hold (a reservation's named workloads start at its start), less a GPU
-  CapacityPlan's cap; it draws after the lag; the tiers demand response holds back
-  (the planner's ``headroom_min_tier``) are not started into a kW CapacityPlan or grid limit
-  they would exceed;
+  CapacityPlan's cap; it draws after the lag; the tiers m2g's admission holds back
+  (``gate_tier``: the headroom gate's ``headroom_min_tier``, and ``headroom_event_min_tier``
+  while a grid event is active) are not started into a kW CapacityPlan or grid limit they
+  would exceed;
 * **idle GPUs** draw ``idle_kw_per_gpu``; a fresh site reading calibrates a constant offset
   (the measured draw less the model's at ``now``: the trays' CPUs, NICs, switches; at ``now``
   admitted work draws only on the GPUs its pods hold: the nodes' allocated GPUs);
@@ -28,10 +29,11 @@ Model, per interval of ``interval_seconds`` from ``now``:
   planner's settings, ``planner``): it wants off what the site draws above the limit, at most
   what its levers reach — pausing the tiers from ``shed_min_tier`` (tier 1 too in a level-3
   event) saves their kW less the idle kW their GPUs keep drawing, capping the other flexible
-  tiers what their flex allowance pays for over the limit's length (``cap_fraction``), tier
-  0 nothing —; it moves at its ramp, a shed shows ``settle_seconds`` after it is decided, a
-  restore the lag plus half the Retry hold after (held work is asked, admitted and bound
-  again). The mean kW held down is ``shedKw``;
+  tiers what their flex allowance pays for over the limit's length (``cap_fraction``), new
+  work of the gated tiers held at admission (what a pause saves), tier 0 nothing —; it moves
+  at its ramp, a shed shows ``settle_seconds`` after it is decided, a restore the lag plus
+  half the Retry hold after (held work is asked, admitted and bound again). The mean kW held
+  down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
   (1 ∓ ``kw_spread``) (unknown runtimes: ``unknown_runtime_spread``);
 * **flexible kW**: per flex tier (1-3), the kW of that tier's running work (what could be shed
@@ -214,7 +216,10 @@ def pipeline(snap: ClusterSnapshot, allocated: float, window_seconds: float) -> 
     """The bind pipeline from this snapshot. The admitted GPUs the nodes do not hold yet are
     the most recently admitted workloads' (pods bind in admission order). Of the work admitted
     within ``window_seconds`` (the planner's ``settle_max_seconds``), the GPUs the nodes hold
-    were bound since the oldest such admission: that is the bind rate; the waiting workloads
+    were admitted between the oldest such admission and the oldest waiting workload's: GPUs
+    over that span are the bind rate (in flow, the pipeline takes work in as fast as it binds
+    it; a steady backlog of lag L gives the admission rate, not (span − L) / span of it, and a
+    burst's start is not charged the time its waiting work has waited); the waiting workloads
     bind in admission order at that rate (each draws when the GPUs before it and its own are
     bound), and ``lag`` is their mean (GPU-weighted) admission → drawing time. No bound work in
     the window (no rate): every waiting workload waits as long as the oldest has so far (a
@@ -230,7 +235,10 @@ def pipeline(snap: ClusterSnapshot, allocated: float, window_seconds: float) -> 
               and (w.admitted_at or now) >= since]
     bound = sum(w.view.gpus for w in recent) - sum(w.view.gpus for w in waiting)
     first = min((w.admitted_at or now for w in recent), default=now)
-    span = (now - first).total_seconds()
+    # the bound GPUs were admitted before the oldest waiting workload (admission order): the
+    # pipeline took them in over that span, as fast as it binds when in flow; counting to now
+    # would charge the time the waiting work has already waited to the rate (a burst's start)
+    span = ((waiting[0].admitted_at or now) - first).total_seconds()
     if bound <= 0 or span <= 0:
         return Pipeline(lag, {w.key: max(now, (w.admitted_at or now) + lag) for w in waiting})
     rate = bound / span
@@ -309,14 +317,29 @@ def _shares(weights: Mapping[str, float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class _Limit:
-    """The lowest site kW limit in force at one moment, and the lowest tier m2g pauses for
-    it."""
+    """The lowest site kW limit in force at one moment, the lowest tier m2g pauses for it, and
+    the lowest tier of new work its admission holds back while the site is over it
+    (``gate_tier``: m2g.planner.headroom.min_tier)."""
 
     kw: float
     pause_tier: int
+    gate_tier: int = 2
 
 
-def _limit_at(snap: ClusterSnapshot, t: datetime, pause_tier: int) -> _Limit | None:
+def gate_tier(snap: ClusterSnapshot, t: datetime, planner: PlannerConfig) -> int:
+    """The lowest flex tier m2g's admission holds back at ``t`` (m2g.planner.headroom.min_tier
+    at that moment): ``headroom_min_tier``, one lower from SIMPLE level 2 of a grid event
+    active then, and at most ``headroom_event_min_tier`` while one is (new flex-1 work too)."""
+    events = [e for e in snap.factory.grid_events if e.start <= t < e.end]
+    if not events:
+        return planner.headroom_min_tier
+    level = max(e.level for e in events)
+    tier = max(1, planner.headroom_min_tier - 1) if level >= 2 else planner.headroom_min_tier
+    return min(tier, planner.headroom_event_min_tier)
+
+
+def _limit_at(snap: ClusterSnapshot, t: datetime, pause_tier: int,
+              planner: PlannerConfig) -> _Limit | None:
     events = [e for e in snap.factory.grid_events if e.start <= t < e.end and e.target() > 0]
     limits = [e.target() for e in events]
     limits += [v for p in snap.capacity_plans if p.unit is CapUnit.KW and p.domain in (
@@ -324,13 +347,14 @@ def _limit_at(snap: ClusterSnapshot, t: datetime, pause_tier: int) -> _Limit | N
     if not limits:
         return None
     severe = any(e.level >= 3 for e in snap.factory.grid_events if e.start <= t < e.end)
-    return _Limit(min(limits), max(1, pause_tier - 1) if severe else pause_tier)
+    return _Limit(min(limits), max(1, pause_tier - 1) if severe else pause_tier,
+                  gate_tier(snap, t, planner))
 
 
-def _limit(snap: ClusterSnapshot, t0: datetime, t1: datetime) -> float | None:
+def _limit(snap: ClusterSnapshot, t0: datetime, t1: datetime,
+           planner: PlannerConfig) -> _Limit | None:
     """The lowest site kW limit in force at the interval's middle (grid events, kW plans)."""
-    got = _limit_at(snap, t0 + (t1 - t0) / 2, 1)
-    return None if got is None else got.kw
+    return _limit_at(snap, t0 + (t1 - t0) / 2, 1, planner)
 
 
 def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
@@ -343,8 +367,8 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
     bounds = [snap.now + timedelta(seconds=cfg.interval_seconds * i) for i in range(n + 1)]
     steps = max(1, cfg.substeps)
     dt = cfg.interval_seconds / steps
-    limits = [[_limit_at(snap, bounds[i] + timedelta(seconds=dt * (k + 0.5)), cfg.shed_min_tier)
-               for k in range(steps)] for i in range(n)]
+    limits = [[_limit_at(snap, bounds[i] + timedelta(seconds=dt * (k + 0.5)), cfg.shed_min_tier,
+                         cfg.planner) for k in range(steps)] for i in range(n)]
     site.limit_seconds = _longest_episode(limits, dt) or cfg.planner.cap_horizon_seconds
     central = _run(snap, cfg, site, bounds, 1.0, 1.0)
     low = _run(snap, cfg, site, bounds, 0.99, 1 - cfg.kw_spread)
@@ -422,7 +446,7 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
         for lim in row:
             want = 0.0
             if lim is not None:
-                want = min(max(0.0, c - lim.kw), run.reach(i, lim.pause_tier))
+                want = min(max(0.0, c - lim.kw), run.reach(i, lim.pause_tier, lim.gate_tier))
             prev = decided[-1] if decided else 0.0
             decided.append(prev + max(-step_kw, min(step_kw, want - prev)))
             j = len(decided) - 1 - shed_delay
@@ -444,13 +468,28 @@ class _Run:
     new_gpus: list[float] = field(default_factory=list)
     capped: list[dict[int, float]] = field(default_factory=list)  # kW caps reach, per tier
     paused: list[dict[int, float]] = field(default_factory=list)  # kW pauses reach, per tier
+    #: the same of new work alone (in ``capped`` and ``paused`` too): what holding it back at
+    #: admission would save, and what caps would
+    new_capped: list[dict[int, float]] = field(default_factory=list)
+    new_paused: list[dict[int, float]] = field(default_factory=list)
 
-    def reach(self, i: int, pause_tier: int) -> float:
+    def reach(self, i: int, pause_tier: int, gate_tier: int | None = None) -> float:
         """kW m2g's levers take off interval ``i``: the tiers from ``pause_tier`` paused
         (their kW less the idle kW their GPUs keep drawing), the flexible ones below it
-        capped; tier 0 is never touched."""
-        return sum(self.paused[i].get(t, 0.0) if t >= pause_tier else self.capped[i].get(t, 0.0)
-                   for t in self.flex[i] if t > 0)
+        capped — except new work of the tiers from ``gate_tier``, which m2g's admission holds
+        back (it saves what pausing would); tier 0 is never touched."""
+        gate = pause_tier if gate_tier is None else max(1, gate_tier)
+        out = 0.0
+        for t in self.flex[i]:
+            if t <= 0:
+                continue
+            if t >= pause_tier:
+                out += self.paused[i].get(t, 0.0)
+                continue
+            out += self.capped[i].get(t, 0.0)
+            if t >= gate and self.new_paused:
+                out += self.new_paused[i].get(t, 0.0) - self.new_capped[i].get(t, 0.0)
+        return out
 
 
 @dataclass(frozen=True)
@@ -583,7 +622,8 @@ def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[d
                 for r in snap.factory.racks), default=72)
     n = len(bounds) - 1
     out = _Run([0.0] * n, [0.0] * n, [{} for _ in range(n)], [{} for _ in range(n)], 0.0,
-               [0.0] * n, [0.0] * n, [{} for _ in range(n)], [{} for _ in range(n)])
+               [0.0] * n, [0.0] * n, [{} for _ in range(n)], [{} for _ in range(n)],
+               [{} for _ in range(n)], [{} for _ in range(n)])
     out.kw_at_now = _kw_now(jobs, site, cfg)
     sample = [_job(w, cfg, site, kw_scale, (bounds[0], bounds[0]), {}, None)
               for w in _queue(snap)]
@@ -595,7 +635,7 @@ def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[d
         plan_cap = _gpu_cap(snap, t0)
         if plan_cap is not None:
             cap = min(cap, int(plan_cap))
-        limit = _limit(snap, t0, t1)
+        limit = _limit(snap, t0, t1, cfg.planner)
         queue = _start_queue(snap, cfg, queue, jobs, (t0, cap, limit), (scale, kw_scale),
                              size, site)
         room = cap - _held(snap.reservations, None, t0, t1, cfg.reservation_lead_seconds, size)
@@ -625,15 +665,16 @@ def _queue_gpus(snap: ClusterSnapshot) -> dict[str, int]:
 
 
 def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[WorkloadState],
-                 jobs: list[_Job], at: tuple[datetime, int, float | None],
+                 jobs: list[_Job], at: tuple[datetime, int, _Limit | None],
                  scales: tuple[float, float], size: int, site: _Site) -> list[WorkloadState]:
     """Start the queued work that fits at ``t0`` (appended to ``jobs``); the rest waits.
-    Under a kW limit the tiers demand response holds back (``headroom_min_tier``) are not
-    started into it; the others are."""
-    t0, cap, limit = at
+    Under a kW limit the tiers m2g's admission holds back (``gate_tier``: flex >= 2, and
+    flex 1 too during a grid event) are not started into it; the others are."""
+    t0, cap, lim = at
     scale, kw_scale = scales
     lag = site.pipe.lag
-    gate = cfg.planner.headroom_min_tier
+    limit = None if lim is None else lim.kw
+    gate = cfg.planner.headroom_min_tier if lim is None else lim.gate_tier
     busy = sum(j.gpus for j in jobs if j.start <= t0 < j.end)
     busy_kw = sum(j.kw for j in jobs if j.start <= t0 < j.end)
     quotas = _queue_gpus(snap)
@@ -695,12 +736,15 @@ def _account(out: _Run, i: int, jobs: list[_Job], t0: datetime, t1: datetime, si
     fill = max(0.0, min(new.level, room) - held)
     drawing = fill * new.draw_share  # the rest of its GPUs wait for their pods
     fill_kw = drawing * new.kw_per_gpu
+    new_capped: dict[int, float] = {}
+    new_paused: dict[int, float] = {}
     for t, share in new.tier_share.items():
         if t > 0:
             flex[t] = flex.get(t, 0.0) + fill_kw * share
-            capped[t] = capped.get(t, 0.0) + fill_kw * share * new.cap_share.get(t, 0.0)
-            paused[t] = paused.get(t, 0.0) + max(
-                0.0, (fill_kw - drawing * cfg.idle_kw_per_gpu) * share)
+            new_capped[t] = fill_kw * share * new.cap_share.get(t, 0.0)
+            new_paused[t] = max(0.0, (fill_kw - drawing * cfg.idle_kw_per_gpu) * share)
+            capped[t] = capped.get(t, 0.0) + new_capped[t]
+            paused[t] = paused.get(t, 0.0) + new_paused[t]
     idle = max(0.0, site.healthy - gpu_s - drawing) * cfg.idle_kw_per_gpu
     for d, share in site.healthy_share.items():
         doms[d] = doms.get(d, 0.0) + (idle + fill_kw) * share
@@ -708,3 +752,4 @@ def _account(out: _Run, i: int, jobs: list[_Job], t0: datetime, t1: datetime, si
                                                              gpu_s + drawing, doms, flex)
     out.committed[i], out.new_gpus[i] = committed, fill
     out.capped[i], out.paused[i] = capped, paused
+    out.new_capped[i], out.new_paused[i] = new_capped, new_paused
