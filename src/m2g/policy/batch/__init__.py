@@ -191,7 +191,8 @@ def _by_class(cache: FusedCache, snap: SnapshotState, act: Any,
             runs.append(_subset_run(cache, p, items, passing))
     dense: list[CompiledPolicy] = []
     for reads, members in groups.items():
-        found = None if reads is None else items.keys.classes(reads[0], reads[1], n // 2)
+        found = None if reads is None else items.keys.classes(
+            reads[0], reads[1], n // 2, project=cache.projections(members, reads[0]))
         if found is not None:
             runs.append((members, *found, None))
             continue
