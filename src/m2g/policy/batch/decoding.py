@@ -326,7 +326,8 @@ class ClassKeys:
         seen = dict.fromkeys(keys)  # in first-seen order
         if most is not None and len(seen) > most:
             return None
-        first = {k: i for i, k in zip(range(n - 1, -1, -1), reversed(keys), strict=True)}
+        # the last write of a key is its first input
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
         index = {k: number for number, k in enumerate(seen)}
         wanted = set(fields)
         reps = []
@@ -336,7 +337,7 @@ class ClassKeys:
             if queue:
                 item["m2g__q"] = inp.queue_data()
             reps.append(item)
-        return reps, [index[k] for k in keys]
+        return reps, list(map(index.__getitem__, keys))
 
     def _keys(self, names: list[str], upto: int, where: Sequence[int] | None
               ) -> list[Any] | None:
@@ -349,4 +350,6 @@ class ClassKeys:
         cols = [c[:upto] if where is None else [c[i] for i in where]
                 for c in got if c is not None]
         n = upto if where is None else len(where)
+        if len(cols) == 1:  # one column's keys stand for themselves: no 1-tuple each
+            return cols[0]
         return list(zip(*cols, strict=True)) if cols else [()] * n
