@@ -375,3 +375,67 @@ def test_items_over_a_base_decide_as_whole_inputs(sample: list[PolicyInput],
     assert [r.to_json() for r in slow.preemption_items(pbase, [
         WorkloadItem(i.workload, i.queue) for i in running[:20]])] == [
         r.to_json() for r in got[:20]]
+
+
+def test_map_keys_only_for_literal_keys(tmp_path: Path) -> None:
+    """A map field read only as ``'k' in workload.annotations`` or at a literal key is keyed by
+    those keys; any other use (a whole map, a computed key, a member of it, a key that is part
+    of a larger operand) reads all of it."""
+    import json
+
+    from m2g.policy.batch.cel_source import map_keys
+
+    def keys(when: str, message: str = "'m'") -> tuple[str, ...] | None:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        ev = evaluator(folder, "cel-expr-python", {"p.yaml": policy("p", "Admission", f"""
+            - {{name: r, when: {json.dumps(when)}, decision: Admit,
+               messageExpression: {json.dumps(message)}}}
+        """)})
+        return map_keys(ev.policy_set.by_stage[Stage.ADMISSION], "annotations")
+
+    assert keys("!('a/b' in workload.annotations) && \"c\" in workload.annotations") == (
+        "a/b", "c")
+    assert keys("'x' in workload.annotations", "workload.annotations['y']") == ("x", "y")
+    assert keys("workload.gpus > 0") == ()
+    assert keys("workload.annotations.size() > 1") is None
+    assert keys("workload.annotations == {}") is None
+    assert keys("'a' + workload.name in workload.annotations") is None
+    assert keys("workload.name + 'a' in workload.annotations") is None
+    assert keys("workload.annotations[workload.name] == 'x'") is None
+    assert keys("workload.annotations.exists(k, k == 'a')") is None
+    assert keys("r'a' in workload.annotations") is None
+
+
+def test_items_that_differ_only_in_unread_annotations_are_one_class(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy that reads two annotation keys sees workloads that agree on them (present or
+    not, with the same values) as one class, whatever else their annotations hold: the batch
+    evaluates one item per class and decides as one input at a time."""
+    from typing import Any
+
+    from m2g.policy.batch import FusedCache
+
+    ev = evaluator(tmp_path, "cel-expr-python", {"p.yaml": policy("p", "Admission", """
+        - {name: pinned, when: "'pin' in workload.annotations", decision: Defer,
+           messageExpression: "'pinned to ' + workload.annotations['pin']"}
+        - {name: other, when: "!('pin' in workload.annotations) && workload.gpus > 2",
+           decision: Defer, message: "big"}
+    """)})
+    site = PolicyInput().site
+    items = [PolicyInput(site=site, workload={  # type: ignore[arg-type]
+        "gpus": i % 4, "annotations": {"stamp": str(i), **({"pin": f"r{i % 3}"} if i % 2 else {})}})
+        for i in range(120)]
+    runs: list[int] = []
+    original = FusedCache.run
+
+    def counting(self: FusedCache, program: Any, act: Any, rows: list[Any]) -> list[Any]:
+        runs.append(len(rows))
+        return original(self, program, act, rows)
+
+    monkeypatch.setattr(FusedCache, "run", counting)
+    batched = [r.to_json() for r in ev.admission_many(items)]
+    monkeypatch.undo()
+    assert runs and max(runs) <= 4 * 4  # pin r0/r1/r2 or none × 4 GPU counts: not 120 stamps
+    assert batched == [ev.admission(i).to_json() for i in items]
+    assert {r["decision"] for r in batched} == {"Defer", "Admit"}
+    assert "pinned to r1" in str(batched)

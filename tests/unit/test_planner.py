@@ -198,6 +198,48 @@ def test_victims_from_groups_worked_out_once_as_from_the_candidates_left() -> No
             left, shortfall, step, CFG)
 
 
+def test_victims_without_a_ramp_as_one_pass_per_pick() -> None:
+    """Without a ramp (the pause rounds: step = inf) the victims are picked by index
+    (_take_largest): the same as choosing as before, one pass over the pool per pick — the
+    largest while none covers the rest, then the smallest that does (ties by key), and a
+    lower score only after the higher."""
+    import math
+    import random
+
+    from m2g.planner.shedding import Candidate, _choose, _fits, by_score
+
+    def before(groups: list[tuple[float, list[Candidate]]], shortfall: float,
+               exclude: frozenset[str]) -> list[Candidate]:
+        out: list[Candidate] = []
+        covered = 0.0
+        for _, group in groups:
+            pool = [c for c in group if c.key not in exclude]
+            while pool and covered < shortfall:
+                fitting = [c for c in pool if _fits(covered + c.kw, math.inf, bool(out), CFG)]
+                rest = shortfall - covered
+                covers = [c for c in fitting if c.kw >= rest]
+                pick = min(covers, key=lambda c: (c.kw, c.key)) if covers else fitting[0]
+                pool.remove(pick)
+                out.append(pick)
+                covered += pick.kw
+            if covered >= shortfall:
+                break
+        return out
+
+    rng = random.Random(11)
+    picked = 0
+    for _ in range(400):
+        cands = [Candidate(float(rng.choice((1, 2))), f"k{i:02d}",
+                           rng.choice((0.1, 0.2, 0.3)) * rng.randrange(1, 40))
+                 for i in range(rng.randrange(0, 40))]
+        out = frozenset(c.key for c in cands if rng.random() < 0.2)
+        shortfall = rng.choice((0.0, 0.3, 1.0, 5.5, 20.0, 80.0, 300.0))
+        got = _choose(by_score(cands), shortfall, math.inf, CFG, out)
+        assert got == before(by_score(cands), shortfall, out)
+        picked += len(got)
+    assert picked > 1000
+
+
 def test_settling_sheds_are_not_shed_twice(ev: Evaluator) -> None:
     just = NOW - timedelta(seconds=10)
     s = snap(factory(draw_kw=160.0, event=True),

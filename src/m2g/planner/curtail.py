@@ -27,7 +27,7 @@ most recent cap first, as the room and the ramp allow.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -79,13 +79,15 @@ def horizon_seconds(snap: ClusterSnapshot, config: PlannerConfig) -> float:
 def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
     """Admitted workloads whose nodes host no other admitted workload (one pass)."""
     admitted = {w.key for w in snap.workloads if w.phase is Phase.ADMITTED}
-    on_node: dict[str, set[str]] = {}
+    owner: dict[str, str] = {}  # node → the first admitted workload seen on it
+    crowded: set[str] = set()  # nodes with two or more
     for key, nodes in snap.placements.items():
         if key in admitted:
             for n in nodes:
-                on_node.setdefault(n, set()).add(key)
-    shared = {k for ks in on_node.values() if len(ks) > 1 for k in ks}
-    return frozenset(k for k in admitted if snap.placements.get(k) and k not in shared)
+                if owner.setdefault(n, key) != key:
+                    crowded.add(n)
+    return frozenset(k for k in admitted if (on := snap.placements.get(k))
+                     and crowded.isdisjoint(on))
 
 
 #: One step down a job's cap ladder: (throughput lost per kW saved, key, to cap, kW saved).
@@ -123,20 +125,26 @@ _STEPS: dict[tuple[int, float, int, float, tuple[float, ...]],
 def _next_step(w: WorkloadState, frm: float, levels: list[float],
                config: PlannerConfig) -> _Step | None:
     curve = curve_of(w)
-    full = _full_kw(w, config)
-    memo = curve is kind_curve(w.view.kind)  # a job's own curve is a new object each time
-    key = (id(curve), full, w.view.gpus, frm, tuple(levels))
-    got = _STEPS.get(key) if memo else None
-    if got is None and not (memo and key in _STEPS):
-        got = _step_down(curve, full, w.view.gpus, frm, levels)
+    return _step_of(w.key, curve, _full_kw(w, config), w.view.gpus, frm, tuple(levels),
+                    curve is kind_curve(w.view.kind))
+
+
+def _step_of(key: str, curve: CapCurve, full: float, gpus: int, frm: float,
+             levels: tuple[float, ...], memo: bool) -> _Step | None:
+    """_next_step of a job whose curve, full kW, GPUs and allowed caps are known (``memo``:
+    the curve is its kind's, shared: a job's own curve is a new object each time)."""
+    mkey = (id(curve), full, gpus, frm, levels)
+    got = _STEPS.get(mkey) if memo else None
+    if got is None and not (memo and mkey in _STEPS):
+        got = _step_down(curve, full, gpus, frm, levels)
         if memo:
             if len(_STEPS) >= 50_000:
                 _STEPS.clear()
-            _STEPS[key] = got
-    return None if got is None else (got[0], w.key, got[1], got[2])
+            _STEPS[mkey] = got
+    return None if got is None else (got[0], key, got[1], got[2])
 
 
-def _step_down(curve: CapCurve, full: float, gpus: int, frm: float, levels: list[float]
+def _step_down(curve: CapCurve, full: float, gpus: int, frm: float, levels: Sequence[float]
                ) -> tuple[float, float, float] | None:
     """(throughput lost per kW saved, to cap, kW saved) of the step below ``frm``."""
     below = [c for c in levels if c < frm]
@@ -158,6 +166,8 @@ class _Job:
     levels: list[float]
     first: _Step
     pause: float
+    #: (curve, full kW, GPUs, allowed caps, whether the curve is its kind's): its next steps
+    ladder: tuple[CapCurve, float, int, tuple[float, ...], bool]
 
 
 class Ladders:
@@ -176,14 +186,22 @@ class Ladders:
             if w.view.flex_tier <= 0 or w.view.gpus <= 0 or w.key not in alone:
                 continue
             ok = _levels(w, self.now, self.horizon, config, min_caps.get(w.key, 0.0))
-            first = _next_step(w, w.power_cap, ok, config) if ok else None
+            if not ok:
+                continue
+            curve = curve_of(w)
+            ladder = (curve, _full_kw(w, config), w.view.gpus, tuple(ok),
+                      curve is kind_curve(w.view.kind))
+            first = _step_of(w.key, ladder[0], ladder[1], ladder[2], w.power_cap, ladder[3],
+                             ladder[4])
             if first is not None:
-                self.jobs.append(_Job(w, ok, first, _pause_cost(w, config, self.horizon)))
+                self.jobs.append(_Job(w, ok, first, _pause_cost(w, config, self.horizon),
+                                      ladder))
         self.by_key = {j.w.key: j for j in self.jobs}
         self._alone_kw: list[tuple[str, float]] | None = None
 
     def next_step(self, job: _Job, frm: float) -> _Step | None:
-        return _next_step(job.w, frm, job.levels, self.config)
+        curve, full, gpus, levels, memo = job.ladder
+        return _step_of(job.w.key, curve, full, gpus, frm, levels, memo)
 
     def potential_kw(self, exclude: frozenset[str] = frozenset()) -> float:
         """What caps without a shortfall or ramp limit would save, the jobs in ``exclude``

@@ -253,14 +253,20 @@ def combine_fairness(fired: Fired) -> FairnessResult:
 
 def _shared(combine: Callable[[Fired], R], fired: list[Fired]) -> list[R]:
     """``combine`` of each fired list, once per distinct list of Hit/Err objects (the fired
-    lists are alive meanwhile, so their ids identify them)."""
+    lists are alive meanwhile, so their ids identify them; a list shared by many workloads,
+    as the batch's class paths give them, is looked up by its own id first)."""
     memo: dict[tuple[int, ...], R] = {}
+    by_list: dict[int, R] = {}
     out = []
     for items in fired:
-        key = tuple(map(id, items))
-        if key not in memo:
-            memo[key] = combine(items)
-        out.append(memo[key])
+        got = by_list.get(id(items))
+        if got is None:
+            key = tuple(map(id, items))
+            got = memo.get(key)
+            if got is None:
+                got = memo[key] = combine(items)
+            by_list[id(items)] = got
+        out.append(got)
     return out
 
 

@@ -16,12 +16,14 @@ from typing import Any
 
 from m2g.model.inputs import PolicyInput
 from m2g.policy.batch.cel_source import (
+    PROJECTABLE,
     combined_source,
     fused_rule_source,
     fused_source,
     gate_source,
     hoist_source,
     hoistable,
+    map_keys,
     match_reads,
     match_source,
     reads_queue,
@@ -74,6 +76,8 @@ class FusedCache:
         self._chunk: dict[int, int] = {}
         self._parts: dict[str, list[tuple[tuple[str, ...] | None, bool, tuple[int, ...]]]] = {}
         self._subsets: dict[tuple[Any, ...], Program | None] = {}
+        self._projections: dict[tuple[tuple[str, ...], tuple[str, ...]],
+                                dict[str, tuple[str, ...]]] = {}
         self.snapshots = SnapshotCache(runtime)
         self.batches = runtime.compile_batch("[]") is not None
 
@@ -133,6 +137,18 @@ class FusedCache:
                 if prog is not None:
                     self._matchers[policy.name] = (prog, tuple(sorted(fields)), queue)
         return self._matchers[policy.name]
+
+    def projections(self, policies: Sequence[CompiledPolicy], fields: Sequence[str]
+                    ) -> dict[str, tuple[str, ...]]:
+        """For the map fields among ``fields`` that ``policies`` read only at literal keys,
+        those keys (map_keys): their class key is the values there, not the whole map."""
+        key = (tuple(p.name for p in policies), tuple(fields))
+        got = self._projections.get(key)
+        if got is None:
+            got = self._projections[key] = {
+                f: keys for f in fields if f in PROJECTABLE
+                and (keys := map_keys(policies, f)) is not None}
+        return got
 
     def parts(self, policy: CompiledPolicy
               ) -> list[tuple[tuple[str, ...] | None, bool, tuple[int, ...]]]:

@@ -175,6 +175,70 @@ def reads_queue(policies: Sequence[CompiledPolicy]) -> bool:
     return any(mentions(prog.source, ("queue",)) for p in policies for prog in programs(p))
 
 
+#: The map fields of WorkloadView that ``map_keys`` may project.
+PROJECTABLE = ("annotations", "labels")
+_LIT = r"(?:'(_*)'|\"(_*)\")"  # a masked literal (_masked)
+#: ``'KEY' in workload.F`` as a whole operand: after the start, ``(``, ``,``, ``?``, ``:``,
+#: ``[``, ``{``, ``!``, ``&&`` or ``||`` (nothing binding tighter than ``in`` on its left:
+#: ``a + 'k' in m`` is ``(a + 'k') in m``), and not followed by a member, index, call or
+#: arithmetic (``'k' in m.x`` is ``'k' in (m.x)``).
+_IN_KEY = (r"(?:(?<=[(,?:\[{!])|(?<=&&)|(?<=\|\|)|^)\s*" + _LIT
+           + r"\s+in\s+workload\s*\.\s*{f}\b(?!\s*[.\[(+\-*/%])")
+#: ``workload.F['KEY']`` (not a member of something else).
+_AT_KEY = r"(?<![\w.])workload\s*\.\s*{f}\s*\[\s*" + _LIT + r"\s*\]"
+
+
+def _masked(source: str) -> str | None:
+    """``source`` with every string literal's contents replaced by as many ``_`` (its quotes
+    kept, so positions are the source's and a pattern can only match real code); None when
+    a literal is raw, bytes, triple-quoted or holds an escape (map_keys does not read
+    those)."""
+    out = list(source)
+    i = 0
+    while i < len(source):
+        quote = source[i]
+        if quote not in "'\"":
+            i += 1
+            continue
+        if source.startswith(quote * 3, i) or (i > 0 and source[i - 1] in "rRbB"):
+            return None
+        j = i + 1
+        while j < len(source) and source[j] != quote:
+            if source[j] in "\\\n":
+                return None
+            out[j] = "_"
+            j += 1
+        i = j + 1
+    return "".join(out)
+
+
+def map_keys(policies: Sequence[CompiledPolicy], name: str) -> tuple[str, ...] | None:
+    """The keys of the map field ``name`` (a Python name in PROJECTABLE) that ``policies``
+    read, when every expression reads it only as ``'KEY' in workload.F`` or
+    ``workload.F['KEY']`` with literal keys (nvlink-placement: three ``kai.scheduler/...``
+    annotations); None when one uses it otherwise (then all of it counts). Workloads that
+    agree on those keys (their values, or being absent) get the same answers from these
+    policies, whatever else their map holds (every running workload's own
+    ``m2g.io/last-checkpoint-time``)."""
+    alias = FIELD_ALIAS[name]
+    rxs = [re.compile(p.replace("{f}", re.escape(alias))) for p in (_IN_KEY, _AT_KEY)]
+    keys: set[str] = set()
+    for p in policies:
+        for prog in programs(p):
+            source = prog.source
+            rest = _masked(source)
+            if rest is None:
+                return None
+            for rx in rxs:
+                for m in rx.finditer(rest):
+                    group = 1 if m.group(1) is not None else 2
+                    keys.add(source[m.start(group):m.end(group)])
+                rest = rx.sub(lambda m: " " * (m.end() - m.start()), rest)
+            if any(_ALIASES.get(f) == name for f in _WORKLOAD_FIELD.findall(rest)):
+                return None
+    return tuple(sorted(keys))
+
+
 _WORKLOAD_FIELD = re.compile(r"(?<![\w.])workload\s*\.\s*([A-Za-z_]\w*)")
 _WORKLOAD_WHOLE = re.compile(r"(?<![\w.])workload\b(?!\s*\.\s*[A-Za-z_])")
 _ALIASES = {info.alias or name: name for name, info in WorkloadView.model_fields.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
 
@@ -254,6 +254,17 @@ class ClassKeys:
         self._cols: dict[str, list[Any]] = {}
         self._bad: set[str] = set()
         self._queues: dict[int, Any] = {}
+        self._proj: dict[str, tuple[str, tuple[str, ...]]] = {}
+
+    def _name(self, field: str, project: Mapping[str, tuple[str, ...]] | None) -> str:
+        """The column of ``field``: the field itself, or for a map field in ``project``
+        its values at the projected keys (a column of its own)."""
+        keys = None if project is None else project.get(field)
+        if keys is None:
+            return field
+        name = field + "[" + "\0".join(keys) + "]"
+        self._proj[name] = (field, keys)
+        return name
 
     def _column(self, name: str, upto: int) -> list[Any] | None:
         col = self._cols.setdefault(name, [])
@@ -263,6 +274,10 @@ class ClassKeys:
             try:
                 if name == "m2g__q":
                     col += [self._queue(inp) for inp in self.inputs[len(col):upto]]
+                elif name in self._proj:  # str values or None (absent): their own keys
+                    field, keys = self._proj[name]
+                    col += [tuple(map(getattr(inp.workload, field).get, keys))
+                            for inp in self.inputs[len(col):upto]]
                 else:  # an int's or str's key is itself (no other type's key equals it),
                     # another scalar's its type and value, as _key gives it
                     col += [v if (t := type(v)) is int or t is str else
@@ -278,7 +293,7 @@ class ClassKeys:
         """Are the keys of this column cheap to work out for every input (then no probe:
         integer seconds such as a checkpoint age fall into far fewer classes than workloads
         on a large site, which a probe of the first PROBE cannot tell)?"""
-        return name == "m2g__q" or not self.inputs or cheap_key(
+        return name == "m2g__q" or name in self._proj or not self.inputs or cheap_key(
             getattr(self.inputs[0].workload, name, None))
 
     def _queue(self, inp: Item) -> Any:
@@ -288,13 +303,18 @@ class ClassKeys:
         return qk
 
     def classes(self, fields: Sequence[str], queue: bool, most: int | None = None,
-                where: Sequence[int] | None = None
+                where: Sequence[int] | None = None,
+                project: Mapping[str, tuple[str, ...]] | None = None
                 ) -> tuple[list[dict[str, Any]], list[int]] | None:
         """(one item per class, each input's class index) for the inputs (those at ``where``
         when given) by their ``fields`` and queue (when ``queue``); None when there are more
         than ``most`` classes, or (``most`` given, many inputs) when the first PROBE were
-        mostly classes of their own."""
-        names = [*fields, "m2g__q"] if queue else list(fields)
+        mostly classes of their own. ``project``: map fields of which only these keys are
+        read (cel_source.map_keys): their class key is those keys' values; a class's item
+        holds its first input's whole map."""
+        names = [self._name(f, project) for f in fields]
+        if queue:
+            names.append("m2g__q")
         n = len(self.inputs) if where is None else len(where)
         if most is not None and n > 2 * PROBE and not all(map(self._cheap, names)):
             keys = self._keys(names, PROBE, None if where is None else where[:PROBE])
@@ -306,7 +326,8 @@ class ClassKeys:
         seen = dict.fromkeys(keys)  # in first-seen order
         if most is not None and len(seen) > most:
             return None
-        first = {k: i for i, k in zip(range(n - 1, -1, -1), reversed(keys), strict=True)}
+        # the last write of a key is its first input
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
         index = {k: number for number, k in enumerate(seen)}
         wanted = set(fields)
         reps = []
@@ -316,7 +337,7 @@ class ClassKeys:
             if queue:
                 item["m2g__q"] = inp.queue_data()
             reps.append(item)
-        return reps, [index[k] for k in keys]
+        return reps, list(map(index.__getitem__, keys))
 
     def _keys(self, names: list[str], upto: int, where: Sequence[int] | None
               ) -> list[Any] | None:
@@ -329,4 +350,6 @@ class ClassKeys:
         cols = [c[:upto] if where is None else [c[i] for i in where]
                 for c in got if c is not None]
         n = upto if where is None else len(where)
+        if len(cols) == 1:  # one column's keys stand for themselves: no 1-tuple each
+            return cols[0]
         return list(zip(*cols, strict=True)) if cols else [()] * n
