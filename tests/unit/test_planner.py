@@ -13,6 +13,7 @@ from m2g.model.cluster import (
     ClusterSnapshot,
     FlavorQuota,
     FlavorState,
+    LivePods,
     Phase,
     QueueState,
     WorkloadState,
@@ -274,6 +275,44 @@ def test_sheds_still_stopping_keep_settling(ev: Evaluator) -> None:
 
     assert placed(gone_pods_bound=True) == ()
     assert placed(gone_pods_bound=False) == ("t2",)
+
+
+def test_a_shed_whose_pods_are_not_even_stopping_stops_settling(ev: Evaluator) -> None:
+    """With the pods read (``live_pods``), a shed workload counts as saved past
+    settle_seconds only while its pods are being deleted: pods still running and not
+    stopping draw what the meter shows (Kueue slow to evict under load), so the rest of the
+    shortfall is shed — and TAS-assigned hosts in ``placements`` no longer keep it settling."""
+    def sheds(age_s: float, pods: LivePods | None) -> tuple[str, ...]:
+        gone = wl("gone", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True,
+                  shed_at=NOW - timedelta(seconds=age_s), holds_quota=True)
+        t2 = wl("t2", Phase.ADMITTED, tier=2, kw=70.0)
+        live = {t2.key: LivePods(2), **({gone.key: pods} if pods is not None else {})}
+        s = replace(snap(factory(draw_kw=160.0, event=True), gone, t2),
+                    placements={gone.key: ("n0",), t2.key: ("n1",)}, live_pods=live)
+        return tuple(a.name for a in make_plan(s, ev, CFG).sheds)
+
+    assert sheds(90.0, LivePods(2, stopping=2)) == ()  # terminating: still settling
+    assert sheds(90.0, LivePods(2, stopping=0)) == ("t2",)  # Kueue has not evicted it yet
+    assert sheds(90.0, None) == ("t2",)  # its pods are gone: the meter has it
+    assert sheds(10.0, LivePods(2, stopping=0)) == ()  # within settle_seconds: settling
+
+
+def test_workloads_with_no_running_pod_are_not_shed_or_capped(ev: Evaluator) -> None:
+    """A workload Kueue still counts as admitted whose pods have all finished (or not
+    started) draws nothing: pausing it would save nothing but be counted as saved."""
+    def plan(live: dict[str, LivePods] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        done = wl("done", Phase.ADMITTED, tier=3, kw=80.0)
+        t2 = wl("t2", Phase.ADMITTED, tier=2, kw=70.0)
+        s = replace(snap(factory(draw_kw=160.0, event=True), done, t2),
+                    placements={done.key: ("n0",), t2.key: ("n1",)}, live_pods=live)
+        p = make_plan(s, ev, CFG)
+        return tuple(a.name for a in p.sheds), tuple(c.name for c in p.caps)
+
+    unknown = plan(None)
+    assert "done" in unknown[0] + unknown[1]  # pods not read: as before
+    only_t2 = plan({"team/t2": LivePods(4)})
+    assert "done" not in only_t2[0] + only_t2[1]
+    assert "t2" in only_t2[0] + only_t2[1]
 
 
 def test_restore_waits_for_kueue_to_finish_evicting(ev: Evaluator) -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from m2g.k8s import convert as cv
-from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
 from m2g.model.factory import MISSING, FactorySnapshot, MaintenanceWindow, Node, Rack, Reading
 from m2g.model.inputs import Checkpoint, WorkloadView
 from m2g.planner.config import PlannerConfig
@@ -199,3 +199,28 @@ def test_a_tas_placed_workload_says_so() -> None:
     assert cv.workload(wl, NOW).view.topology_assigned
     wl["status"]["admission"]["podSetAssignments"][0].pop("topologyAssignment")
     assert not cv.workload(wl, NOW).view.topology_assigned
+
+
+def test_live_pods_count_bound_unfinished_pods_and_those_stopping() -> None:
+    """``live_pods``: what runs (and is being deleted) per workload, by owner UID; a finished
+    or unbound pod and a TAS assignment count for nothing (unlike ``placements``)."""
+    ta = {"levels": ["kubernetes.io/hostname"], "slices": [
+        {"domainCount": 1, "podCounts": {"universal": 1},
+         "valuesPerLevel": [{"universal": "host-9"}]}]}
+    wls = [{"metadata": {"name": "w", "namespace": "t", "ownerReferences": [{"uid": "job-1"}]}},
+           {"metadata": {"name": "done", "namespace": "t", "ownerReferences": [{"uid": "job-3"}]},
+            "status": {"admission": {"podSetAssignments": [{"topologyAssignment": ta}]}}}]
+    own = {"ownerReferences": [{"uid": "job-1"}]}
+    pods = [{"metadata": own, "spec": {"nodeName": "n1"}},
+            {"metadata": {**own, "deletionTimestamp": "2026-11-29T16:00:00Z"},
+             "spec": {"nodeName": "n2"}},
+            {"metadata": own, "spec": {"nodeName": "n3"}, "status": {"phase": "Succeeded"}},
+            {"metadata": own, "spec": {}},
+            {"metadata": {"ownerReferences": [{"uid": "job-3"}]}, "spec": {"nodeName": "n4"},
+             "status": {"phase": "Failed"}},
+            {"metadata": {"ownerReferences": [{"uid": "job-2"}]}, "spec": {"nodeName": "n5"}}]
+    want = {"t/w": LivePods(2, stopping=1)}
+    assert cv.live_pods(pods, wls) == want
+    links = [cv.workload_links(w) for w in wls]
+    assert cv.live_pods_of([cv.pod_facts(p) for p in pods], links) == want
+    assert "t/done" in cv.placements(pods, wls)  # its TAS hosts: placed, yet nothing runs

@@ -39,6 +39,8 @@ from m2g.k8s.convert import (
     check_names,
     cluster_queue,
     is_gpu_node,
+    live_pods,
+    live_pods_of,
     min_flex_tiers,
     node,
     placements,
@@ -56,7 +58,7 @@ from m2g.k8s.convert_schedule import capacity_plan, reservation
 from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
 from m2g.k8s.parse import parse_time
 from m2g.model import labels as L
-from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
 from m2g.model.collector import collector_paused
 from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
 from m2g.model.inputs import shallow_copy
@@ -166,6 +168,12 @@ class _Pods:
             return placements(self.objs.pods.values(), self.objs.workloads.values(), hosts)
         return placements_of(self.pods, links, hosts)
 
+    def live(self) -> dict[str, LivePods]:
+        links = self.links() if self.pods is not None else None
+        if self.pods is None or links is None:
+            return live_pods(self.objs.pods.values(), self.objs.workloads.values())
+        return live_pods_of(self.pods, links)
+
     def checkpoints(self) -> dict[str, datetime]:
         if self.pods is not None and not any(p.checkpoint for p in self.pods):
             return {}
@@ -255,6 +263,8 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
                       lambda o: resource_flavor(o, labels)),
         placements=(iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: pods.placements(
             _hosts(objs.nodes.values(), iso))) or {}) if needed else {},
+        live_pods=iso.one("Pod", {"metadata": {"name": "*"}}, lambda _: pods.live())
+        if needed else None,
         reservations=reservations,
         capacity_plans=_each(iso, "CapacityPlan", objs.capacity_plans, capacity_plan),
         rejected=iso.unique(), node_limits=limits)

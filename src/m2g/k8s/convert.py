@@ -83,6 +83,7 @@ from m2g.model.cluster import (
     FlavorQuota,
     FlavorState,
     GridEventState,
+    LivePods,
     Phase,
     QueueState,
     WorkloadState,
@@ -340,6 +341,7 @@ class PodFacts(NamedTuple):
     gpus: int
     uids: tuple[str, ...]
     checkpoint: datetime | None
+    stopping: bool = False  # bound, unfinished and being deleted (deletionTimestamp set)
 
 
 def pod_facts(pod: Obj) -> PodFacts:
@@ -354,7 +356,7 @@ def pod_facts(pod: Obj) -> PodFacts:
     uids = (*(str(r.get("uid", "")) for r in meta.get("ownerReferences") or []),
             str(meta.get("uid", "")))
     return PodFacts(live, container_gpus(spec) if live else 0, uids,
-                    None if terminal else at)
+                    None if terminal else at, bool(live and meta.get("deletionTimestamp")))
 
 
 class WorkloadLinks(NamedTuple):
@@ -397,6 +399,36 @@ def placements_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLinks],
         if owner is not None:
             out.setdefault(owner, set()).add(p.node)
     return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def live_pods_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLinks]
+                 ) -> dict[str, LivePods]:
+    """Workload "ns/name" → its bound, unfinished pods (``ClusterSnapshot.live_pods``), from
+    the pods' facts and the workloads' links, matched by owner UID as ``placements``."""
+    owner_of = {u: wl.key for wl in workloads for u in wl.owners}
+    counts: dict[str, list[int]] = {}
+    for p in pods if owner_of else ():
+        if not p.node:
+            continue
+        owner = next((owner_of[u] for u in p.uids if u in owner_of), None)
+        if owner is not None:
+            c = counts.setdefault(owner, [0, 0])
+            c[0] += 1
+            c[1] += p.stopping
+    return {k: LivePods(n, s) for k, (n, s) in counts.items()}
+
+
+def live_pods(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, LivePods]:
+    """``live_pods_of`` over the raw objects (the path when an object cannot be read into
+    facts: a pod that cannot be read is left out, as by ``placements``)."""
+    facts: list[PodFacts] = []
+    for pod in pods:
+        try:
+            facts.append(pod_facts(pod))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    links = [WorkloadLinks(_key(wl), tuple(_owners([wl])), frozenset()) for wl in workloads]
+    return live_pods_of(facts, links)
 
 
 def pod_checkpoints_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLinks]

@@ -211,6 +211,16 @@ class Rejected:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class LivePods:
+    """A workload's bound, unfinished pods as one snapshot saw them: ``running`` of them, and
+    ``stopping`` of those being deleted (``metadata.deletionTimestamp`` set: Kueue evicted it,
+    its pods are terminating and still draw power until they are gone)."""
+
+    running: int
+    stopping: int = 0
+
+
 @dataclass(frozen=True)
 class ClusterSnapshot:
     """Everything one reconcile decides on."""
@@ -222,6 +232,11 @@ class ClusterSnapshot:
     kai: KaiState | None = None  # None: KAI's CRDs are not served (nothing to keep in step)
     #: Workload key ("ns/name") → the nodes its unfinished pods are bound to.
     placements: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Workload key → its bound, unfinished pods (none: not a key), read with
+    #: ``placements``; None when this snapshot did not read the pods (nothing known). Unlike
+    #: ``placements`` it holds no TAS-assigned hosts: a workload whose pods have all finished
+    #: (or not started) draws nothing, whatever Kueue still reserves for it.
+    live_pods: Mapping[str, LivePods] | None = None
     grid_event_states: tuple[GridEventState, ...] = ()
     #: (time, site kW) of the recent fresh site-draw readings, oldest first (the controller
     #: keeps them): percentage events measure their baseline on them.

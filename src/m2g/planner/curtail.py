@@ -183,8 +183,9 @@ class Ladders:
         alone = exclusive_workloads(snap)
         self.jobs: list[_Job] = []  # in the snapshot's order (the heap's ties, as before)
         for w in snap.workloads:
-            if w.view.flex_tier <= 0 or w.view.gpus <= 0 or w.key not in alone:
-                continue
+            if w.view.flex_tier <= 0 or w.view.gpus <= 0 or w.key not in alone or (
+                    snap.live_pods is not None and w.key not in snap.live_pods):
+                continue  # not cappable, or no pod of it runs (a cap would save nothing)
             ok = _levels(w, self.now, self.horizon, config, min_caps.get(w.key, 0.0))
             if not ok:
                 continue
