@@ -315,6 +315,27 @@ def test_workloads_with_no_running_pod_are_not_shed_or_capped(ev: Evaluator) -> 
     assert "t2" in only_t2[0] + only_t2[1]
 
 
+def test_curtailment_plans_for_a_limit_starting_within_the_lead(ev: Evaluator) -> None:
+    """A grid event's interval that starts within ``shed_lead_seconds`` (a ramp's next step,
+    a notified event) is planned for now: a pause shows in the meter only once Kueue has
+    stopped its pods. Further ahead, or with a lead of 0, only the limit in force counts."""
+    def plan(starts_in_s: float, lead: float = 30.0) -> tuple[tuple[str, ...], str]:
+        soon = GridEvent("dr-2", NOW + timedelta(seconds=starts_in_s), NOW + timedelta(hours=1),
+                         target_kw=100.0)
+        f = replace(factory(draw_kw=160.0), grid_events=(soon,))
+        s = snap(f, wl("t3", Phase.ADMITTED, tier=3, kw=80.0))
+        p = make_plan(s, ev, replace(CFG, shed_lead_seconds=lead))
+        return tuple(a.name for a in p.sheds) + tuple(c.name for c in p.caps), " ".join(p.notes)
+
+    acted, why = plan(20.0)
+    assert acted and "starting within 30 s" in why  # 160 kW against the 100 kW to come
+    assert plan(60.0) == ((), plan(60.0)[1])  # beyond the lead: the 300 kW budget holds
+    assert plan(20.0, lead=0.0)[0] == ()
+    assert replace(factory(), grid_events=(GridEvent(
+        "pct", NOW + timedelta(seconds=5), NOW + timedelta(hours=1),
+        reduction_pct=20.0),)).limit_ahead_kw(30.0) == 300.0  # no baseline yet: no target
+
+
 def test_restore_waits_for_kueue_to_finish_evicting(ev: Evaluator) -> None:
     """Reactivating a workload Kueue is still evicting can leave its Job suspended for good:
     a shed workload whose quota is still held comes back only after settle_max_seconds."""

@@ -70,6 +70,8 @@ class PlannerSettings(BaseModel):
     #: A raised quota waits this long after the last change (lowering is immediate).
     quota_raise_dwell_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     settle_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    #: Curtail against the lowest limit starting within this long (0: the one in force).
+    shed_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     settle_max_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: A shed workload stays shed at least this long (dwell before a restore).
     min_shed_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)

@@ -270,9 +270,15 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
         rejected=iso.unique(), node_limits=limits)
 
 
+#: A limit starting this soon counts for ``_near_limit`` (more than any planner's
+#: ``shed_lead_seconds`` is likely to be: the pods are read before they are needed).
+NEAR_LIMIT_LEAD_SECONDS = 300.0
+
+
 def _near_limit(factory: FactorySnapshot) -> bool:
-    """The site draw within 10 % of its limit (or no fresh reading): a shortfall is near."""
-    draw, limit = factory.site_draw_kw(), factory.effective_budget_kw()
+    """The site draw within 10 % of its limit, or of one starting within
+    ``NEAR_LIMIT_LEAD_SECONDS`` (or no fresh reading): a shortfall is near."""
+    draw, limit = factory.site_draw_kw(), factory.limit_ahead_kw(NEAR_LIMIT_LEAD_SECONDS)
     if limit <= 0:
         return False
     return draw.stale or draw.value is None or draw.value > 0.9 * limit

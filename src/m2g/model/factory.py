@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -229,6 +229,22 @@ class FactorySnapshot:
         if target > 0:
             return min(budget, target) if budget else target
         return budget
+
+
+    def limit_ahead_kw(self, seconds: float) -> float:
+        """The lowest limit in force from now to ``seconds`` from now: the effective budget,
+        and the kW limit of every grid event interval that starts within that time (a ramp's
+        later steps, a notified event). 0: no limit known. The curtailment planner plans
+        against it, since a pause shows in the meter only once Kueue has stopped the pods."""
+        limit = self.effective_budget_kw()
+        if seconds <= 0:
+            return limit
+        horizon = self.now + timedelta(seconds=seconds)
+        for e in self.grid_events:
+            target = e.target() if self.now < e.start <= horizon and e.end > e.start else 0.0
+            if target > 0:
+                limit = min(limit, target) if limit > 0 else target
+        return limit
 
 
 def _seconds(a: datetime, b: datetime) -> int:

@@ -66,7 +66,7 @@ class Headroom:
     @classmethod
     def of(cls, snap: ClusterSnapshot, config: PlannerConfig) -> Headroom | None:
         draw = snap.factory.site_draw_kw()
-        limit = snap.factory.effective_budget_kw()
+        limit = snap.factory.limit_ahead_kw(config.shed_lead_seconds)  # as the shedding
         if draw.stale or draw.value is None or limit <= 0:
             return None
         in_flight = in_flight_kw(snap, config)

@@ -1,6 +1,7 @@
 """Shedding and restoring: meet a grid or power limit by deactivating flexible work, paced.
 
-Shortfall = measured site draw − the limit in force (a grid event's target, else the site
+Shortfall = measured site draw − the lowest limit in force within ``shed_lead_seconds``
+(a grid event's target, a ramp's next steps or a notified event's, else the site
 budget). Workloads that m2g shed within ``settle_seconds``, or longer while Kueue still holds
 their quota (their pods are still stopping — unless the snapshot shows none of them bound; at
 most ``settle_max_seconds``), still count as
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import FactorySnapshot
 from m2g.model.plan import CapAction, ShedAction
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders, lift_caps, plan_caps, settling_cap_kw
@@ -162,7 +164,7 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     first, pauses for the rest; restores in the reverse order), and why, in one line."""
     factory = builder.snap.factory
     draw = factory.site_draw_kw()
-    limit = factory.effective_budget_kw()
+    limit = factory.limit_ahead_kw(config.shed_lead_seconds)
     if draw.stale or draw.value is None:
         return [], [], "site power is stale or missing: no shedding or restoring on stale data"
     if limit <= 0:
@@ -172,8 +174,8 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     settling_kw = _settling_kw(builder, config)
     shortfall = draw.value - settling_kw - limit
     if shortfall > 0:
-        why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit by "
-               f"{shortfall:.0f} kW")
+        why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit"
+               f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW")
         sheds, caps = _curtail(evaluator, builder, config, shortfall, step)
         if caps:
             why += f": {len(caps)} cap(s) save {sum(c.kw for c in caps):.0f} kW"
@@ -204,6 +206,13 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
             f"{draw.value - limit:.0f} kW, all of it settling ({settling_kw:.0f} kW shed or "
             "capped, not in the meter yet)")
     return restores, lifts, f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}"
+
+
+def _ahead(factory: FactorySnapshot, limit: float, config: PlannerConfig) -> str:
+    """The words for a ``limit`` still to come (lower than the one in force), else ""."""
+    in_force = factory.effective_budget_kw()
+    return f" (starting within {config.shed_lead_seconds:g} s)" \
+        if limit > 0 and (in_force <= 0 or limit < in_force) else ""
 
 
 def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, PreemptionResult]:
