@@ -87,6 +87,9 @@ RUNS: dict[str, RunKind] = {
                                "during an event)",
                                planner=(("preemptorHoldSeconds", 0),
                                         ("headroomEventMinTier", 3))),
+    "m2g-lead": RunKind(True, "m2g curtailing for the lowest limit starting within 30 s "
+                        "(shedLeadSeconds: 30; off by default until measured)",
+                        planner=(("shedLeadSeconds", 30),)),
 }
 
 

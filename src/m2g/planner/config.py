@@ -32,8 +32,9 @@ class PlannerConfig:
     #: Curtail against the lowest limit that starts within this long (a grid event's ramp
     #: steps, a notified event), not only the one in force: a pause shows in the meter only
     #: once Kueue has stopped its pods (tens of seconds), so a site that starts when the
-    #: limit does is over it for that long. 0: the limit in force only.
-    shed_lead_seconds: float = 30.0
+    #: limit does is over it for that long. 0 (the default until it is measured in the
+    #: twin): the limit in force only.
+    shed_lead_seconds: float = 0.0
     #: A cap the node agents report in force (GPUPowerLimit status) shows in the site meter
     #: within this long (the PDU/exporter interval and the scrape); then it no longer counts
     #: as settling: the meter has it (counting it again held a 16-rack twin 40–90 kW above
