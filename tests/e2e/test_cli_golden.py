@@ -454,6 +454,16 @@ def test_no_kueue_is_exit_1(tmp_path: Path) -> None:
         server.shutdown()
 
 
+def ctrl_c_default() -> None:
+    """In the child before exec: SIGINT at its default, so that Python installs its Ctrl-C
+    handler. A suite started in the background by a shell without job control (``cmd &``)
+    inherits SIGINT ignored, and Python then leaves it ignored: the watch never saw the test's
+    Ctrl-C (a fresh-clone CI run launched that way failed all three watch tests on it)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_watch_prints_a_new_workload_and_ctrl_c_is_exit_0(factory: Factory) -> None:
     """``m2g workloads -w``: the table, then a row for a Job created meanwhile (the API
     server's Workload watch), and SIGINT ends it quietly with exit 0."""
@@ -463,7 +473,8 @@ def test_watch_prints_a_new_workload_and_ctrl_c_is_exit_0(factory: Factory) -> N
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "M2G_PROMETHEUS_URL")}
     proc = subprocess.Popen([*RUN_M2G, "workloads", "-n", "research", "-w", "--kubeconfig",
                              str(factory.kubeconfig)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+                            preexec_fn=ctrl_c_default)
     lines: queue.Queue[str] = queue.Queue()
 
     def pump() -> None:
@@ -510,7 +521,7 @@ class Watching:
                if k not in ("KUBECONFIG", "M2G_PROMETHEUS_URL")}
         self.proc = subprocess.Popen([*RUN_M2G, *args, "--kubeconfig", str(factory.kubeconfig)],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=REPO, env=env)
+                                     cwd=REPO, env=env, preexec_fn=ctrl_c_default)
         self.chunks: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
 
