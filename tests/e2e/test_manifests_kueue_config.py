@@ -115,14 +115,23 @@ def test_a_tenant_job_waits_for_m2gs_answer(kubeconfig: Path, overlay: str) -> N
             ok = wl and (c := condition(wl, "QuotaReserved")) and c["status"] == "True"
             return wl if ok else None
 
-        wl = wait_until("the workload to reserve quota", reserved, timeout=60)
+        def listed(wl: dict[str, Any]) -> dict[str, str]:
+            return {c["name"]: c["state"] for c in wl["status"].get("admissionChecks", [])}
+
+        def reserved_and_listed() -> dict[str, Any] | None:
+            # Kueue's scheduler reserves quota; its workload controller lists the queue's
+            # checks a moment later, so a read in between sees QuotaReserved with no checks.
+            wl = reserved()
+            return wl if wl and listed(wl) else None
+
+        wl = wait_until("the workload to reserve quota and list m2g's check",
+                        reserved_and_listed, timeout=60)
         assert wl["spec"]["priority"] == 5000
         assert wl["status"]["admission"]["clusterQueue"] == "research"
         (psa,) = wl["status"]["admission"]["podSetAssignments"]
         assert psa["flavors"]["nvidia.com/gpu"] == "gb200"
         assert psa["topologyAssignment"]
-        checks = {c["name"]: c["state"] for c in wl["status"].get("admissionChecks", [])}
-        assert checks == {CHECK: "Pending"}
+        assert listed(wl) == {CHECK: "Pending"}
         assert (condition(wl, "Admitted") or {}).get("status") != "True"
 
         entry = {"name": CHECK, "state": "Ready", "message": "e2e: m2g admits",
