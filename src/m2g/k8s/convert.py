@@ -55,6 +55,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any, NamedTuple
 
@@ -103,6 +104,7 @@ from m2g.model.inputs import (
     WorkloadKind,
     WorkloadView,
     shallow_copy,
+    shared_fields,
 )
 
 Obj = Mapping[str, Any]
@@ -368,9 +370,14 @@ class WorkloadLinks(NamedTuple):
     tas: frozenset[str]
 
 
+#: The TAS hosts of a Workload without any (one object, not one per Workload).
+NO_HOSTS: frozenset[str] = frozenset()
+
+
 def workload_links(wl: Obj) -> WorkloadLinks:
     """One Workload's WorkloadLinks (raises where ``placements`` would)."""
-    return WorkloadLinks(_key(wl), tuple(_owners([wl])), frozenset(tas_hosts(wl)))
+    hosts = tas_hosts(wl)
+    return WorkloadLinks(_key(wl), tuple(_owners([wl])), frozenset(hosts) if hosts else NO_HOSTS)
 
 
 def allocated_of(pods: Iterable[PodFacts]) -> dict[str, int]:
@@ -632,10 +639,10 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     queue = str(spec.get("queueName") or labels.get(L.QUEUE_NAME, ""))
     cq = str((st.get("admission") or {}).get("clusterQueue")
              or (local_queues or {}).get(f"{ns}/{queue}", ""))
-    pod_sets = tuple(
-        PodSetView(name=str(ps.get("name", "")), count=nonneg_int(ps.get("count", 1)),
-                   gpus_per_pod=container_gpus((ps.get("template") or {}).get("spec") or {}))
-        for ps in spec.get("podSets") or [])
+    pod_sets = pod_set_views(tuple(
+        (str(ps.get("name", "")), nonneg_int(ps.get("count", 1)),
+         container_gpus((ps.get("template") or {}).get("spec") or {}))
+        for ps in spec.get("podSets") or []))
     phase = workload_phase(wl)
     created = parse_time(meta.get("creationTimestamp"))
     waiting = phase in (Phase.PENDING, Phase.RESERVED) and created is not None
@@ -645,7 +652,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     def fact(key: str) -> str | None:
         return labels.get(key) if key in labels else annotations.get(key)
 
-    view = WorkloadView(
+    view = shared_fields(WorkloadView(
         name=name, namespace=ns, queue=queue, cluster_queue=cq,
         priority=int_of(spec.get("priority")),
         priority_class=str((spec.get("priorityClassRef") or {}).get("name")
@@ -661,7 +668,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
                               admitted_at if phase is Phase.ADMITTED else None, now),
         topology_assigned=any(psa.get("topologyAssignment") for psa in (
             st.get("admission") or {}).get("podSetAssignments") or []),
-    )
+    ))
     check, state, message = "", None, ""
     mine = [e for e in st.get("admissionChecks") or [] if e.get("name") in checks]
     # two checks of m2g's on one workload: the one waiting for an answer first, one a reconcile
@@ -720,17 +727,50 @@ def cap_curve(value: str | None) -> tuple[tuple[float, float], ...]:
     return tuple(pts) if ok else ()
 
 
+@lru_cache(maxsize=4_096)
+def pod_set_views(pod_sets: tuple[tuple[str, int, int], ...]) -> tuple[PodSetView, ...]:
+    """The PodSetViews of (name, count, GPUs per pod) triples, one tuple per distinct value
+    (models are frozen): a site's 100,000 workloads have a few dozen shapes, and each view
+    is ~500 bytes."""
+    return tuple(shared_fields(PodSetView(name=n, count=c, gpus_per_pod=g))
+                 for n, c, g in pod_sets)
+
+
+@lru_cache(maxsize=16_384)
+def _idle_checkpoint(interval: int, reported: bool) -> Checkpoint:
+    """A not-running workload's Checkpoint, one per distinct value (as ``pod_set_views``)."""
+    return shared_fields(Checkpoint(interval_seconds=interval, reported=reported))
+
+
+@lru_cache(maxsize=16_384)
+def _running_checkpoint(interval: int, reported: bool, age: int) -> Checkpoint:
+    """A running workload's Checkpoint, one per distinct value (as ``pod_set_views``): the
+    ages of one snapshot's running workloads repeat (seconds, under a few hours)."""
+    return shared_fields(Checkpoint(interval_seconds=interval, reported=reported,
+                                    last_age_seconds=age))
+
+
+#: The fields ``_running_checkpoint`` sets.
+_RUNNING_FIELDS = frozenset({"interval_seconds", "reported", "last_age_seconds"})
+
+
 def checkpoint(interval: int, reported: datetime | None, started: datetime | None,
                now: datetime) -> Checkpoint:
     """What an eviction at ``now`` would lose: the seconds since the newest of the reported
     checkpoint and the start of the current run (a report older than the start is of an
     earlier run, whose work the restart already lost or resumed). Not running: nothing."""
     if started is None:
-        return Checkpoint(interval_seconds=interval, reported=reported is not None)
+        return _idle_checkpoint(interval, reported is not None)
     fresh = reported is not None and reported >= started
     anchor = reported if reported is not None and fresh else started
-    return Checkpoint(interval_seconds=interval, reported=fresh,
-                      last_age_seconds=max(0, int((now - anchor).total_seconds())))
+    return _running_checkpoint(interval, fresh, max(0, int((now - anchor).total_seconds())))
+
+
+def _aged(had: Checkpoint, age: int, fresh: bool) -> Checkpoint:
+    """``had`` at a new age: the shared one when ``had`` is as ``checkpoint`` makes them."""
+    if had.__pydantic_fields_set__ == _RUNNING_FIELDS:
+        return _running_checkpoint(had.interval_seconds, fresh, age)
+    return shallow_copy(had, last_age_seconds=age, reported=fresh)
 
 
 def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, datetime]:
@@ -770,8 +810,7 @@ def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
     age = max(0, int((now - anchor).total_seconds()))
     if age == had.last_age_seconds and fresh is had.reported:
         return w
-    return w.with_view(shallow_copy(w.view, checkpoint=shallow_copy(
-        had, last_age_seconds=age, reported=fresh)))
+    return w.with_view(shallow_copy(w.view, checkpoint=_aged(had, age, fresh)))
 
 
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
