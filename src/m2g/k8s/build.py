@@ -104,7 +104,8 @@ class SnapshotMemo:
     #: name → (key, node, its labels as strings).
     nodes: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = field(
         default_factory=dict)
-    #: name → (key, state, creation time of a waiting workload: its wait time is recomputed).
+    #: name → (key, state as the last snapshot had it, creation time of a waiting workload:
+    #: its wait time is recomputed, and every checkpoint age).
     workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState,
                                datetime | None]] = field(default_factory=dict)
     #: pod key → (resourceVersion, what the snapshot reads of it).
@@ -432,19 +433,20 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
         wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
         whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
         if whit is not None and whit[0] == wkey:
-            ws = _waited(whit[1], whit[2], now)
-            if wkey[0]:
-                kept[wname] = (wkey, ws, whit[2])  # the same object: its creation time kept
+            ws, created = _waited(whit[1], whit[2], now), whit[2]  # its creation time kept
         else:
             got = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks,
                           tier_floors=floors)
             if got is None:
                 continue
-            ws = got
-            if wkey[0]:
-                kept[wname] = (wkey, ws, None if _timeless(ws) else
-                               parse_time(meta.get("creationTimestamp")))
-        states.append(with_pod_checkpoint(ws, pod_reports.get(ws.key), now))
+            ws, created = got, (None if _timeless(got) else
+                                parse_time(meta.get("creationTimestamp")))
+        # kept as the snapshot has it: a running workload's aged copy is not held twice
+        # (the next snapshot ages it again from the same report and start times)
+        ws = with_pod_checkpoint(ws, pod_reports.get(ws.key), now)
+        if wkey[0]:
+            kept[wname] = (wkey, ws, created)
+        states.append(ws)
     if memo is not None:
         memo.workloads = kept
     return tuple(states)
