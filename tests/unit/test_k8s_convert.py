@@ -425,7 +425,9 @@ def test_workload_memo_keeps_states_and_moves_what_depends_on_now() -> None:
     later = NOW + timedelta(minutes=5)
     again = kb.build_snapshot(objs, None, later, memo=memo)
     assert again == kb.build_snapshot(objs, None, later)
-    assert memo.workloads["a/admitted"][1] is cached  # not converted again ...
+    assert cached is first.workloads[0]  # the memo keeps it as the snapshot has it
+    assert memo.workloads["a/admitted"][1] is again.workloads[0]
+    assert again.workloads[0].view.labels is cached.view.labels  # not converted again ...
     assert again.workloads[0].view.checkpoint.last_age_seconds == \
         first.workloads[0].view.checkpoint.last_age_seconds + 300  # ... but its age moves
     assert again.workloads[1].view.wait_seconds == first.workloads[1].view.wait_seconds + 300
