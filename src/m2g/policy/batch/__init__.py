@@ -265,8 +265,9 @@ def _split(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPol
             prog = cache.subset(policy, frozenset(idx), hoisted)
             if prog is None:
                 return None
-            per_run.append([decode(policy, row[0]) for row in cache.run(prog, act, rows_in)])
-            columns.append(range(n) if of is None else of)
+            hits = [decode(policy, row[0]) for row in cache.run(prog, act, rows_in)]
+            per_run.append(hits)
+            columns.append(_same_hits(hits, range(n) if of is None else of))
     except _ERRORS:
         return None
     pos = None if ordered else {id(r): k for k, r in enumerate(policy.rules)}
@@ -283,6 +284,19 @@ def _split(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPol
             merged[combo] = got
         out.append(got)
     return out
+
+
+def _same_hits(hits: list[list[Hit | Err]], of: Sequence[int]) -> Sequence[int]:
+    """Each item's class in ``of`` renamed to the first class whose hits are the same objects
+    (Hits of equal cells are shared: m2g.policy.batch.decoding): the checkpoint classes whose
+    rules fire nothing are one, so the merge of a split policy's runs is worked out once per
+    combination of distinct hit lists, and equal merged lists are one shared list (combined
+    once by the Evaluator, found by its id)."""
+    first: dict[tuple[int, ...], int] = {}
+    rename = [first.setdefault(tuple(map(id, h)), c) for c, h in enumerate(hits)]
+    if len(first) == len(hits):
+        return of
+    return list(map(rename.__getitem__, of))
 
 
 def _passing(cache: FusedCache, act: Any, policy: CompiledPolicy, items: _Items

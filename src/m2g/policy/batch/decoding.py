@@ -243,6 +243,23 @@ def cheap_key(v: Any) -> bool:
     return type(v) in _SCALARS or isinstance(v, Enum) or _flat(v) is not None
 
 
+def _numbered(keys: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """(the position of each distinct key's first occurrence, in first-seen order; each key's
+    number in that order): one hash of each key (a flat CelModel's key is a nested tuple,
+    whose hash CPython does not cache)."""
+    index: dict[Any, int] = {}
+    get = index.get
+    firsts: list[int] = []
+    of: list[int] = []
+    for pos, k in enumerate(keys):
+        number = get(k)
+        if number is None:
+            number = index[k] = len(firsts)
+            firsts.append(pos)
+        of.append(number)
+    return firsts, of
+
+
 class ClassKeys:
     """The class keys of a batch's inputs, one column per workload field, each worked out once
     and shared by every policy group that reads the field (one pass per field, not one per
@@ -323,21 +340,18 @@ class ClassKeys:
         keys = self._keys(names, len(self.inputs), where)
         if keys is None:
             return None
-        seen = dict.fromkeys(keys)  # in first-seen order
-        if most is not None and len(seen) > most:
+        firsts, of = _numbered(keys)
+        if most is not None and len(firsts) > most:
             return None
-        # the last write of a key is its first input
-        first = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
-        index = {k: number for number, k in enumerate(seen)}
         wanted = set(fields)
         reps = []
-        for k in index:
-            inp = self.inputs[first[k] if where is None else where[first[k]]]
+        for pos in firsts:
+            inp = self.inputs[pos if where is None else where[pos]]
             item = workload_data(inp.workload, wanted)
             if queue:
                 item["m2g__q"] = inp.queue_data()
             reps.append(item)
-        return reps, list(map(index.__getitem__, keys))
+        return reps, of
 
     def _keys(self, names: list[str], upto: int, where: Sequence[int] | None
               ) -> list[Any] | None:
