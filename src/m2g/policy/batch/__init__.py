@@ -110,6 +110,49 @@ def fired_many(policies: Sequence[CompiledPolicy], runtime: Runtime, cache: Fuse
         base = first
     snap = cache.snapshots.get(base, key)
     items = _Items(cache, policies, inputs)
+    whole = _stage_classes(cache, snap, runtime, policies, items)
+    if whole is None:
+        return _fired_each(cache, snap, runtime, policies, items)
+    firsts, of = whole
+    reps = [inputs[i] for i in firsts]
+    fired = _fired_each(cache, snap, runtime, policies, _Items(cache, policies, reps))
+    return [fired[c] for c in of]
+
+
+def _stage_classes(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
+                   policies: Sequence[CompiledPolicy], items: _Items
+                   ) -> tuple[list[int], list[int]] | None:
+    """(each class's first input, each input's class) by everything the policies that can
+    fire read of the workload and queue together, when the inputs fall into at most half as
+    many classes: then the whole stage is evaluated once per class (40,000 waiting workloads
+    at 1,400 racks: no class keys, merges of fired lists or combining per workload and
+    policy) and each input shares its class's fired list. A policy cannot fire when a
+    snapshot match condition is false, or its item match conditions hold for no input
+    (admission-pacing's ``requeueCount >= 3``: its ``waitSeconds`` would make every waiting
+    workload a class of its own); the same holds for the classes' first inputs. None when
+    the policies read all of the workload or the classes are many (the running workloads'
+    checkpoint ages): then per policy (group), as before."""
+    n = len(items.inputs)
+    if n < 4:
+        return None
+    _, comb = split_by_gates(cache, snap, policies)
+    if comb is None:
+        return None
+    act = snap.activation(runtime)
+    live = tuple(p for p in comb.policies if _passing(cache, act, p, items) != [])
+    if not live:
+        return None
+    fields, queue = cache.reads(live)
+    if fields is None:
+        return None
+    names = sorted(fields)
+    return items.keys.members(names, queue, n // 2, project=cache.projections(live, names))
+
+
+def _fired_each(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
+                policies: Sequence[CompiledPolicy], items: _Items) -> list[list[Hit | Err]]:
+    """fired_many of ``items``' inputs, each policy (group) per class or per item."""
+    inputs = items.inputs
     done: dict[str, list[list[Hit | Err]]] = {}
     idle, comb = split_by_gates(cache, snap, policies)
     for policy in idle:  # a match condition is false for the whole snapshot
@@ -143,10 +186,10 @@ class _Items:
     inputs' workloads (``classes``)."""
 
     def __init__(self, cache: FusedCache, policies: Sequence[CompiledPolicy],
-                 inputs: Sequence[Item]) -> None:
+                 inputs: Sequence[Item], keys: ClassKeys | None = None) -> None:
         self.cache, self.policies, self.inputs = cache, policies, inputs
         self._all: list[dict[str, Any]] | None = None
-        self.keys = ClassKeys(inputs)
+        self.keys = ClassKeys(inputs) if keys is None else keys
 
     def all(self) -> list[dict[str, Any]]:
         if self._all is None:
