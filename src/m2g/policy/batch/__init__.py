@@ -59,6 +59,7 @@ from m2g.policy.batch.cel_source import (
     workload_fields,
 )
 from m2g.policy.batch.decoding import (
+    PROBE,
     ClassKeys,
     Item,
     batch_items,
@@ -146,7 +147,11 @@ def _stage_classes(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
     if fields is None:
         return None
     names = sorted(fields)
-    return items.keys.members(names, queue, n // 2, project=cache.projections(live, names))
+    project = cache.projections(live, names)
+    if n > 2 * PROBE and items.keys.members(names, queue, PROBE * 3 // 4, range(PROBE),
+                                            project) is None:
+        return None  # the first PROBE mostly classes of their own: don't key all of them
+    return items.keys.members(names, queue, n // 2, project=project)
 
 
 def _fired_each(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
