@@ -243,6 +243,27 @@ def cheap_key(v: Any) -> bool:
     return type(v) in _SCALARS or isinstance(v, Enum) or _flat(v) is not None
 
 
+def _numbered(keys: Sequence[Any], most: int | None = None
+              ) -> tuple[list[int], list[int]] | None:
+    """(the position of each distinct key's first occurrence, in first-seen order; each key's
+    number in that order): one hash of each key (a flat CelModel's key is a nested tuple,
+    whose hash CPython does not cache). None as soon as there are more than ``most``."""
+    index: dict[Any, int] = {}
+    get = index.get
+    firsts: list[int] = []
+    of: list[int] = []
+    bound = len(keys) if most is None else most
+    for pos, k in enumerate(keys):
+        number = get(k)
+        if number is None:
+            if len(firsts) >= bound:
+                return None
+            number = index[k] = len(firsts)
+            firsts.append(pos)
+        of.append(number)
+    return firsts, of
+
+
 class ClassKeys:
     """The class keys of a batch's inputs, one column per workload field, each worked out once
     and shared by every policy group that reads the field (one pass per field, not one per
@@ -312,6 +333,26 @@ class ClassKeys:
         mostly classes of their own. ``project``: map fields of which only these keys are
         read (cel_source.map_keys): their class key is those keys' values; a class's item
         holds its first input's whole map."""
+        found = self.members(fields, queue, most, where, project)
+        if found is None:
+            return None
+        firsts, of = found
+        wanted = set(fields)
+        reps = []
+        for pos in firsts:
+            inp = self.inputs[pos if where is None else where[pos]]
+            item = workload_data(inp.workload, wanted)
+            if queue:
+                item["m2g__q"] = inp.queue_data()
+            reps.append(item)
+        return reps, of
+
+    def members(self, fields: Sequence[str], queue: bool, most: int | None = None,
+                where: Sequence[int] | None = None,
+                project: Mapping[str, tuple[str, ...]] | None = None
+                ) -> tuple[list[int], list[int]] | None:
+        """``classes`` as (the position of each class's first input among the inputs, or
+        among ``where`` when given; each input's class index)."""
         names = [self._name(f, project) for f in fields]
         if queue:
             names.append("m2g__q")
@@ -323,21 +364,7 @@ class ClassKeys:
         keys = self._keys(names, len(self.inputs), where)
         if keys is None:
             return None
-        seen = dict.fromkeys(keys)  # in first-seen order
-        if most is not None and len(seen) > most:
-            return None
-        # the last write of a key is its first input
-        first = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
-        index = {k: number for number, k in enumerate(seen)}
-        wanted = set(fields)
-        reps = []
-        for k in index:
-            inp = self.inputs[first[k] if where is None else where[first[k]]]
-            item = workload_data(inp.workload, wanted)
-            if queue:
-                item["m2g__q"] = inp.queue_data()
-            reps.append(item)
-        return reps, list(map(index.__getitem__, keys))
+        return _numbered(keys, most)
 
     def _keys(self, names: list[str], upto: int, where: Sequence[int] | None
               ) -> list[Any] | None:
