@@ -191,10 +191,10 @@ class _Items:
     inputs' workloads (``classes``)."""
 
     def __init__(self, cache: FusedCache, policies: Sequence[CompiledPolicy],
-                 inputs: Sequence[Item], keys: ClassKeys | None = None) -> None:
+                 inputs: Sequence[Item]) -> None:
         self.cache, self.policies, self.inputs = cache, policies, inputs
         self._all: list[dict[str, Any]] | None = None
-        self.keys = ClassKeys(inputs) if keys is None else keys
+        self.keys = ClassKeys(inputs)
 
     def all(self) -> list[dict[str, Any]]:
         if self._all is None:
