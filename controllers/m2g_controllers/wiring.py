@@ -63,6 +63,7 @@ class K8sCluster:
         self.tenant_policies = WatchCache(kube, k.TENANT_POLICIES)  # tenants' own, namespaced
         # the manager's clock: what m2g writes (shed-at, condition times) matches what it reads
         self.applier = Applier(kube, instance=instance, background_events=True, clock=clock)
+        self.applier.observe = self._observe  # the next reconcile sees m2g's own writes
         self.kai = KaiSync(kube)  # KAI Scheduler's caches, only when its CRDs are served
         self._prometheus = prometheus
         self._signal_config = signal_config or SignalConfig()
@@ -79,6 +80,14 @@ class K8sCluster:
         self._condition_errors: dict[str, str] = {}  # key → the last failed condition write
         self._conditions_seen: tuple[tuple[int, ...], frozenset[tuple[str, str, str]]] | None \
             = None  # the caches' generations and left-out set of the last complete pass
+
+    def _observe(self, res: k.Resource, answer: k.Obj) -> None:
+        """Fold a write's answer into the watch cache of its kind (only caches that watch the
+        whole kind: an object outside a selector is not theirs)."""
+        for cache in self.caches.values():
+            if cache.resource.plural == res.plural and cache.resource.group == res.group \
+                    and not cache.params:
+                cache.observe(answer)
 
     def all_caches(self) -> list[WatchCache]:
         return [*self.caches.values(), self.policies, self.tenant_policies, *self.kai.caches()]

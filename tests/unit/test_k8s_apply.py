@@ -7,6 +7,8 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
+
 import m2g.k8s.convert as cv
 from m2g.k8s.apply import MAX_CHECK_MESSAGE, Applier
 from m2g.k8s.client import (
@@ -366,3 +368,51 @@ async def test_check_answers_do_not_wait_for_quota_writes() -> None:
     assert not result.errors
     assert order == ["apply workloads", "patch clusterqueues"]
     assert check(kube)["state"] == "Ready"
+
+
+async def test_every_write_is_handed_to_observe_with_the_answer() -> None:
+    """The controller folds what a write answered into its watch cache (read your writes)."""
+    kube, ap, _ = setup()
+    seen: list[tuple[str, str, str]] = []
+    ap.observe = lambda res, o: seen.append((res.plural, o["metadata"]["name"],
+                                             o["metadata"]["resourceVersion"]))
+    await ap.apply_shed(ShedAction("ns", "w", False, 120.0, "grid event ev-1"))
+    shed_rv = kube.stored(WORKLOADS, "w", "ns")["metadata"]["resourceVersion"]
+    await ap.apply_check(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"))
+    await ap.apply_stop(StopUpdate("cq", "Hold", "test"))
+    assert seen == [("workloads", "w", shed_rv),
+                    ("workloads", "w", kube.stored(WORKLOADS, "w", "ns")["metadata"][
+                        "resourceVersion"]),
+                    ("clusterqueues", "cq", kube.stored(CLUSTER_QUEUES, "cq")["metadata"][
+                        "resourceVersion"])]
+    assert seen[0][2] != seen[1][2]
+    await ap.apply_shed(ShedAction("ns", "w", False, 120.0, "grid event ev-1"),
+                        current=kube.stored(WORKLOADS, "w", "ns"))
+    assert len(seen) == 3  # nothing written, nothing observed
+
+
+async def test_a_shed_whose_answer_was_lost_is_retried_with_the_same_stamp() -> None:
+    """The API server applied the shed, the connection was cut before its answer: the
+    retry (on a cache that has not seen it) writes the same shed-at, not a second one."""
+    kube, ap, clock = setup()
+    before = copy.deepcopy(kube.stored(WORKLOADS, "w", "ns"))
+    real = kube.patch
+
+    async def lost(*args: Any, **kw: Any) -> Any:
+        await real(*args, **kw)
+        raise PermanentError("connection reset", 0, "")
+    kube.patch = lost  # type: ignore[method-assign]
+    with pytest.raises(PermanentError):
+        await ap.apply_shed(ShedAction("ns", "w", False, 1, "grid"), current=before)
+    stamp = kube.stored(WORKLOADS, "w", "ns")["metadata"]["annotations"]["m2g.io/shed-at"]
+    kube.patch = real  # type: ignore[method-assign]
+    clock.now += timedelta(seconds=3)
+    assert await ap.apply_shed(ShedAction("ns", "w", False, 1, "grid"), current=before)
+    assert kube.stored(WORKLOADS, "w", "ns")["metadata"]["annotations"][
+        "m2g.io/shed-at"] == stamp
+    # once written, a later shed (after a restore) has a stamp of its own
+    await ap.apply_shed(ShedAction("ns", "w", True, 1, "over"))
+    clock.now += timedelta(seconds=60)
+    await ap.apply_shed(ShedAction("ns", "w", False, 1, "grid"))
+    assert kube.stored(WORKLOADS, "w", "ns")["metadata"]["annotations"][
+        "m2g.io/shed-at"] != stamp

@@ -187,3 +187,52 @@ async def test_a_watch_cut_after_it_worked_is_reopened_soon_a_failing_one_backs_
     slept = [s for s in slept if s]  # the fake's own sleep(0) between events
     assert slept[:4] == [0.5, 0.5, 0.5, 0.5]  # each worked before the cut
     assert slept[4:8] == [1.0, 2.0, 4.0, 8.0]  # nothing delivered: backing off
+
+
+def _workload(rv: int, active: bool, **annotations: str) -> dict[str, Any]:
+    return obj("w", rv, "ns", spec={"active": active},
+               **({"metadata": {"name": "w", "namespace": "ns", "resourceVersion": str(rv),
+                                "annotations": annotations}} if annotations else {}))
+
+
+def test_a_write_is_seen_at_once_and_an_older_event_does_not_undo_it() -> None:
+    """m2g shed w (rv 20) while its watch still had rv 10; the watch then delivers rv 15 (a
+    change before the shed), then the shed itself (rv 20), then a later change (rv 21)."""
+    cache = WatchCache(FakeWatchApi([], []), PODS)
+    cache.apply_event({"type": "ADDED", "object": _workload(10, True)})
+    seen: list[str] = []
+    cache.subscribe(lambda kind, key, o: seen.append(f"{kind} {o['metadata']['resourceVersion']}"))
+    assert cache.observe(_workload(20, False, **{"m2g.io/shed-at": "t"}))
+    assert cache.get("ns/w")["spec"]["active"] is False
+    cache.apply_event({"type": "MODIFIED", "object": _workload(15, True)})
+    assert cache.get("ns/w")["spec"]["active"] is False, "an older event undid m2g's write"
+    cache.apply_event({"type": "MODIFIED", "object": _workload(20, False)})
+    cache.apply_event({"type": "MODIFIED", "object": _workload(21, True)})
+    assert cache.get("ns/w")["spec"]["active"] is True  # a newer change is taken
+    assert seen == ["MODIFIED 20", "MODIFIED 21"]  # the write once; its echo is no change
+    assert cache.resource_version == "21"
+
+
+def test_observe_never_goes_back_nor_brings_back_the_deleted() -> None:
+    cache = WatchCache(FakeWatchApi([], []), PODS)
+    cache.apply_event({"type": "ADDED", "object": _workload(30, True)})
+    assert not cache.observe(_workload(25, False))  # the cache has newer
+    assert not cache.observe(_workload(30, False))  # the same version
+    assert not cache.observe({"metadata": {}})  # malformed
+    assert not cache.observe(obj("other", 40, "ns"))  # not cached (a deletion seen first)
+    assert cache.get("ns/w")["spec"]["active"] is True
+    assert cache.observe(_workload(31, False))
+    cache.apply_event({"type": "DELETED", "object": _workload(29, False)})
+    assert cache.get("ns/w") is None  # a deletion is always taken
+
+
+async def test_a_relist_replaces_what_was_observed() -> None:
+    api = FakeWatchApi([listing(10, _workload(5, True)), listing(40, _workload(12, True))],
+                       [[gone()]])
+    cache = WatchCache(api, PODS, backoff=0.001)
+    await cache.relist()
+    assert cache.observe(_workload(8, False))
+    await cache.relist()  # the LIST is authoritative
+    assert cache.get("ns/w")["metadata"]["resourceVersion"] == "12"
+    cache.apply_event({"type": "MODIFIED", "object": _workload(11, False)})
+    assert cache.get("ns/w")["metadata"]["resourceVersion"] == "11"  # nothing held back

@@ -35,7 +35,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -87,6 +87,7 @@ MAX_CHECK_MESSAGE = 32 * 1024
 MAX_EVENT_NOTE = 1024
 CONFLICT_RETRIES = 5
 CHECK_MEMO_MAX = 100_000  # (workload, check) entries the applier remembers its writes for
+SHED_RETRY = timedelta(minutes=10)  # a failed shed's retry within this keeps its shed-at
 
 
 async def retry_on_conflict(once: Callable[[], Awaitable[bool]]) -> bool:
@@ -173,6 +174,16 @@ class Applier:
         self._gate: asyncio.Semaphore | None = None
         #: (workload, check) → (state, message) of m2g's last answer written there
         self._check_written: dict[tuple[str, str], tuple[str, str] | None] = {}
+        #: workload → (shed-at, when) of a shed whose write failed: its retry writes the same
+        #: stamp (the API server may have applied a write whose answer was lost)
+        self._shed_tried: dict[str, tuple[str, datetime]] = {}
+        #: Called with (kind, the object a write answered with): the controller folds it into
+        #: its watch cache, so the next reconcile sees m2g's own writes (m2g.k8s.cache).
+        self.observe: Callable[[Resource, Obj], object] | None = None
+
+    def _seen(self, res: Resource, answer: object) -> None:
+        if self.observe is not None and isinstance(answer, dict):
+            self.observe(res, answer)
 
     def in_background(self, make: Callable[[], Awaitable[object]]) -> None:
         """Run ``make()`` without waiting for it, at most ``parallel`` such at once in all
@@ -319,8 +330,9 @@ class Applier:
         if len(self._check_written) > CHECK_MEMO_MAX:
             self._check_written.clear()  # a bound; a cleared entry only costs one GET
         self._check_written[key] = (entry["state"], entry["message"])
-        await self.kube.apply(WORKLOADS, u.name, body, namespace=u.namespace,
-                              subresource="status", field_manager=self.field_manager)
+        self._seen(WORKLOADS, await self.kube.apply(
+            WORKLOADS, u.name, body, namespace=u.namespace, subresource="status",
+            field_manager=self.field_manager))
         return True
 
     async def ensure_admission_check_active(
@@ -389,9 +401,10 @@ class Applier:
         detail = f"{u.flavor}/{u.resource} {current} -> {u.nominal} (base {base}): {u.reason}"
         if not self.dry_run:  # write first: a 409 here is retried, and recorded only once
             found["nominalQuota"] = str(u.nominal)
-            await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue, owned.patch(
-                cq, changes, self.clock(), {"resourceGroups": groups}),
-                field_manager=self.field_manager)
+            self._seen(CLUSTER_QUEUES, await self.kube.patch(
+                CLUSTER_QUEUES, u.cluster_queue, owned.patch(
+                    cq, changes, self.clock(), {"resourceGroups": groups}),
+                field_manager=self.field_manager))
         return self._record(result, "quota", u.cluster_queue, detail, True)
 
     async def apply_stop(self, u: StopUpdate, result: ApplyResult | None = None) -> bool:
@@ -400,9 +413,9 @@ class Applier:
         detail = f"stopPolicy {current} -> {u.stop_policy}: {u.reason}"
         if not self._record(result, "stop", u.cluster_queue, detail, current != u.stop_policy):
             return False
-        await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue,
-                              {"spec": {"stopPolicy": u.stop_policy}},
-                              field_manager=self.field_manager)
+        self._seen(CLUSTER_QUEUES, await self.kube.patch(
+            CLUSTER_QUEUES, u.cluster_queue, {"spec": {"stopPolicy": u.stop_policy}},
+            field_manager=self.field_manager))
         return True
 
     async def apply_weight(self, u: WeightUpdate, result: ApplyResult | None = None) -> bool:
@@ -413,9 +426,9 @@ class Applier:
         if not self._record(result, "weight", u.cluster_queue, f"weight {raw} -> {text}",
                             not same):
             return False
-        await self.kube.patch(CLUSTER_QUEUES, u.cluster_queue,
-                              {"spec": {"fairSharing": {"weight": text}}},
-                              field_manager=self.field_manager)
+        self._seen(CLUSTER_QUEUES, await self.kube.patch(
+            CLUSTER_QUEUES, u.cluster_queue, {"spec": {"fairSharing": {"weight": text}}},
+            field_manager=self.field_manager))
         return True
 
     # ---- workloads -------------------------------------------------------------------
@@ -440,7 +453,7 @@ class Applier:
         else:
             write = active or SHED_AT not in annotations
             marks: dict[str, Any] = {
-                SHED_AT: annotations.get(SHED_AT) or format_time(self.clock()),
+                SHED_AT: annotations.get(SHED_AT) or self._shed_stamp(target, write),
                 SHED_REASON: _cut(a.reason, 1024), RESTORED_AT: None}
             if a.drain:
                 marks[DRAINED_FOR] = a.drain
@@ -448,13 +461,30 @@ class Applier:
         verb = "restore" if a.active else ("drain" if a.drain else "shed")
         if not self._record(result, verb, target, f"{a.kw:.1f} kW: {a.reason}", write):
             return False
-        await self.kube.patch(WORKLOADS, a.name, body, namespace=a.namespace,
-                              field_manager=self.field_manager)
+        self._seen(WORKLOADS, await self.kube.patch(WORKLOADS, a.name, body,
+                                                    namespace=a.namespace,
+                                                    field_manager=self.field_manager))
+        self._shed_tried.pop(target, None)
         if events is not None:
             events.append((wl, a))
         else:
             await self._shed_event(wl, a)
         return True
+
+    def _shed_stamp(self, target: str, write: bool) -> str:
+        """The shed-at of a new shed: now, or the stamp of this workload's shed whose write
+        failed less than SHED_RETRY ago (a lost answer: the shed may be in place already)."""
+        now = self.clock()
+        if self.dry_run or not write:
+            return format_time(now)
+        tried = self._shed_tried.get(target)
+        if tried is not None and timedelta(0) <= now - tried[1] <= SHED_RETRY:
+            return tried[0]
+        if len(self._shed_tried) > CHECK_MEMO_MAX:
+            self._shed_tried.clear()  # a bound; a lost entry only costs a second stamp
+        stamp = format_time(now)
+        self._shed_tried[target] = (stamp, now)
+        return stamp
 
     async def _shed_event(self, wl: Obj, a: ShedAction) -> bool:
         try:  # the Event is best effort: the change itself is made
@@ -491,9 +521,9 @@ class Applier:
         if self.dry_run:  # shadow: recorded (and logged) only, as sheds are — no Event per
             return self._record(result, "taint", u.node, detail, True)  # node every pass
         # write first: a 409 here is retried, and recorded only once
-        await self.kube.patch(NODES, u.node, {
+        self._seen(NODES, await self.kube.patch(NODES, u.node, {
             "metadata": {"resourceVersion": meta.get("resourceVersion")},
-            "spec": {"taints": kept or None}}, field_manager=self.field_manager)
+            "spec": {"taints": kept or None}}, field_manager=self.field_manager))
         self._record(result, "taint", u.node, detail, True)
         try:  # the Event is best effort: the taint itself is in place
             await self.emit_event(
@@ -519,10 +549,10 @@ class Applier:
         if not self._record(result, f"status {res.plural}", target, detail, not same):
             return False
         meta: Obj = {"name": name, **({"namespace": namespace} if namespace else {})}
-        await self.kube.apply(res, name, {"apiVersion": res.api_version, "kind": res.kind,
-                                          "metadata": meta, "status": dict(status)},
-                              namespace=namespace, subresource="status",
-                              field_manager=self.field_manager)
+        self._seen(res, await self.kube.apply(
+            res, name, {"apiVersion": res.api_version, "kind": res.kind, "metadata": meta,
+                        "status": dict(status)},
+            namespace=namespace, subresource="status", field_manager=self.field_manager))
         return True
 
     async def apply_condition(self, u: ConditionUpdate) -> bool:

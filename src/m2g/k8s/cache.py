@@ -11,6 +11,13 @@
 * Other retryable errors back off (doubling, capped) and re-watch; permanent ones (a missing
   CRD, 403) are kept in ``last_error`` and retried slowly, so a CRD installed later is picked up.
 
+m2g reads its own writes: ``observe`` folds the object a write answered with into the cache at
+once (m2g's applier does it for every write to a watched kind), and an older event of that
+object the watch delivers afterwards is not let back over it. Without that, a reconcile between
+a write and its watch event (connections cut, a watch re-opening) decided on the object as it
+was before: it shed a workload again with a second ``shed-at`` stamp, or a third workload for a
+shortfall the first two already covered (tests/e2e/test_chaos_*).
+
 Subscribers are plain callables ``(event_type, key, obj)`` called on every change, and
 ``changed`` is an ``asyncio.Event`` set on every change (the consumer clears it). ``view()``
 is an immutable mapping key → raw object (key ``name``, or ``namespace/name`` for namespaced
@@ -82,6 +89,12 @@ def _rv(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion", ""))
 
 
+def _older(rv: str, than: str) -> bool:
+    """Is ``rv`` an older resourceVersion than ``than``? Kubernetes calls them opaque; etcd's
+    are integers, and only two integers are compared (anything else: not known to be older)."""
+    return rv.isdigit() and than.isdigit() and int(rv) < int(than)
+
+
 class WatchCache:
     """The objects of one kind, kept current by LIST + WATCH."""
 
@@ -109,6 +122,7 @@ class WatchCache:
         self._subscribers: list[Subscriber] = []
         self._task: asyncio.Task[None] | None = None
         self._delivered = False  # the current watch delivered an event
+        self._written: dict[str, str] = {}  # key → resourceVersion of m2g's own write seen
 
     # ---- reading ---------------------------------------------------------------------
 
@@ -126,6 +140,21 @@ class WatchCache:
         """Call ``callback(type, key, obj)`` on every change; returns an unsubscribe."""
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback)
+
+    def observe(self, obj: Any) -> bool:
+        """Fold in the object a write of m2g's answered with (read your own writes) when the
+        cache has an older version of it; False when it was not folded in (not cached: a
+        deletion the watch delivered first is not undone; the watch brings new objects)."""
+        if not well_formed(obj):
+            return False
+        key, rv = object_key(obj), _rv(obj)
+        cached = self._items.get(key)
+        if cached is None or not _older(_rv(cached), rv):
+            return False
+        self._items[key] = _slim(obj)
+        self._written[key] = rv
+        self._notify("MODIFIED", key, obj)
+        return True
 
     # ---- running ---------------------------------------------------------------------
 
@@ -200,6 +229,7 @@ class WatchCache:
         self.lists += 1
         old = self._items
         self._items = fresh
+        self._written.clear()  # a LIST is at least as new as any write before it
         self.resource_version = str(meta.get("resourceVersion", ""))
         for key, obj in old.items():
             if key not in fresh:
@@ -245,6 +275,13 @@ class WatchCache:
         if kind == "BOOKMARK":
             return
         key = object_key(obj)
+        written = self._written.get(key)
+        if written is not None:
+            if kind != "DELETED" and (rv == written or _older(rv, written)):
+                if rv == written:
+                    del self._written[key]  # m2g's own write: the cache has it already
+                return  # (or from before it)
+            del self._written[key]
         if kind == "DELETED":
             if self._items.pop(key, None) is not None:
                 self._notify(kind, key, obj)
