@@ -44,6 +44,14 @@ POOLS: dict[str, list[Any]] = {
     "mixed scalars": [1, 1.0, True, 0, 0.0, False, None, "1", ""],
     "floats and bools": [1.0, True, 0.0, False, None],
     "models": [Checkpoint(), Checkpoint(interval_seconds=60), PowerCap(), 1, None],
+    "checkpoints": [Checkpoint(interval_seconds=i, last_age_seconds=a, reported=r)
+                    for i in (0, 600) for a in (0, 5, 7) for r in (False, True)],
+    # a field holding another type than its siblings' (model_construct skips validation):
+    # keyed per value, the type kept apart
+    "checkpoints of mixed field types": [
+        Checkpoint(last_age_seconds=1), Checkpoint(last_age_seconds=1, reported=True),
+        Checkpoint.model_construct(interval_seconds=0, last_age_seconds=True, reported=False),
+        Checkpoint.model_construct(interval_seconds=0.0, last_age_seconds=1, reported=False)],
 }
 
 

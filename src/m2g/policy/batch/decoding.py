@@ -3,6 +3,7 @@ plain data of one batch item (only the fields the policies read)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
@@ -272,8 +273,29 @@ def _keys_of(values: list[Any]) -> list[Any]:
         return values
     if types <= _SCALARS and not types & _OWN:
         return list(zip(map(type, values), values, strict=True))
+    flat = _flat_keys(values, types)
+    if flat is not None:
+        return flat
     return [v if (t := type(v)) is int or t is str else (t, v) if t in _SCALARS else _key(v)
             for v in values]
+
+
+def _flat_keys(values: list[Any], types: set[type]) -> list[Any] | None:
+    """``_key`` of each value of a column of one flat CelModel type whose fields each hold
+    one type throughout (``checkpoint`` of 60,000 running workloads), worked out in C: the
+    same (type, field values, their types) tuples; None for any other column."""
+    get = _flat(values[0]) if len(types) == 1 else None
+    if get is None:
+        return None
+    rows = list(map(get, values))
+    kinds = []
+    for j in range(len(rows[0])):
+        seen = set(map(type, map(operator.itemgetter(j), rows)))
+        if len(seen) != 1:
+            return None
+        kinds.append(seen.pop())
+    kind, of_fields = type(values[0]), tuple(kinds)
+    return list(zip(itertools.repeat(kind), rows, itertools.repeat(of_fields), strict=False))
 
 
 class ClassKeys:
