@@ -21,10 +21,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from m2g.model.cluster import CheckState, Phase, WorkloadState
-from m2g.model.inputs import WorkloadItem
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
-from m2g.planner.inputs import InputBuilder, trusted_view
+from m2g.planner.inputs import InputBuilder
 from m2g.planner.reservations import ReservationBook
 from m2g.policy import Decision, Evaluator
 from m2g.policy.results import AdmissionResult, Reason
@@ -80,11 +79,9 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     out: list[tuple[int, CheckUpdate]] = []
     order = sorted((iw for _, ws in groups.values() for iw in ws), key=lambda iw: iw[0])
     gates = book.gates(w for _, w in order) if book is not None and order else {}
-    floor, queue, retry = builder.kw_floor, builder.queue, CheckState.RETRY
+    retry = CheckState.RETRY
     for ev, waiting in groups.values():
-        results = ev.admission_items(builder.base(), [  # builder.item, inline: 40,000 calls
-            WorkloadItem(trusted_view(w.view, floor), queue(w.cluster_queue))
-            for _, w in waiting])
+        results = ev.admission_items(builder.base(), builder.items(w for _, w in waiting))
         decide = Answers(config)  # workloads of one class share their result: decided once
         for (i, w), res in zip(waiting, results, strict=True):
             fields = decide(res, gates.get(w.key) if gates else None, w.check_state is retry)

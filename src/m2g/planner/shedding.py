@@ -224,7 +224,7 @@ def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, Preemp
     running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
     if not running:
         return {}
-    results = evaluator.preemption_items(builder.base(), [builder.item(w) for w in running])
+    results = evaluator.preemption_items(builder.base(), builder.items(running))
     return {w.key: r for w, r in zip(running, results, strict=True)}
 
 
