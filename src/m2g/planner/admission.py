@@ -17,7 +17,7 @@ still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from m2g.model.cluster import CheckState, Phase, WorkloadState
@@ -75,54 +75,97 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     ``check_evaluators`` (a policy selection, from the check's parameters); a check mapped to
     None (its parameters are broken: it is not Active) is not answered. ``book``: the
     reservations, which hold back (Retry) workloads their policies would admit."""
-    own = check_evaluators or {}
-    groups: dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]] = {}
-    for i, w in enumerate(builder.snap.workloads):
-        ev = own.get(w.check, evaluator) if awaiting(w) or deferred(w) else None
-        if ev is not None:
-            groups.setdefault(id(ev), (ev, []))[1].append((i, w))
+    groups = _groups(builder.snap.workloads, evaluator, check_evaluators or {})
     out: list[tuple[int, CheckUpdate]] = []
     order = sorted((iw for _, ws in groups.values() for iw in ws), key=lambda iw: iw[0])
     gates = book.gates(w for _, w in order) if book is not None and order else {}
+    retry = CheckState.RETRY
     for ev, waiting in groups.values():
-        results = ev.admission_items(builder.base(), [builder.item(w) for _, w in waiting])
-        answers: dict[int, dict[str, Any]] = {}  # workloads of one class share their result
+        results = ev.admission_items(builder.base(), builder.items(w for _, w in waiting))
+        decide = Answers(config)  # workloads of one class share their result: decided once
         for (i, w), res in zip(waiting, results, strict=True):
-            held = gates.get(w.key)
-            if held and res.decision is Decision.ADMIT:
-                if w.check_state is not CheckState.RETRY:
-                    out.append((i, _held(w, *held, config)))
-                continue
-            if w.check_state is CheckState.RETRY and res.decision is not Decision.ADMIT:
-                continue
-            answer = answers.get(id(res))
-            if answer is None:
-                answer = answers[id(res)] = _answer(res, config)
-            out.append((i, CheckUpdate(namespace=w.namespace, name=w.name, check=w.check,
-                                       **answer)))
-    return [u for _, u in sorted(out, key=lambda x: x[0])]  # in the snapshot's order
+            fields = decide(res, gates.get(w.key) if gates else None, w.check_state is retry)
+            if fields is not None:
+                out.append((i, CheckUpdate(w.namespace, w.name, w.check, *fields)))
+    if len(groups) > 1:
+        out.sort(key=lambda x: x[0])  # in the snapshot's order (one group: already)
+    return [u for _, u in out]
 
 
-def _held(w: WorkloadState, why: str, pending: bool, config: PlannerConfig) -> CheckUpdate:
+def _groups(workloads: Iterable[WorkloadState], evaluator: Evaluator,
+            own: Mapping[str, Evaluator | None]
+            ) -> dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]]:
+    """The workloads m2g answers (``awaiting`` or ``deferred``), with their positions in the
+    snapshot, by the Evaluator that answers them (in first-seen order)."""
+    groups: dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]] = {}
+    reserved = Phase.RESERVED
+    for i, w in enumerate(workloads):
+        if w.phase is reserved and w.check and w.check_state in _ASKED:
+            ev = own.get(w.check, evaluator)
+            if ev is not None:
+                groups.setdefault(id(ev), (ev, []))[1].append((i, w))
+    return groups
+
+
+#: The check states m2g answers: Pending (or none yet; ``awaiting``), Retry (``deferred``).
+_ASKED = frozenset({CheckState.PENDING, None, CheckState.RETRY})
+
+#: A CheckUpdate's fields after (namespace, name, check), in order: (state, message,
+#: requeue_after_seconds, pod_set_updates, policy, rule).
+Fields = tuple[CheckState, str, int | None, tuple[dict[str, Any], ...], str, str]
+
+
+class Answers:
+    """The answer of each class of waiting workloads, decided once: a workload's CheckUpdate
+    (but for its namespace, name and check) depends only on its AdmissionResult (shared by
+    the workloads of one class: Evaluator.admission_items), the reservation gate holding it
+    (``gates``), and whether m2g deferred it already; ``decide`` is that decision, this its
+    memo by exactly those (the results stay alive meanwhile: their ids hold). At 400 racks
+    8,000 waiting workloads had 21 distinct results."""
+
+    def __init__(self, config: PlannerConfig) -> None:
+        self.config = config
+        self._memo: dict[tuple[int, tuple[str, bool] | None, bool], Fields | None] = {}
+        self._keep: list[AdmissionResult] = []  # the results keyed by id: kept alive
+
+    def __call__(self, res: AdmissionResult, held: tuple[str, bool] | None,
+                 retry: bool) -> Fields | None:
+        key = (id(res), held, retry)
+        if key in self._memo:
+            return self._memo[key]
+        self._keep.append(res)
+        got = self._memo[key] = decide(res, held, retry, self.config)
+        return got
+
+
+def decide(res: AdmissionResult, held: tuple[str, bool] | None, retry: bool,
+           config: PlannerConfig) -> Fields | None:
+    """The CheckUpdate fields for a workload whose decision is ``res``, held back by a
+    reservation (``held``: why, whether to keep it Pending) or not, deferred by m2g already
+    (``retry``: Kueue holds it with a Retry) or not; None: no update (a held workload keeps
+    its Retry; a deferred one whose decision is not Admit is left to Kueue's requeue)."""
+    if held and res.decision is Decision.ADMIT:
+        return None if retry else _held(*held, config)
+    if retry and res.decision is not Decision.ADMIT:
+        return None
+    return _answer(res, config)
+
+
+def _held(why: str, pending: bool, config: PlannerConfig) -> Fields:
     """A reservation holds this workload back: Retry (it would take the reservation's
     capacity), or Pending (``pending``: the reservation's own, early: it keeps its quota)."""
-    return CheckUpdate(namespace=w.namespace, name=w.name, check=w.check,
-                       state=CheckState.PENDING if pending else CheckState.RETRY,
-                       message=why[:MAX_MESSAGE],
-                       requeue_after_seconds=None if pending else min(
-                           config.reservation_retry_seconds, config.max_retry_hold_seconds),
-                       policy="reservation", rule="hold")
+    return (CheckState.PENDING if pending else CheckState.RETRY, why[:MAX_MESSAGE],
+            None if pending else min(config.reservation_retry_seconds,
+                                     config.max_retry_hold_seconds),
+            (), "reservation", "hold")
 
 
-def _answer(res: AdmissionResult, config: PlannerConfig) -> dict[str, Any]:
+def _answer(res: AdmissionResult, config: PlannerConfig) -> Fields:
     """The fields of a CheckUpdate that come from the decision (the same for every workload
     that shares ``res``)."""
     reasons = deciding(res)
-    return {
-        "state": check_state(res.decision), "message": message(res),
-        "requeue_after_seconds": None if res.requeue_after_seconds is None else min(
-            res.requeue_after_seconds, config.max_retry_hold_seconds),
-        "pod_set_updates": tuple(u.to_json() for u in res.pod_set_updates),
-        "policy": reasons[0].policy if reasons else "",
-        "rule": reasons[0].rule if reasons else "",
-    }
+    return (check_state(res.decision), message(res),
+            None if res.requeue_after_seconds is None else min(
+                res.requeue_after_seconds, config.max_retry_hold_seconds),
+            tuple(u.to_json() for u in res.pod_set_updates),
+            reasons[0].policy if reasons else "", reasons[0].rule if reasons else "")

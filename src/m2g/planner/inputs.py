@@ -6,6 +6,7 @@ handed to every input, so the policy engine evaluates the workloads of a reconci
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from m2g.model.cluster import ClusterSnapshot, FlavorState, QueueState, WorkloadState
@@ -104,6 +105,13 @@ class InputBuilder:
         """``for_workload(w)`` as a batch item over ``base()`` (Evaluator.*_items): no copy of
         the input per workload."""
         return WorkloadItem(trusted_view(w.view, self.kw_floor), self.queue(w.cluster_queue))
+
+    def items(self, workloads: Iterable[WorkloadState]) -> list[WorkloadItem]:
+        """``item`` of each workload, in one comprehension (no method call per workload:
+        40,000 waiting and 60,000 running at 1,400 racks)."""
+        floor, queue = self.kw_floor, self.queue
+        return [WorkloadItem(trusted_view(w.view, floor), queue(w.cluster_queue))
+                for w in workloads]
 
     def for_flavor(self, flavor: FlavorState, nominal: int) -> PolicyInput:
         domain_name = flavor.domain or self.snap.factory.site

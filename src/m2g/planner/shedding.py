@@ -126,8 +126,12 @@ def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
 
 
 def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
+    """kW shed or capped that the meter does not show yet. Only what m2g shed can settle
+    (``settling`` is False for the rest whatever its pods): the pods are looked up for
+    those alone, not for every workload (100,000 lookups at 1,400 racks)."""
     snap = builder.snap
-    return sum(saving_kw(w, config) for w in snap.workloads if _settles(w, snap, config)) \
+    return sum(saving_kw(w, config) for w in snap.workloads
+               if w.shed_by_m2g and w.shed_at is not None and _settles(w, snap, config)) \
         + settling_cap_kw(snap, config)
 
 
@@ -220,7 +224,7 @@ def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, Preemp
     running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
     if not running:
         return {}
-    results = evaluator.preemption_items(builder.base(), [builder.item(w) for w in running])
+    results = evaluator.preemption_items(builder.base(), builder.items(running))
     return {w.key: r for w, r in zip(running, results, strict=True)}
 
 

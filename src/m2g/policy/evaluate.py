@@ -343,18 +343,26 @@ class Evaluator:
 
     def _admission(self, fired: list[Fired], inputs: Sequence[Item],
                    bases: Sequence[PolicyInput]) -> list[AdmissionResult]:
+        """Each input's result, combined once per distinct (fired Hits, site labels, pod set
+        names); a fired list shared by many inputs (a class's: m2g.policy.batch) is looked up
+        by its own id first, not by the ids of its Hits."""
         placing = bool(self._stage(Stage.PLACEMENT))
         results = []
         memo: dict[tuple[Any, ...], AdmissionResult] = {}
+        by_list: dict[tuple[Any, ...], AdmissionResult] = {}
         for inp, base, items in zip(inputs, bases, fired, strict=True):
             names = _pod_set_names(inp)
-            key = (*map(id, items), id(base.site.labels), *names)  # inputs alive: ids hold
-            hit = memo.get(key)
+            short = (id(items), id(base.site.labels), *names)  # inputs alive: ids hold
+            hit = by_list.get(short)
             if hit is None:
-                adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
-                placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] \
-                    if placing else None
-                hit = memo[key] = combine_admission(adm, placed, names, label_keys(base))
+                key = (*map(id, items), id(base.site.labels), *names)
+                hit = memo.get(key)
+                if hit is None:
+                    adm = [x for x in items if x.policy.stage is Stage.ADMISSION]
+                    placed = [x for x in items if x.policy.stage is Stage.PLACEMENT] \
+                        if placing else None
+                    hit = memo[key] = combine_admission(adm, placed, names, label_keys(base))
+                by_list[short] = hit
             results.append(hit)
         return results
 
