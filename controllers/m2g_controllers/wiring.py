@@ -20,7 +20,7 @@ from m2g.config.checks import CheckSetup
 from m2g.k8s import client as k
 from m2g.k8s.apply import Applier
 from m2g.k8s.build import ClusterObjects, SnapshotMemo
-from m2g.k8s.cache import WatchCache
+from m2g.k8s.cache import Reachability, WatchCache
 from m2g.k8s.convert import placements
 from m2g.k8s.kai import KaiSync
 from m2g.k8s.parse import format_time
@@ -57,7 +57,9 @@ class K8sCluster:
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  signal_refresh_seconds: float = SIGNAL_REFRESH_SECONDS) -> None:
         self.kube = kube
-        self.caches = {name: WatchCache(kube, res, params=params(name))
+        self.reachability = Reachability()  # one cache back after an outage wakes the rest
+        self.caches = {name: WatchCache(kube, res, params=params(name),
+                                        reachability=self.reachability)
                        for name, res in WATCHED.items()}
         self.policies = WatchCache(kube, k.POLICIES)
         self.tenant_policies = WatchCache(kube, k.TENANT_POLICIES)  # tenants' own, namespaced
@@ -84,6 +86,7 @@ class K8sCluster:
     def _observe(self, res: k.Resource, answer: k.Obj) -> None:
         """Fold a write's answer into the watch cache of its kind (only caches that watch the
         whole kind: an object outside a selector is not theirs)."""
+        self.reachability.seen()  # a write went through: the API server answers
         for cache in self.caches.values():
             if cache.resource.plural == res.plural and cache.resource.group == res.group \
                     and not cache.params:

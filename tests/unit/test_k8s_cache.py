@@ -236,3 +236,34 @@ async def test_a_relist_replaces_what_was_observed() -> None:
     assert cache.get("ns/w")["metadata"]["resourceVersion"] == "12"
     cache.apply_event({"type": "MODIFIED", "object": _workload(11, False)})
     assert cache.get("ns/w")["metadata"]["resourceVersion"] == "11"  # nothing held back
+
+
+async def test_one_cache_reaching_the_server_wakes_the_others_from_their_backoff() -> None:
+    """After an outage a cache whose backoff grew to 30 s retries as soon as another cache
+    of the same API server gets an answer (not 30 s later)."""
+    from m2g.k8s.cache import Reachability
+    reach = Reachability()
+    waiting = asyncio.create_task(reach.pause(30.0, 0.01))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    t0 = asyncio.get_running_loop().time()
+    reach.seen()
+    await asyncio.wait_for(waiting, 2)
+    assert asyncio.get_running_loop().time() - t0 < 1.0
+    # alone, the backoff is slept in full; the floor holds even when the server answers
+    alone = asyncio.create_task(reach.pause(0.2, 0.1))
+    reach.seen()
+    await asyncio.sleep(0.05)
+    assert not alone.done()
+    await asyncio.wait_for(alone, 2)
+
+
+async def test_a_relist_tells_the_other_caches_the_server_is_back() -> None:
+    from m2g.k8s.cache import Reachability
+    reach = Reachability()
+    woke = asyncio.create_task(reach.pause(30.0, 0.0))
+    await asyncio.sleep(0)
+    cache = WatchCache(FakeWatchApi([listing(10, obj("a", 5))], []), NODES,
+                       reachability=reach)
+    await cache.relist()
+    await asyncio.wait_for(woke, 2)

@@ -95,14 +95,43 @@ def _older(rv: str, than: str) -> bool:
     return rv.isdigit() and than.isdigit() and int(rv) < int(than)
 
 
+class Reachability:
+    """Shared by the caches of one API server: when one of them reaches it (a LIST, or a
+    watch that delivers), the others waiting out a backoff retry at once. After an outage
+    each cache's backoff had grown to its own point (up to ``max_backoff``), so one kind
+    resumed up to 30 s after another: m2g shed on Workloads seen fresh and Pods seen 30 s
+    old, and shed a third workload for a shortfall the first two already covered
+    (tests/e2e/test_chaos_watch_e2e.py)."""
+
+    def __init__(self) -> None:
+        self._up: asyncio.Event | None = None
+
+    def seen(self) -> None:
+        """The API server answered."""
+        if self._up is not None:
+            self._up.set()
+            self._up = None
+
+    async def pause(self, seconds: float, floor: float) -> None:
+        """Sleep ``seconds``, or — after at least ``floor`` (a kind that keeps failing while
+        others answer does not spin) — less, once the API server is seen answering."""
+        if self._up is None:
+            self._up = asyncio.Event()
+        up = self._up
+        await asyncio.sleep(min(floor, seconds))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(up.wait(), max(0.0, seconds - floor))
+
+
 class WatchCache:
     """The objects of one kind, kept current by LIST + WATCH."""
 
     def __init__(self, api: WatchApi, resource: Resource, *, namespace: str | None = None,
                  params: Mapping[str, Any] | None = None, watch_timeout: int = 300,
                  backoff: float = 0.5, max_backoff: float = 30.0,
-                 page_size: int = 500) -> None:
+                 page_size: int = 500, reachability: Reachability | None = None) -> None:
         self.api = api
+        self.reachability = reachability
         self.resource = resource
         self.namespace = namespace
         self.params = dict(params or {})  # e.g. labelSelector / fieldSelector
@@ -200,8 +229,11 @@ class WatchCache:
                 if not need_list and (self._delivered
                                       or time.monotonic() - started >= WORKED_SECONDS):
                     delay = self.backoff  # it worked until it was cut: not a failing server
-                await asyncio.sleep(self.max_backoff if isinstance(exc, PermanentError)
-                                    else delay)
+                if isinstance(exc, PermanentError) or self.reachability is None:
+                    await asyncio.sleep(self.max_backoff if isinstance(exc, PermanentError)
+                                        else delay)
+                else:
+                    await self.reachability.pause(delay, self.backoff)
                 delay = min(self.max_backoff, delay * 2)
 
     async def relist(self) -> None:
@@ -242,12 +274,16 @@ class WatchCache:
                 self._notify("MODIFIED", key, obj)
         self.last_error = None
         self.synced.set()
+        if self.reachability is not None:
+            self.reachability.seen()
 
     async def _watch_once(self) -> None:
         self.watches += 1
         stream = self.api.watch(self.resource, self.resource_version, namespace=self.namespace,
                                 timeout_seconds=self.watch_timeout, params=self.params or None)
         async for event in stream:
+            if not self._delivered and self.reachability is not None:
+                self.reachability.seen()
             self.apply_event(event)
 
     def _skip(self, where: str, obj: Any) -> None:
