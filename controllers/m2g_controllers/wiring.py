@@ -88,8 +88,7 @@ class K8sCluster:
         whole kind: an object outside a selector is not theirs)."""
         self.reachability.seen()  # a write went through: the API server answers
         for cache in self.caches.values():
-            if cache.resource.plural == res.plural and cache.resource.group == res.group \
-                    and not cache.params:
+            if cache.resource == res and not cache.params:
                 cache.observe(answer)
 
     def all_caches(self) -> list[WatchCache]:

@@ -174,9 +174,9 @@ class Applier:
         self._gate: asyncio.Semaphore | None = None
         #: (workload, check) → (state, message) of m2g's last answer written there
         self._check_written: dict[tuple[str, str], tuple[str, str] | None] = {}
-        #: workload → (shed-at, when) of a shed whose write failed: its retry writes the same
-        #: stamp (the API server may have applied a write whose answer was lost)
-        self._shed_tried: dict[str, tuple[str, datetime]] = {}
+        #: workload → shed-at of a shed whose write failed: its retry writes the same stamp
+        #: (the API server may have applied a write whose answer was lost)
+        self._shed_tried: dict[str, datetime] = {}
         #: Called with (kind, the object a write answered with): the controller folds it into
         #: its watch cache, so the next reconcile sees m2g's own writes (m2g.k8s.cache).
         self.observe: Callable[[Resource, Obj], object] | None = None
@@ -453,7 +453,7 @@ class Applier:
         else:
             write = active or SHED_AT not in annotations
             marks: dict[str, Any] = {
-                SHED_AT: annotations.get(SHED_AT) or self._shed_stamp(target, write),
+                SHED_AT: annotations.get(SHED_AT) or self._shed_stamp(target),
                 SHED_REASON: _cut(a.reason, 1024), RESTORED_AT: None}
             if a.drain:
                 marks[DRAINED_FOR] = a.drain
@@ -471,20 +471,19 @@ class Applier:
             await self._shed_event(wl, a)
         return True
 
-    def _shed_stamp(self, target: str, write: bool) -> str:
+    def _shed_stamp(self, target: str) -> str:
         """The shed-at of a new shed: now, or the stamp of this workload's shed whose write
         failed less than SHED_RETRY ago (a lost answer: the shed may be in place already)."""
         now = self.clock()
-        if self.dry_run or not write:
+        if self.dry_run:
             return format_time(now)
         tried = self._shed_tried.get(target)
-        if tried is not None and timedelta(0) <= now - tried[1] <= SHED_RETRY:
-            return tried[0]
+        if tried is not None and timedelta(0) <= now - tried <= SHED_RETRY:
+            return format_time(tried)
         if len(self._shed_tried) > CHECK_MEMO_MAX:
             self._shed_tried.clear()  # a bound; a lost entry only costs a second stamp
-        stamp = format_time(now)
-        self._shed_tried[target] = (stamp, now)
-        return stamp
+        self._shed_tried[target] = now
+        return format_time(now)
 
     async def _shed_event(self, wl: Obj, a: ShedAction) -> bool:
         try:  # the Event is best effort: the change itself is made

@@ -311,13 +311,13 @@ class WatchCache:
         if kind == "BOOKMARK":
             return
         key = object_key(obj)
-        written = self._written.get(key)
-        if written is not None:
-            if kind != "DELETED" and (rv == written or _older(rv, written)):
-                if rv == written:
-                    del self._written[key]  # m2g's own write: the cache has it already
-                return  # (or from before it)
-            del self._written[key]
+        written = self._written.pop(key, None)
+        if written is not None and kind != "DELETED":
+            if _older(rv, written):
+                self._written[key] = written
+                return  # from before m2g's own write, which the cache has
+            if rv == written:
+                return  # m2g's own write: the cache has it already
         if kind == "DELETED":
             if self._items.pop(key, None) is not None:
                 self._notify(kind, key, obj)
