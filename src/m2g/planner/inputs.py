@@ -104,7 +104,7 @@ class InputBuilder:
     def item(self, w: WorkloadState) -> WorkloadItem:
         """``for_workload(w)`` as a batch item over ``base()`` (Evaluator.*_items): no copy of
         the input per workload."""
-        return WorkloadItem(trusted_view(w.view, self.kw_floor), self.queue(w.cluster_queue))
+        return self.items((w,))[0]
 
     def items(self, workloads: Iterable[WorkloadState]) -> list[WorkloadItem]:
         """``item`` of each workload, in one comprehension (no method call per workload:
