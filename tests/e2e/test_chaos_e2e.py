@@ -59,6 +59,38 @@ def shed_stamps(cluster: Cluster, namespace: str, names: list[str]) -> dict[str,
     return out
 
 
+def shed_story(cluster: Cluster, namespace: str, names: list[str],
+               m2g: K8sCluster | None = None) -> str:
+    """Per workload: active, m2g's stamp, Kueue's conditions with their times, its pods (node,
+    deletion) — and, with ``m2g``, what m2g's pod cache holds of them — what a failed shed
+    assertion needs to tell m2g's view from Kueue's pace."""
+    lines = [f"now {datetime.now(UTC):%H:%M:%S.%f}"]
+    pods = cluster.core.list_namespaced_pod(namespace).items
+    cached = [] if m2g is None else [
+        o for o in m2g.caches["pods"].view().values()
+        if (o.get("metadata") or {}).get("namespace") == namespace]
+    for n in names:
+        wl = ctl.workload_of(cluster, namespace, n) or {}
+        meta, status = wl.get("metadata", {}), wl.get("status", {})
+        conds = ", ".join(f"{c['type']}={c['status']}@{c.get('lastTransitionTime', '?')}"
+                          f"({c.get('reason', '')})" for c in status.get("conditions") or [])
+        mine = [f"{p.spec.node_name}:{_pod_state(p)}" for p in pods
+                if (p.metadata.labels or {}).get("job-name") == n]
+        seen = [bool(o["metadata"].get("deletionTimestamp")) for o in cached
+                if (o["metadata"].get("labels") or {}).get("job-name") == n]
+        lines.append(f"{n}: active={wl.get('spec', {}).get('active')} "
+                     f"shed-at={(meta.get('annotations') or {}).get(SHED_AT)} [{conds}] "
+                     f"pods {mine}"
+                     + ("" if m2g is None else f"; m2g's cache: {len(seen)} pods, "
+                        f"{sum(seen)} deleting"))
+    return "\n".join(lines)
+
+
+def _pod_state(pod: Any) -> str:
+    gone = pod.metadata.deletion_timestamp
+    return f"deleting since {gone:%H:%M:%S}" if gone else str(pod.status.phase)
+
+
 def admitted_jobs(cluster: Cluster, namespace: str, names: list[str]) -> list[str]:
     return [n for n in names if ctl.check_state(ctl.workload_of(cluster, namespace, n)) == "Ready"]
 
@@ -67,8 +99,16 @@ def admitted_jobs(cluster: Cluster, namespace: str, names: list[str]) -> list[st
 #: force and its kW stop counting ``settle_seconds`` after it is set — the pauses planned for
 #: the rest then grew by what the caps were to save, and a third workload was shed or not
 #: depending on reconcile timing (stop 22's CI; tests/e2e/test_curtail_e2e covers caps).
+#: ``settle_seconds`` 30 (the shipped default is 60): a pause counts as saved that long even
+#: before Kueue starts evicting it, and past it only while its pods are being deleted. Right
+#: after an outage Kueue's and the job controller's own watches are still reconnecting (their
+#: backoff), so with 2 s the first pause's kW could stop counting before Kueue
+#: (or m2g's pod cache) showed it being evicted, and a third workload was shed (stop 23's CI;
+#: not reproduced locally, where Kueue evicted within 1 s; ``shed_story`` now says which) —
+#: correct for a Kueue slow for other reasons, not what these tests are about: m2g's own
+#: caches and writes across the fault.
 SLOW = PlannerConfig(check_name=ctl.CHECK, ramp_kw_per_second=5.0, max_step_kw=25.0,
-                     settle_seconds=2.0, shed_saving_fraction=1.0, power_caps=False)
+                     settle_seconds=30.0, shed_saving_fraction=1.0, power_caps=False)
 
 
 async def four_flexible_jobs(cluster: Cluster, namespace: str) -> list[str]:
@@ -81,12 +121,13 @@ async def four_flexible_jobs(cluster: Cluster, namespace: str) -> list[str]:
     return names
 
 
-async def shed_two_and_no_more(cluster: Cluster, namespace: str, names: list[str]) -> None:
+async def shed_two_and_no_more(cluster: Cluster, namespace: str, names: list[str],
+                               m2g: K8sCluster | None = None) -> None:
     """A limit of 85 kW is 38.2 kW short: exactly two 20.8 kW workloads, in two paced steps."""
     both = await ctl.until("two workloads shed", lambda: len(s := shed(
         cluster, namespace, names)) == 2 and s, timeout=90)
     await asyncio.sleep(6)  # and nothing more: the shortfall is covered
-    assert shed(cluster, namespace, names) == both
+    assert shed(cluster, namespace, names) == both, shed_story(cluster, namespace, names, m2g)
     stamps = shed_stamps(cluster, namespace, names)
     assert sorted(stamps) == both, f"a shed without its stamp or a stamp without a shed: {stamps}"
 
@@ -150,7 +191,7 @@ async def test_api_server_killed_with_etcd_compacted_mid_event(
         await asyncio.to_thread(_kill_and_restart_api_server, run, state, 5.0)
         # after the outage: a grid event and a new job, both met by the same controller
         ctl.grid_event(cluster, target_kw=85.0)
-        await shed_two_and_no_more(cluster, namespace, names)
+        await shed_two_and_no_more(cluster, namespace, names, m2g)
         # (after the sheds: its 5.2 kW would make the shortfall three workloads)
         cluster.batch.create_namespaced_job(namespace, ctl.job("late", 4, tier=0))
         await ctl.until("the job created after the restart answered", lambda: ctl.check_state(
@@ -243,9 +284,9 @@ async def test_connections_reset_every_two_seconds_lose_no_decision(
             proxy.start_cutting()
             names = await four_flexible_jobs(cluster, namespace)
             ctl.grid_event(cluster, target_kw=85.0)
-            await shed_two_and_no_more(cluster, namespace, names)
             m2g = manager.cluster
             assert isinstance(m2g, K8sCluster)
+            await shed_two_and_no_more(cluster, namespace, names, m2g)
             assert proxy.cuts >= 5, proxy.cuts
             watches = {c.resource.plural: c.watches for c in m2g.all_caches()}
             assert watches["workloads"] >= 3, f"the watches were never cut: {watches}"

@@ -37,6 +37,7 @@ from test_controller_e2e import (
 
 from m2g.testing import kit
 from m2g_controllers.manager import Manager
+from m2g_controllers.wiring import K8sCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -127,7 +128,9 @@ async def _outage_mid_event(kubeconfig: Path, cluster: Cluster, namespace: str,
         first = unready[0]
         assert first[0] - down >= BOUND, f"unready {first[0] - down:.1f}s in: {first[2]}"
         assert first[0] <= back + BOUND, "unready only long after etcd was back"
-        await shed_two_and_no_more(cluster, namespace, names)
+        m2g = manager.cluster
+        assert isinstance(m2g, K8sCluster)
+        await shed_two_and_no_more(cluster, namespace, names, m2g)
         assert manager.ready()[0], manager.ready()[1]
 
 

@@ -50,6 +50,7 @@ from test_chaos_e2e import (
     four_flexible_jobs,
     shed,
     shed_stamps,
+    shed_story,
 )
 
 from m2g_controllers.wiring import K8sCluster
@@ -245,7 +246,8 @@ async def test_a_410_storm_without_an_api_server_restart_loses_no_decision(
                 await ctl.until("the job created while m2g was shut out answered",
                                 lambda: admitted_jobs(cluster, namespace, ["late"]), timeout=60)
                 await asyncio.sleep(6)
-                assert shed(cluster, namespace, names) == both, "a third shed"
+                assert shed(cluster, namespace, names) == both, (
+                    "a third shed: " + shed_story(cluster, namespace, names, m2g))
                 assert sorted(shed_stamps(cluster, namespace, names)) == both
                 ctl._delete(cluster, "gridevents", event)
                 await ctl.until("both restored", lambda: not shed(cluster, namespace, names),
