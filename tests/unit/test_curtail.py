@@ -233,3 +233,48 @@ def test_paused_work_comes_back_during_an_event_when_there_is_room(ev: Evaluator
     admitted = replace(back, phase=Phase.ADMITTED, admitted_at=NOW - timedelta(seconds=5))
     plan = make_plan(snap(room_for_one, paused, admitted), ev, CFG)
     assert [a.name for a in plan.sheds] == ["p"]
+
+
+def _on_node_before(placements: dict[str, tuple[str, ...]], fraction: dict[str, float]
+                    ) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """node_limit_updates' wanted limits as worked out before _capped_nodes (2026-12-04):
+    every node's workloads gathered."""
+    on_node: dict[str, list[str]] = {}
+    for key, nodes in placements.items():
+        if key in fraction:
+            for n in nodes:
+                on_node.setdefault(n, []).append(key)
+    want = {}
+    for node, on in on_node.items():
+        f = max(fraction[k] for k in on)
+        if f < 1.0:
+            want[node] = (f, tuple(sorted(on)))
+    return want
+
+
+def test_capped_nodes_give_the_limits_of_gathering_every_node() -> None:
+    """Only the nodes of capped workloads are gathered: the limits are those of gathering
+    all — a node shared by a capped and an uncapped workload gets none, one shared by two
+    capped ones the milder cap, a workload outside ``fraction`` (not admitted) is ignored."""
+    import random
+
+    from m2g.planner.curtail import _capped_nodes
+
+    rng = random.Random(14)
+    for _ in range(200):
+        nodes = [f"n{i}" for i in range(rng.randint(1, 12))]
+        placements = {f"t/w{j}": tuple(rng.sample(nodes, rng.randint(0, min(3, len(nodes)))))
+                      for j in range(rng.randint(0, 10))}
+        fraction = {k: rng.choice((1.0, 1.0, 0.875, 0.75, 0.5)) for k in placements
+                    if rng.random() < 0.9}
+        on_node = _capped_nodes(placements, fraction)
+        want = {}
+        for node, on in on_node.items():
+            f = max(fraction[k] for k in on)
+            if f < 1.0:
+                want[node] = (f, tuple(sorted(on)))
+        assert want == _on_node_before(placements, fraction), (placements, fraction)
+    shared = {"t/a": ("n0", "n1"), "t/b": ("n1",), "t/c": ("n2",), "t/d": ("n2",)}
+    got = _capped_nodes(shared, {"t/a": 0.75, "t/b": 1.0, "t/c": 0.5, "t/d": 0.875})
+    assert got == {"n0": ["t/a"], "n1": ["t/a", "t/b"], "n2": ["t/c", "t/d"]}
+    assert _capped_nodes(shared, {"t/a": 1.0, "t/b": 1.0}) == {}

@@ -306,6 +306,23 @@ def metered(w: WorkloadState, snap: ClusterSnapshot, read_at: datetime,
     return True
 
 
+def _capped_nodes(placements: Mapping[str, tuple[str, ...]], fraction: Mapping[str, float]
+                  ) -> dict[str, list[str]]:
+    """Node → the workloads in ``fraction`` on it, for the nodes of a capped one (fraction
+    under 1) only: a node whose workloads are not all capped gets no limit, so the others
+    are not gathered (a loop over every placement cost 0.1 s at 1,400 racks, 2026-12-04)."""
+    capped = {n for k, f in fraction.items() if f < 1.0 for n in placements.get(k, ())}
+    on_node: dict[str, list[str]] = {}
+    if not capped:
+        return on_node
+    for key, nodes in placements.items():
+        if key in fraction and not capped.isdisjoint(nodes):
+            for n in nodes:
+                if n in capped:
+                    on_node.setdefault(n, []).append(key)
+    return on_node
+
+
 def node_limit_updates(snap: ClusterSnapshot, config: PlannerConfig,
                        caps: tuple[CapAction, ...] | list[CapAction]) -> list[NodeLimitUpdate]:
     """Each node's GPUPowerLimit as the caps (after ``caps``) want it: a node whose admitted
@@ -314,11 +331,7 @@ def node_limit_updates(snap: ClusterSnapshot, config: PlannerConfig,
     fraction = {w.key: w.power_cap for w in snap.workloads if w.phase is Phase.ADMITTED}
     fraction.update({f"{c.namespace}/{c.name}": c.fraction for c in caps
                      if f"{c.namespace}/{c.name}" in fraction})
-    on_node: dict[str, list[str]] = {}
-    for key, nodes in snap.placements.items():
-        if key in fraction:
-            for n in nodes:
-                on_node.setdefault(n, []).append(key)
+    on_node = _capped_nodes(snap.placements, fraction)
     want: dict[str, tuple[float, tuple[str, ...]]] = {}
     for node, on in on_node.items():
         f = max(fraction[k] for k in on)

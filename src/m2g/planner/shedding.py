@@ -242,29 +242,32 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
         return _shed(config, shortfall, step, groups, by_key), []
     min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
     ladders = Ladders(builder, config, min_caps)  # once: the rounds differ only in `paused`
-    pauses: list[ShedAction] = []  # what the event needs paused, whatever the ramp
+    # what the event needs paused, whatever the ramp: (candidate, the round's shortfall),
+    # the actions built only for those the ramp lets go (a 30 % cut at 1,400 racks pauses
+    # all 23,000 candidates here, of which 385 fit: 0.1 s of messages, 2026-12-04)
+    pauses: list[tuple[Candidate, float]] = []
     paused: frozenset[str] = frozenset()
     for _ in range(MAX_PAUSE_ROUNDS):
         potential = ladders.potential_kw(paused)
-        need = shortfall - sum(a.kw for a in pauses) - potential
+        need = shortfall - sum(c.kw for c, _ in pauses) - potential
         if need <= 0:
             break
-        more = _shed(config, need, float("inf"), groups, by_key, exclude=paused)
+        more = _choose(groups, need, float("inf"), config, paused)
         if not more:
             break
-        pauses += more
-        paused |= {f"{a.namespace}/{a.name}" for a in more}
-    left = shortfall - sum(a.kw for a in pauses)
+        pauses += [(c, need) for c in more]
+        paused |= {c.key for c in more}
+    left = shortfall - sum(c.kw for c, _ in pauses)
     caps = plan_caps(builder, config, left, step, min_caps, exclude=paused,
                      ladders=ladders) if left > 0 else []
     # the ramp: this reconcile's kW go to the caps first (fast, cheap, reversible), then to
     # the pauses in the Preemption stage's order
     used, sheds = sum(c.kw for c in caps), list[ShedAction]()
-    for a in pauses:
-        if not _fits(used + a.kw, step, bool(sheds) or bool(caps), config):
+    for c, need in pauses:
+        if not _fits(used + c.kw, step, bool(sheds) or bool(caps), config):
             break
-        used += a.kw
-        sheds.append(a)
+        used += c.kw
+        sheds.append(_pause(c, need, by_key))
     return sheds, caps
 
 
@@ -370,9 +373,15 @@ def _shed(config: PlannerConfig, shortfall: float, step: float,
     if not groups or step <= 0:
         return []
     chosen = _choose(groups, shortfall, step, config, exclude)
-    return [ShedAction(by_key[c.key].namespace, by_key[c.key].name, False, c.kw,
-                       f"shed {c.kw:.0f} kW (score {c.score:.1f}) to cover a "
-                       f"{shortfall:.0f} kW shortfall") for c in chosen]
+    return [_pause(c, shortfall, by_key) for c in chosen]
+
+
+def _pause(c: Candidate, shortfall: float, by_key: Mapping[str, WorkloadState]
+           ) -> ShedAction:
+    """The action pausing ``c``, chosen to cover ``shortfall``."""
+    w = by_key[c.key]
+    return ShedAction(w.namespace, w.name, False, c.kw, f"shed {c.kw:.0f} kW (score "
+                      f"{c.score:.1f}) to cover a {shortfall:.0f} kW shortfall")
 
 
 def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
