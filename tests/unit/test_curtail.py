@@ -235,15 +235,22 @@ def test_paused_work_comes_back_during_an_event_when_there_is_room(ev: Evaluator
     assert [a.name for a in plan.sheds] == ["p"]
 
 
-def _on_node_before(placements: dict[str, tuple[str, ...]], fraction: dict[str, float]
-                    ) -> dict[str, tuple[float, tuple[str, ...]]]:
-    """node_limit_updates' wanted limits as worked out before _capped_nodes (2026-12-04):
-    every node's workloads gathered."""
+def _gather_every_node(placements: dict[str, tuple[str, ...]], fraction: dict[str, float]
+                       ) -> dict[str, list[str]]:
+    """node_limit_updates' gathering before _capped_nodes (2026-12-04): every node's
+    workloads."""
     on_node: dict[str, list[str]] = {}
     for key, nodes in placements.items():
         if key in fraction:
             for n in nodes:
                 on_node.setdefault(n, []).append(key)
+    return on_node
+
+
+def _wanted(on_node: dict[str, list[str]], fraction: dict[str, float]
+            ) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """The limits node_limit_updates wants from a gathering: the mildest cap on a node, none
+    if one of its workloads is uncapped."""
     want = {}
     for node, on in on_node.items():
         f = max(fraction[k] for k in on)
@@ -267,13 +274,8 @@ def test_capped_nodes_give_the_limits_of_gathering_every_node() -> None:
                       for j in range(rng.randint(0, 10))}
         fraction = {k: rng.choice((1.0, 1.0, 0.875, 0.75, 0.5)) for k in placements
                     if rng.random() < 0.9}
-        on_node = _capped_nodes(placements, fraction)
-        want = {}
-        for node, on in on_node.items():
-            f = max(fraction[k] for k in on)
-            if f < 1.0:
-                want[node] = (f, tuple(sorted(on)))
-        assert want == _on_node_before(placements, fraction), (placements, fraction)
+        assert _wanted(_capped_nodes(placements, fraction), fraction) == _wanted(
+            _gather_every_node(placements, fraction), fraction), (placements, fraction)
     shared = {"t/a": ("n0", "n1"), "t/b": ("n1",), "t/c": ("n2",), "t/d": ("n2",)}
     got = _capped_nodes(shared, {"t/a": 0.75, "t/b": 1.0, "t/c": 0.5, "t/d": 0.875})
     assert got == {"n0": ["t/a"], "n1": ["t/a", "t/b"], "n2": ["t/c", "t/d"]}

@@ -366,14 +366,12 @@ def candidates(config: PlannerConfig, results: dict[str, PreemptionResult],
 
 
 def _shed(config: PlannerConfig, shortfall: float, step: float,
-          groups: list[tuple[float, list[Candidate]]], by_key: Mapping[str, WorkloadState],
-          exclude: frozenset[str] = frozenset()) -> list[ShedAction]:
-    """Pauses for ``shortfall`` among the eligible (``groups``: ``candidates``; ``exclude``:
-    already paused in this plan)."""
+          groups: list[tuple[float, list[Candidate]]], by_key: Mapping[str, WorkloadState]
+          ) -> list[ShedAction]:
+    """Pauses for ``shortfall`` among the eligible (``groups``: ``candidates``)."""
     if not groups or step <= 0:
         return []
-    chosen = _choose(groups, shortfall, step, config, exclude)
-    return [_pause(c, shortfall, by_key) for c in chosen]
+    return [_pause(c, shortfall, by_key) for c in _choose(groups, shortfall, step, config)]
 
 
 def _pause(c: Candidate, shortfall: float, by_key: Mapping[str, WorkloadState]
