@@ -5,8 +5,8 @@ the simulator's faults, advances every job's ``Progress`` by the wall time since
 (× the time scale) and returns what to write:
 
 * pods of a job whose work is done get ``m2g.io/sim-duration: 0s`` (KWOK's completion stage
-  then makes them Succeeded), and a job whose pods all succeeded is deleted (its Workload goes
-  with it, like a TTL-after-finished);
+  then makes them Succeeded), and a job whose pods all succeeded is deleted once Kueue marked
+  its Workload Finished (its Workload goes with it, like a TTL-after-finished);
 * a job that checkpointed gets ``m2g.io/last-checkpoint-time`` (RFC 3339, wall time) on its
   Workload, where m2g reads it (docs/twin.md "How a job reports its checkpoint").
 
@@ -199,7 +199,8 @@ class Driver:
             if rec.finished is None:
                 rec.finished = t
             self.running[name] = False
-            out.delete_jobs.append((job.namespace, name))
+            if finished_by_kueue(wl) or t - rec.finished >= DELETE_GRACE_S:
+                out.delete_jobs.append((job.namespace, name))
             return
         up = [p for p in plist if _phase(p) == "Running" and (p.get("spec") or {}).get("nodeName")]
         nodes = [str(p["spec"]["nodeName"]) for p in up]
@@ -283,6 +284,22 @@ class Driver:
                 "bindings": self.bindings, "samples": self.samples,
                 "cpuSeconds": round(time.process_time(), 2), "looks": self.looks,
                 **self.watch_stats}
+
+
+#: A Job whose pods all succeeded is deleted once Kueue has marked its Workload Finished
+#: (the Job controller saw it complete, and Kueue gave its quota back), as a site's
+#: ``ttlSecondsAfterFinished`` does; or after this many wall seconds if Kueue has not by then.
+#: Deleting it before (as the twin did until 2026-12-04) leaves its Workload terminating,
+#: still holding its quota, until Kueue drops its finalizer (up to 36 s seen under load).
+DELETE_GRACE_S = 30.0
+
+
+def finished_by_kueue(wl: Obj | None) -> bool:
+    """Kueue marked the Workload Finished (or it is gone already)."""
+    if wl is None:
+        return True
+    done = condition(wl, "Finished")
+    return done is not None and str(done.get("status")) == "True"
 
 
 def stop_cause(wl: Obj | None) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twinkit.driver import LAST_CHECKPOINT, Driver
+from twinkit.driver import DELETE_GRACE_S, LAST_CHECKPOINT, Driver
 from twinkit.trace import TraceJob
 
 T0 = 1_000_000.0
@@ -54,9 +54,36 @@ def test_a_job_runs_checkpoints_and_completes_through_kwok() -> None:
     w = d.observe(T0 + 10.0, running(), [wl("twin-00001")])  # 600 trace s in all: done
     assert sorted(w.complete_pods) == [("research", "twin-00001-0"), ("research", "twin-00001-1")]
     done = [pod("twin-00001", i, "n1", "Succeeded") for i in range(2)]
-    w = d.observe(T0 + 11.0, done, [wl("twin-00001")])
+    w = d.observe(T0 + 11.0, done, [finished(wl("twin-00001"))])
     assert w.delete_jobs == [("research", "twin-00001")] and rec.finished == 11.0
     assert rec.evictions == 0
+
+
+def finished(w: dict[str, Any]) -> dict[str, Any]:
+    w["status"]["conditions"].append({"type": "Finished", "status": "True"})
+    return w
+
+
+def test_a_finished_job_is_deleted_only_once_kueue_gave_its_quota_back() -> None:
+    d = driver(runtime=60.0)
+    d.observe(T0, running(), [wl("twin-00001")])
+    d.observe(T0 + 2.0, running(), [wl("twin-00001")])  # 120 trace s: done
+    done = [pod("twin-00001", i, "n1", "Succeeded") for i in range(2)]
+    w = d.observe(T0 + 3.0, done, [wl("twin-00001")])  # pods done, Workload not Finished
+    assert w.delete_jobs == [] and d.records["twin-00001"].finished == 3.0
+    w = d.observe(T0 + 4.0, done, [finished(wl("twin-00001"))])
+    assert w.delete_jobs == [("research", "twin-00001")]
+
+
+def test_a_finished_job_kueue_never_marks_is_deleted_after_the_grace() -> None:
+    d = driver(runtime=60.0)
+    d.observe(T0, running(), [wl("twin-00001")])
+    d.observe(T0 + 2.0, running(), [wl("twin-00001")])
+    done = [pod("twin-00001", i, "n1", "Succeeded") for i in range(2)]
+    d.observe(T0 + 3.0, done, [wl("twin-00001")])
+    assert d.observe(T0 + 3.0 + DELETE_GRACE_S - 1, done, [wl("twin-00001")]).delete_jobs == []
+    w = d.observe(T0 + 3.0 + DELETE_GRACE_S, done, [wl("twin-00001")])
+    assert w.delete_jobs == [("research", "twin-00001")]
 
 
 def test_an_evicted_job_loses_work_and_restarts() -> None:
