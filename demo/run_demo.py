@@ -236,10 +236,19 @@ def start_components(d: Demo) -> None:
     d.procs.append(prom)
     prom.wait_ready(lambda: site_draw(d) is not None, 45)
     say(d, f"Prometheus: {d.prom} scraping the simulator every 2 s")
+    # the GPU power-limit lever (docs/node-agent.md): one agent for every node, with the fake
+    # NVML backend (KWOK nodes have no GPUs); it puts the caps m2g decides in force and the
+    # simulator draws the capped power, so a cap saves kW here as it would on a real node
+    agent = Proc("node agent (m2g node-agent)", [str(M2G), "node-agent", "--kubeconfig",
+                 str(d.kubeconfig), "--all-nodes", "--nvml", "fake", "--interval", "2"],
+                 logs / "node-agent.log").start()
+    d.procs.append(agent)
+    say(d, "node agent: m2g node-agent --all-nodes --nvml fake (applies m2g's GPU power caps)")
     # the Deployment's site configuration (deploy/controller/site-config.yaml: DCGM and facility
     # series, planner settings); --prometheus points it at the local Prometheus
     m2g = Proc("m2g run", [str(M2G), "run", "--config", str(SITE_CONFIG), "--kubeconfig",
-               str(d.kubeconfig), "--prometheus", d.prom, "--policies", str(REPO / "policies"), "--metrics-host", "127.0.0.1",
+               str(d.kubeconfig), "--prometheus", d.prom, "--policies", str(REPO / "policies"),
+               "--metrics-host", "127.0.0.1",
                "--metrics-port", str(metrics_port), "--resync-seconds", "2", "--check-name",
                "m2g-policy", "--identity", "m2g-demo"], logs / "m2g-run.log").start()
     d.procs.append(m2g)

@@ -205,8 +205,15 @@ def test_uid_and_quota_reservation_time() -> None:
     reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
     st = cv.workload(wl, NOW)
     assert st.uid == "u-1" and st.reserved_at == cv.parse_time(reserved["lastTransitionTime"])
+    assert st.released_at is None
     reserved["status"] = "False"
-    assert cv.workload(wl, NOW).reserved_at is None
+    st = cv.workload(wl, NOW)
+    assert st.reserved_at is None
+    assert st.released_at == cv.parse_time(reserved["lastTransitionTime"])
+    reserved["lastTransitionTime"] = "2999-01-01T00:00:00Z"  # never after the snapshot's now
+    assert cv.workload(wl, NOW).released_at == NOW
+    reserved["lastTransitionTime"] = 17  # garbage: no time
+    assert cv.workload(wl, NOW).released_at is None
 
 
 def test_m2g_check_and_shed_annotations() -> None:

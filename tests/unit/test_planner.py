@@ -297,6 +297,35 @@ def test_a_shed_whose_pods_are_not_even_stopping_stops_settling(ev: Evaluator) -
     assert sheds(10.0, LivePods(2, stopping=0)) == ()  # within settle_seconds: settling
 
 
+def test_a_shed_the_meter_already_shows_stops_settling_within_settle_seconds(
+        ev: Evaluator) -> None:
+    """Within settle_seconds a shed counts as saved — unless Kueue released its quota (its
+    pods stopped) at least meter_lag_seconds before the site reading and its pods are gone:
+    the reading has the saving, and counting it again held make demo's draw above the
+    event's target until settle_seconds ran out (its second shed step 60 s after the first).
+    The reading is 5 s old (``factory``), so it was taken at NOW - 5 s."""
+    def sheds(released_s_ago: float | None, pods: LivePods | None = None,
+              shed_s_ago: float = 20.0) -> tuple[str, ...]:
+        released = None if released_s_ago is None else NOW - timedelta(seconds=released_s_ago)
+        gone = wl("gone", Phase.INACTIVE, tier=3, kw=80.0, shed_by_m2g=True,
+                  shed_at=NOW - timedelta(seconds=shed_s_ago), holds_quota=released is None,
+                  released_at=released)
+        t2 = wl("t2", Phase.ADMITTED, tier=2, kw=70.0)
+        live = {t2.key: LivePods(2), **({gone.key: pods} if pods is not None else {})}
+        s = replace(snap(factory(draw_kw=160.0, event=True), gone, t2),
+                    placements={t2.key: ("n1",)}, live_pods=live)
+        return tuple(a.name for a in make_plan(s, ev, CFG).sheds)
+
+    assert sheds(None) == ()  # Kueue still holds its quota: settling (160 - 65.6 <= 100)
+    assert sheds(15.0) == ("t2",)  # released 15 s ago, the reading 5 s old: metered
+    assert sheds(8.0) == ()  # released 3 s before the reading: within the meter's lag
+    assert sheds(15.0, pods=LivePods(2, stopping=2)) == ()  # pods still stopping
+    # a release from before this shed (an earlier eviction) says nothing about this one
+    assert sheds(40.0, shed_s_ago=20.0) == ()
+    # condition times are whole seconds: a release stamped up to 1 s before the shed counts
+    assert sheds(20.5, shed_s_ago=20.0) == ("t2",)
+
+
 def test_workloads_with_no_running_pod_are_not_shed_or_capped(ev: Evaluator) -> None:
     """A workload Kueue still counts as admitted whose pods have all finished (or not
     started) draws nothing: pausing it would save nothing but be counted as saved."""

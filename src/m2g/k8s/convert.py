@@ -159,9 +159,18 @@ def _true(obj: Obj, kind: str) -> bool:
 
 def true_since(obj: Obj, kind: str) -> datetime | None:
     """When condition ``kind`` became True (None: not True, or no time)."""
+    return _since(obj, kind, "True")
+
+
+def false_since(obj: Obj, kind: str) -> datetime | None:
+    """When condition ``kind`` became False (None: not False, absent, or no time)."""
+    return _since(obj, kind, "False")
+
+
+def _since(obj: Obj, kind: str, status: str) -> datetime | None:
     cond = condition(obj, kind)
     return parse_time(cond.get("lastTransitionTime")) \
-        if cond and cond.get("status") == "True" else None
+        if cond and cond.get("status") == status else None
 
 
 _PREEMPTOR = re.compile(r"\(UID: ([A-Za-z0-9-]{1,64})[,)]")
@@ -700,7 +709,14 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         cap_curve=cap_curve(fact(L.POWER_CURVE)),
         owners=tuple(str(r.get("name")) for r in meta.get("ownerReferences") or []
                      if isinstance(r, Mapping) and r.get("name")),
-        uid=str(meta.get("uid") or ""), reserved_at=reserved_at, preempted_by=preemptor(wl))
+        uid=str(meta.get("uid") or ""), reserved_at=reserved_at, preempted_by=preemptor(wl),
+        released_at=_released(wl, now))
+
+
+def _released(wl: Obj, now: datetime) -> datetime | None:
+    """When Kueue released the quota (QuotaReserved False), never after ``now``."""
+    at = false_since(wl, "QuotaReserved")
+    return min(at, now) if at is not None else None
 
 
 def power_cap(value: str | None) -> float:

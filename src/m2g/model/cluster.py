@@ -82,6 +82,9 @@ class WorkloadState:
     uid: str = ""  # metadata.uid (Kueue names a preemptor by it)
     #: When Kueue last reserved quota for it (QuotaReserved's lastTransitionTime, while True).
     reserved_at: datetime | None = None
+    #: When Kueue last released its quota (QuotaReserved's lastTransitionTime, while False):
+    #: for a workload m2g shed, when Kueue saw its pods stopped (m2g.planner.shedding).
+    released_at: datetime | None = None
     #: The UID of the workload Kueue preempted it for, while its Preempted condition is True
     #: ("Preempted to accommodate a workload (UID: …"; "" otherwise).
     preempted_by: str = ""

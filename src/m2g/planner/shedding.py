@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot
@@ -97,20 +97,41 @@ def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | N
 
 
 def settling(w: WorkloadState, now: datetime, config: PlannerConfig,
-             pods_gone: bool = False, stopping: bool | None = None) -> bool:
+             pods_gone: bool = False, stopping: bool | None = None,
+             read_at: datetime | None = None) -> bool:
     """Shed by m2g and still counted as shed although the meter may not show it yet: within
     ``settle_seconds``, or while Kueue still holds its quota and its pods are stopping
     within ``settle_max_seconds`` — unless its pods are known to be gone (``pods_gone``),
     when the meter has it. ``stopping``: are its pods being deleted (None: not known, then
     Kueue holding its quota stands for it). A pod not even being deleted once
     ``settle_seconds`` have passed still runs and draws: the meter is right, and counting it
-    as saved would hide a real shortfall (Kueue slow to evict under load)."""
+    as saved would hide a real shortfall (Kueue slow to evict under load).
+
+    ``read_at``: when the site reading was taken. Once its pods are gone and Kueue released
+    its quota ``meter_lag_seconds`` before that (``metered``), the reading has the saving
+    and it no longer settles, even within ``settle_seconds``: counting it on top of the meter
+    held a grid event's draw above its target until ``settle_seconds`` ran out (make demo:
+    the second shed step 60 s after the first)."""
     if not w.shed_by_m2g or w.shed_at is None:
+        return False
+    if pods_gone and read_at is not None and metered(w, read_at, config):
         return False
     age = (now - w.shed_at).total_seconds()
     return age < config.settle_seconds or (
         w.holds_quota and w.phase is Phase.INACTIVE and age < config.settle_max_seconds
         and not pods_gone and stopping is not False)
+
+
+def metered(w: WorkloadState, read_at: datetime, config: PlannerConfig) -> bool:
+    """Does a site reading taken at ``read_at`` show that ``w`` was shed: Kueue released
+    its quota after the shed (its pods stopped: Kueue releases an evicted workload's quota
+    once its job is stopped) at least ``meter_lag_seconds`` before the reading? Condition
+    times are whole seconds and the shed stamp is not: a release up to one second before
+    the stamp counts as this shed's."""
+    if w.holds_quota or w.released_at is None or w.shed_at is None:
+        return False
+    return (w.released_at >= w.shed_at - timedelta(seconds=1)
+            and w.released_at + timedelta(seconds=config.meter_lag_seconds) <= read_at)
 
 
 def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
@@ -130,19 +151,31 @@ def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
     (``settling`` is False for the rest whatever its pods): the pods are looked up for
     those alone, not for every workload (100,000 lookups at 1,400 racks)."""
     snap = builder.snap
+    read_at = _read_at(snap)
     return sum(saving_kw(w, config) for w in snap.workloads
-               if w.shed_by_m2g and w.shed_at is not None and _settles(w, snap, config)) \
+               if w.shed_by_m2g and w.shed_at is not None
+               and _settles(w, snap, config, read_at)) \
         + settling_cap_kw(snap, config)
 
 
-def _settles(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
+def _read_at(snap: ClusterSnapshot) -> datetime | None:
+    """When the site reading was taken (None: no reading)."""
+    draw = snap.factory.site_draw_kw()
+    if draw.value is None or not math.isfinite(draw.age_seconds):
+        return None
+    return snap.now - timedelta(seconds=max(0.0, draw.age_seconds))
+
+
+def _settles(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
+             read_at: datetime | None = None) -> bool:
     live = snap.live_pods
     if live is None:  # the pods were not read: placements, if any, say where they are
         known = snap.placements
-        return settling(w, snap.now, config, bool(known) and w.key not in known)
+        return settling(w, snap.now, config, bool(known) and w.key not in known,
+                        read_at=read_at)
     pods = live.get(w.key)
     return settling(w, snap.now, config, pods is None,
-                    None if pods is None else pods.stopping > 0)
+                    None if pods is None else pods.stopping > 0, read_at=read_at)
 
 
 def last_action(builder: InputBuilder) -> datetime | None:
