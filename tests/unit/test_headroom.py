@@ -8,12 +8,13 @@ from dataclasses import replace
 from datetime import timedelta
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
-from m2g.model.factory import GridEvent, Reading
+from m2g.model.factory import FactorySnapshot, GridEvent, Reading
 from m2g.model.plan import CheckUpdate
 from m2g.model.powerlimit import LimitSpec, NodeLimitState
 from m2g.planner.curtail import cap_saving_kw, settling_cap_kw
 from m2g.planner.headroom import POLICY, Headroom, min_tier, share
-from m2g.planner.shedding import workload_kw
+from m2g.planner.config import PlannerConfig
+from m2g.planner.shedding import saving_kw, workload_kw
 from tests.unit.test_curtail import CFG, NOW, factory, job
 
 LIMIT = 300.0
@@ -49,8 +50,9 @@ def test_the_room_is_spent_once_in_priority_order() -> None:
 
 
 def test_firm_tiers_are_never_held_but_spend_the_room_first() -> None:
-    """As outside an event (or with the event gate off: headroom_event_min_tier 3)."""
-    cfg = replace(CFG, headroom_event_min_tier=3)
+    """As outside an event (or with the event gate off: headroom_event_min_tier 3, and firm
+    work not held for room: hold_firm_beyond_reach off)."""
+    cfg = replace(CFG, headroom_event_min_tier=3, hold_firm_beyond_reach=False)
     firm = [pending(f"f{i}", t) for i, t in enumerate((0, 1, 0))]
     flex = [pending("x", 2)]
     s = ClusterSnapshot(factory(room_for(2, flex[0]), LIMIT), tuple(firm + flex))
@@ -77,6 +79,40 @@ def test_during_an_event_new_flex1_work_starts_only_in_the_room() -> None:
     assert min_tier(s, every) == 0
     assert [u.state for u in share([ready(w) for w in ws], s, every)][:3] == [
         CheckState.READY, CheckState.RETRY, CheckState.RETRY]
+
+
+def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
+    """Firm work is admitted into an event while the room plus what m2g can still free
+    (running flexible work it has not paused, sheds not in the meter yet) covers it; once
+    every flexible job is paused it waits (Retry), as the grid commitment asks."""
+    firm = [pending(f"f{i}", 0, priority=2 - i) for i in range(2)]
+    f = factory(room_for(1, firm[0]), LIMIT)
+
+    def states(*running: WorkloadState, cfg: PlannerConfig = CFG,
+               fac: FactorySnapshot = f) -> list[CheckState]:
+        s = ClusterSnapshot(fac, (*firm, *running),
+                            placements={w.key: (f"n{i}",) for i, w in enumerate(running)})
+        return [u.state for u in share([ready(w) for w in firm], s, cfg)]
+
+    assert states() == [CheckState.READY, CheckState.RETRY]  # nothing left to pause
+    flex = job("x", 2)  # running, drawing: pausing it frees saving_kw(x) >= a firm job's kW
+    assert saving_kw(flex, CFG) >= workload_kw(firm[1], CFG)
+    assert states(flex) == [CheckState.READY, CheckState.READY]
+    assert states(job("y", 1)) == [CheckState.READY, CheckState.RETRY]  # flex-1: not paused
+    shed = replace(flex, phase=Phase.INACTIVE, shed_by_m2g=True,
+                   shed_at=NOW - timedelta(seconds=600))  # long paused: in the meter already
+    assert states(shed) == [CheckState.READY, CheckState.RETRY]
+    settling = replace(shed, shed_at=NOW - timedelta(seconds=5), holds_quota=True)
+    assert states(settling) == [CheckState.READY, CheckState.READY]  # not in the meter yet
+    over = replace(f, grid_events=tuple(replace(e, end=NOW - timedelta(seconds=1))
+                                        for e in f.grid_events))
+    assert states(fac=over) == [CheckState.READY, CheckState.READY]  # no event: never held
+    off = replace(CFG, hold_firm_beyond_reach=False)
+    assert states(cfg=off) == [CheckState.READY, CheckState.READY]
+    s = ClusterSnapshot(f, tuple(firm))
+    held = share([ready(w) for w in firm], s, CFG)[1]
+    assert "firm work waits for room m2g can make" in held.message
+    assert "can free only 0 kW more" in held.message
 
 
 def test_a_deferred_workload_keeps_its_retry_and_restores_spend_first() -> None:

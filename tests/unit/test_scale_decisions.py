@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,11 @@ def _diff(want: list[Any], got: list[Any], key: str) -> list[str]:
     return out[:5]
 
 
-def _plan(*, busy_health: bool, event_gate: bool = False) -> dict[str, Any]:
+def _plan(*, busy_health: bool, event_gate: bool = False,
+          firm_gate: bool = False) -> dict[str, Any]:
     """The 100-rack plan with the shipped policies (``busy_health``: health-admission as the
-    fixture was recorded with; ``event_gate``: the default flex-1 gate during events)."""
+    fixture was recorded with; ``event_gate``: the default flex-1 gate during events;
+    ``firm_gate``: firm work held during events beyond what m2g can free, the default)."""
     texts = {p.name: p.read_text() for p in sorted((ROOT / "deploy" / "policies").glob("*.yaml"))}
     assert HEALTH in texts
     if busy_health:
@@ -77,8 +80,9 @@ def _plan(*, busy_health: bool, event_gate: bool = False) -> dict[str, Any]:
     objs, readings = generate(100, 2000)
     snap = build_snapshot(objs, readings, NOW, labels=LABELS)
     # pauses only: the recording predates graded curtailment (issue 12; test_curtail.py)
-    cfg = PlannerConfig(power_caps=False) if event_gate else PlannerConfig(
-        power_caps=False, headroom_event_min_tier=3)
+    cfg = PlannerConfig(power_caps=False, hold_firm_beyond_reach=firm_gate) if event_gate \
+        else PlannerConfig(power_caps=False, headroom_event_min_tier=3,
+                           hold_firm_beyond_reach=firm_gate)
     plan = make_plan(snap, evaluator, cfg)
     tiers = {f"{w.namespace}/{w.name}": w.view.flex_tier for w in snap.workloads}
     out: dict[str, Any] = json.loads(json.dumps(plan_record(plan), sort_keys=True, default=str))
@@ -124,6 +128,27 @@ def test_the_event_gate_changes_only_flex1_admissions_into_headroom_retries() ->
     for w, g in changed:
         assert got["tiers"][f"{g['namespace']}/{g['name']}"] == 1
         assert (w["state"], g["state"], g["policy"]) == ("Ready", "Retry", "site-headroom")
+
+
+def test_the_firm_gate_changes_only_firm_admissions_into_headroom_retries() -> None:
+    """The default firm gate (``hold_firm_beyond_reach``) can only turn a firm (flex-0)
+    admission into a site-headroom Retry during the factory's event. Here the site draws
+    ~3 MW over the event's target and pausing every flexible job would not make room, so the
+    firm work the old gate admitted into it (133 workloads, ~50 kW each) waits; the flex-1
+    Retries it held already change only in their count of work admitted before them."""
+    before = _plan(busy_health=True, event_gate=True)
+    got = _plan(busy_health=True, event_gate=True, firm_gate=True)
+    assert [_diff(before[k], got[k], k) for k in ("sheds", "quotas")] == [[], []]
+    changed = [(w, g) for w, g in zip(before["checks"], got["checks"], strict=True) if w != g]
+    firm = [(w, g) for w, g in changed if got["tiers"][f"{g['namespace']}/{g['name']}"] == 0]
+    assert firm, "the firm work admitted into the event's shortfall should be held"
+    assert all((w["state"], g["state"], g["policy"]) == ("Ready", "Retry", "site-headroom")
+               and "firm work waits for room m2g can make" in g["message"] for w, g in firm)
+    count = re.compile(r"\d+ workload\(s\) admitted before it")
+    for w, g in changed:
+        if (w, g) not in firm:  # flex-1, held before and after: only the count differs
+            assert w["state"] == g["state"] == "Retry"
+            assert count.sub("", w["message"]) == count.sub("", g["message"])
 
 
 def test_a_changed_decision_is_caught() -> None:

@@ -113,6 +113,8 @@ class PlannerSettings(BaseModel):
     headroom_min_tier: int | None = Field(default=None, ge=1, le=3)
     #: While a grid event is active, the gate holds back every tier from this one (1; 0: all).
     headroom_event_min_tier: int | None = Field(default=None, ge=0, le=4)
+    #: ... and firm work during an event only while m2g can still make room for it.
+    hold_firm_beyond_reach: bool | None = None
     #: A held-back preemptor keeps its quota while its victims wait, up to this long (0: off).
     preemptor_hold_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: A cap the agents report in force shows in the site meter within this long.

@@ -72,6 +72,12 @@ class PlannerConfig:
     #: then waits for the room instead of flexible running work making it; 3: as outside
     #: events).
     headroom_event_min_tier: int = 1
+    #: ... and the tiers below it (firm work) during an active grid event only while the
+    #: room plus what m2g can still free (sheds not in the meter yet, running flexible work
+    #: not paused: m2g.planner.shedding.reach_kw) covers them: flexible work makes room for
+    #: firm work, but once it is all paused firm work waits for room. False: firm work is
+    #: never held (as before 2026-12-04).
+    hold_firm_beyond_reach: bool = True
     #: Kueue v0.19 keeps a workload's quota reserved until a Retry's requeueAfterSeconds has
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from m2g.model.cluster import CheckState, ClusterSnapshot, WorkloadState
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
-from m2g.planner.shedding import in_flight_kw, restoring, workload_kw
+from m2g.planner.shedding import in_flight_kw, reach_kw, restoring, workload_kw
 
 POLICY, RULE = "site-headroom", "shared-room"
 
@@ -90,31 +90,60 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, iw[1].key not in back,
                                -iw[1].view.priority, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
-    for i, w in ready:
+    reach = _Reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
+    for i, w in ready:  # firm work first (the sort): a firm job held keeps the room
         kw = 0.0 if w.key in back else workload_kw(w, config)
-        if w.view.flex_tier < tier or (kw <= room and room >= 0):
+        firm = w.view.flex_tier < tier
+        if (firm and reach.covers(kw, room)) or (
+                not firm and not reach.held and kw <= room and room >= 0):
             room -= kw
             admitted += 1
         else:
             held[i] = w
+            reach.held = reach.held or firm
     out: list[CheckUpdate] = []
     for i, u in enumerate(updates):
         h = held.get(i)
         if h is None:
             out.append(u)
         elif h.check_state is not CheckState.RETRY:
-            out.append(_hold(h, u, head, admitted, config))
+            out.append(_hold(h, u, head, admitted, config,
+                             reach if h.view.flex_tier < tier else None))
     return out
 
 
+class _Reach:
+    """Firm work (below the gate's tier) during an active grid event: admitted while the
+    room plus what m2g can still free for it (m2g.planner.shedding.reach_kw, worked out once,
+    and only when there is firm work to answer) covers its kW — flexible running work makes
+    room for it, but not room that is not there: a 16-rack twin event (2026-12-04) admitted
+    ~30 firm jobs (~500 kW) after every flexible job was paused or capped, and the site drew
+    up to 118 kW over the event's target for its last 90 s (``hold_firm_beyond_reach``)."""
+
+    def __init__(self, snap: ClusterSnapshot, config: PlannerConfig, firm: bool) -> None:
+        event = snap.factory.grid_event()
+        self.on = (firm and config.hold_firm_beyond_reach and event is not None
+                   and event.active(snap.now))
+        self.kw = reach_kw(snap, config) if self.on else 0.0
+        #: a firm workload was held: flexible work gets none of the room before it does
+        self.held = False
+
+    def covers(self, kw: float, room: float) -> bool:
+        return not self.on or kw <= room + self.kw
+
+
 def _hold(w: WorkloadState, u: CheckUpdate, head: Headroom, admitted: int,
-          config: PlannerConfig) -> CheckUpdate:
+          config: PlannerConfig, reach: _Reach | None = None) -> CheckUpdate:
+    """Retry for a workload the room does not hold (``reach``: firm work's, else None)."""
     wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
+    freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
+                f"running flexible work can free only {reach.kw:.0f} kW more"
+                if reach is not None and reach.on else "")
     why = (f"site headroom: {workload_kw(w, config):.0f} kW does not fit in what is left of "
            f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
            f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
-           f"{admitted} workload(s) admitted before it in this reconcile); asking again in "
-           f"{wait} s")
+           f"{admitted} workload(s) admitted before it in this reconcile){freeable}; asking "
+           f"again in {wait} s")
     return CheckUpdate(namespace=u.namespace, name=u.name, check=u.check,
                        state=CheckState.RETRY, message=why[:1024], requeue_after_seconds=wait,
                        policy=POLICY, rule=RULE)

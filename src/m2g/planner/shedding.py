@@ -147,15 +147,32 @@ def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
 
 
 def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
+    return settling_kw(builder.snap, config)
+
+
+def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     """kW shed or capped that the meter does not show yet. Only what m2g shed can settle
     (``settling`` is False for the rest whatever its pods): the pods are looked up for
     those alone, not for every workload (100,000 lookups at 1,400 racks)."""
-    snap = builder.snap
     read_at = _read_at(snap)
     return sum(saving_kw(w, config) for w in snap.workloads
                if w.shed_by_m2g and w.shed_at is not None
                and _settles(w, snap, config, read_at)) \
         + settling_cap_kw(snap, config)
+
+
+def reach_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
+    """kW m2g can still take off the meter for new firm work during a grid event: what it
+    shed or capped that the meter does not show yet, plus what pausing the running flexible
+    work it has not paused would save (flex tier 2 and up, or 1 and up from SIMPLE level 3;
+    drawing). Structural, not the Preemption stage's answer: a policy that exempts some of
+    that work makes this an overestimate — firm work is then admitted as it was before."""
+    event = snap.factory.grid_event()
+    lowest = 1 if event is not None and event.level >= 3 else 2
+    return settling_kw(snap, config) + sum(
+        saving_kw(w, config) for w in snap.workloads
+        if w.phase is Phase.ADMITTED and w.view.flex_tier >= lowest and not w.shed_by_m2g
+        and drawing(w, snap))
 
 
 def _read_at(snap: ClusterSnapshot) -> datetime | None:
