@@ -11,9 +11,9 @@ from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot, GridEvent, Reading
 from m2g.model.plan import CheckUpdate
 from m2g.model.powerlimit import LimitSpec, NodeLimitState
+from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import cap_saving_kw, settling_cap_kw
 from m2g.planner.headroom import POLICY, Headroom, min_tier, share
-from m2g.planner.config import PlannerConfig
 from m2g.planner.shedding import saving_kw, workload_kw
 from tests.unit.test_curtail import CFG, NOW, factory, job
 
