@@ -19,7 +19,9 @@ policies:
   whatever the event's level — work admitted into an event's shortfall is paid for by pausing
   running flexible work: a 16-rack twin event admitted 58 flex-1 and 72 flex-0 workloads,
   250–490 kW, while its flex-2/3 work was paused 85–89 % of the event; 0 holds firm work
-  too); the others are never held back here, but their kW are spent first;
+  too); the others (firm work) spend the room first and are held back only during an
+  active event, when even pausing the running flexible work would not make room for them
+  (``hold_firm_beyond_reach``, ``_Reach``);
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
   highest priority first (then the snapshot's order), while their kW fit in what is left;
