@@ -314,7 +314,8 @@ def test_every_kubernetes_quantity_suffix(text: str, value: float) -> None:
 @pytest.mark.parametrize("text", ["1Q", "1.2.3", "1e400", "Ki", "1 Gi", "1ki",
                                   # decimal.Overflow out of a parser documented as never raising;
                                   # 400 digits read as inf through the all-digits fast path
-                                  "1e9999999", "1e9999999Ki", "9" * 400, "1" + "0" * 400 + "Gi"])
+                                  "1e9999999", "1e9999999Ki", "9" * 400, "1" + "0" * 400 + "Gi",
+                                  "\u0665\u0660"])  # Arabic-Indic digits: not a quantity
 def test_unreadable_quantities_are_zero(text: str) -> None:
     assert kp.quantity(text) == 0
 

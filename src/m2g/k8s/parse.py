@@ -33,7 +33,7 @@ def quantity(value: Any) -> float:
         return 0.0
     if isinstance(value, int | float):
         return float(value) if math.isfinite(value) else 0.0
-    if isinstance(value, str) and value.isdigit():  # the common case ("4"), without Decimal
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # "4", without Decimal
         number = float(value)  # 400 digits: inf
         return number if math.isfinite(number) else 0.0
     m = _QTY.match(str(value).strip())
