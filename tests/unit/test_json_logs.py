@@ -1,0 +1,32 @@
+"""``m2g run``'s log: one JSON object per line, tracebacks kept (issue 11: the
+formatter dropped them, so ``log.exception`` said only its message)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from m2g_controllers.run import JsonFormatter
+
+
+def _record(exc: bool) -> logging.LogRecord:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+
+        info = sys.exc_info() if exc else None
+    return logging.LogRecord("m2g.x", logging.ERROR, __file__, 1, "reconcile failed: %s",
+                             ("x",), info)
+
+
+def test_a_traceback_is_one_json_string() -> None:
+    line = JsonFormatter().format(_record(exc=True))
+    assert "\n" not in line
+    doc = json.loads(line)
+    assert doc["msg"] == "reconcile failed: x" and doc["level"] == "error"
+    assert doc["exc"].startswith("Traceback") and "ValueError: boom" in doc["exc"]
+
+
+def test_a_record_without_one_has_no_exc() -> None:
+    assert "exc" not in json.loads(JsonFormatter().format(_record(exc=False)))
