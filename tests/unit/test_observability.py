@@ -1,5 +1,6 @@
-"""``m2g run``'s log: one JSON object per line, tracebacks kept (issue 11: the
-formatter dropped them, so ``log.exception`` said only its message)."""
+"""Observability of ``m2g run`` (issue 11): its log is one JSON object per line with
+tracebacks kept (the formatter dropped them, so ``log.exception`` said only its message), and
+its metrics include build and process ones."""
 
 from __future__ import annotations
 
@@ -30,3 +31,14 @@ def test_a_traceback_is_one_json_string() -> None:
 
 def test_a_record_without_one_has_no_exc() -> None:
     assert "exc" not in json.loads(JsonFormatter().format(_record(exc=False)))
+
+
+def test_build_info_and_process_metrics() -> None:
+    import m2g
+    from m2g_controllers.metrics import Metrics
+
+    m = Metrics()
+    names = {s.name: s for fam in m.registry.collect() for s in fam.samples}
+    assert names["m2g_build_info"].labels["version"] == m2g.__version__
+    assert names["m2g_build_info"].value == 1
+    assert "process_resident_memory_bytes" in names and "process_cpu_seconds_total" in names
