@@ -210,6 +210,30 @@ def _setup() -> tuple[Evaluator, ClusterObjects, Any, str]:
     return evaluator, objs, readings, state
 
 
+def _views(snap: Any, evaluator: Evaluator, key: str, objs: ClusterObjects) -> None:
+    """What ``m2g queues|workloads|signals|explain`` print of the same snapshot, in every
+    format (``m2g queues`` crashed on the objects that stopped the controller); ``explain``
+    of the workload ``key`` (the mutated pending one, else none: it is the slow part)."""
+    from m2g.planner.explain import explain
+    from m2g_cli.views import (
+        Output,
+        render_explanation,
+        render_queues,
+        render_signals,
+        render_workloads,
+    )
+
+    for out in (Output.WIDE, Output.YAML):
+        assert render_queues(snap, out) is not None
+        assert render_workloads(snap, out, raws=objs.workloads) is not None
+        assert render_signals(snap.factory, out) is not None
+    mine = [w for w in snap.workloads if w.key == key]
+    for w in mine:
+        ex = explain(snap, w, evaluator)
+        for out in (Output.TABLE, Output.JSON):
+            assert render_explanation(ex, out) is not None
+
+
 @pytest.mark.parametrize(("name", "mutate"), MUTATIONS, ids=[n for n, _ in MUTATIONS])
 def test_a_hostile_value_never_stops_or_admits(name: str, mutate: Mutation) -> None:
     evaluator, base, readings, before = _setup()
@@ -219,6 +243,7 @@ def test_a_hostile_value_never_stops_or_admits(name: str, mutate: Mutation) -> N
     snap = build_snapshot(objs, readings, NOW, labels=LABELS)
     assert all("\n" not in r.reason for r in snap.rejected)
     plan = make_plan(snap, evaluator, PlannerConfig())  # no exception out of the planner
+    _views(snap, evaluator, key if name.startswith(("wl-", "pending-")) else "", objs)
     after = [str(c.state) for c in plan.checks if c.name == key.split("/")[1]]
     if name.startswith(("wl-", "pending-")):  # the tenant's own object (a GridEvent left out,
         # or a platform's budget of 1e308 kW, may rightly let it in)
