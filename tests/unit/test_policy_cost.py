@@ -134,3 +134,14 @@ def test_the_batch_activation_is_dropped_when_it_grows(tmp_path: Path,
     assert len(seen) > 3  # chunked
     # without the drop: 40 x ~8 MB kept on the activation (~320 MB)
     assert max(seen) - start < 100 << 20, (max(seen) - start) >> 20
+
+
+def test_syntax_the_parser_does_not_know_cannot_hide_a_variable() -> None:
+    """Backquoted fields and message literals are read; text it cannot read gets the crude
+    bound, which still counts each variable reference by its size."""
+    from m2g.policy.cost import Cost, crude
+
+    assert estimate("a.`b-c`").size == INPUT_BYTES
+    assert estimate("google.protobuf.Value{}").alloc == 0
+    big = Cost(10_000_000, 0)
+    assert crude("variables.v + variables.v ~", lambda _: big).alloc > 2 * big.size

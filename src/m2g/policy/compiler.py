@@ -133,7 +133,7 @@ class _Ctx:
         try:
             own = estimate(source, variable)
         except CostError:
-            own = crude(source)
+            own = crude(source, variable)
             used = {n for n in self.variables.order if f"variables.{n}" in source}
         needed = set(used)
         for u in used:

@@ -58,7 +58,7 @@ _TOKEN = re.compile(r"""
     (?P<space>\s+|//[^\n]*)
   | (?P<string>(?:[rR][bB]?|[bB][rR]?)?(?:'''|\"\"\"|'|"))
   | (?P<number>0[xX][0-9a-fA-F]+[uU]?|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[uU]?)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`\n]*`)
   | (?P<op>\|\||&&|==|!=|<=|>=|\.\?|\[\?|[-+*/%<>!?:.,()\[\]{}])
 """, re.VERBOSE)
 
@@ -224,6 +224,10 @@ class _Parser:
                     c = self.call(field, c)
                     name = ""
                     continue
+                if self.peek() == "{":  # a message literal: pkg.Name{field: value, ...}
+                    c, _ = self.primary()
+                    name = ""
+                    continue
                 if name == "variables":
                     var = self.variable(field)
                     c = Cost(var.size, 0, var.scalar) if var is not None else \
@@ -249,6 +253,8 @@ class _Parser:
                 return self.call(text, None), ""
             if text in ("true", "false", "null"):
                 return Cost(WORD, 0, scalar=True), text
+            if self.peek() == "{":  # a message literal: Name{field: value, ...}
+                return self.primary()[0], ""
             return Cost(INPUT_BYTES, 0), text
         if text == ".":  # a leading-dot identifier
             return self.primary()
@@ -341,11 +347,19 @@ def estimate(source: str, variable: Callable[[str], Cost | None] | None = None) 
         raise CostError("nested too deeply") from None
 
 
-def crude(source: str) -> Cost:
-    """A bound for text ``estimate`` cannot read: every byte of it, ``ITERATIONS`` times over
-    when it has a comprehension."""
-    loops = any(f".{m}(" in source.replace(" ", "") for m in _MACROS)
-    n = (len(source) + INPUT_BYTES) * (ITERATIONS if loops else 1)
+_VARIABLE = re.compile(r"variables\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def crude(source: str, variable: Callable[[str], Cost | None] | None = None) -> Cost:
+    """A bound for text ``estimate`` cannot read: every byte of it plus the size of each
+    variable reference, ``ITERATIONS`` times over when it has a comprehension (so syntax this
+    parser does not know cannot hide a doubling variable)."""
+    loops = any(f".{m}(" in "".join(source.split()) for m in _MACROS)
+    refs = 0
+    for m in _VARIABLE.finditer(source):
+        var = variable(m.group(1)) if variable is not None else None
+        refs += var.size if var is not None else INPUT_BYTES
+    n = (len(source) + INPUT_BYTES + refs) * (ITERATIONS if loops else 1)
     return Cost(n, n)
 
 
