@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv lock wheel image image-test test test-prereqs demo-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz probe up down status clean
+.PHONY: venv lock wheel image image-test test test-prereqs demo-prereqs test-unit test-e2e lint policy-test demo bench bench-controller bench-scale bench-eval bench-twin fuzz probe chaos up down status clean
 .PHONY: cluster-build cluster-factory cluster-env
 
 # constraints.txt pins every package of the dev environment (regenerate: make lock).
@@ -84,6 +84,19 @@ fuzz: $(STAMP)
 ## real m2g, each with a 45 s time limit and a 2 GiB address-space limit; counts by kind
 probe: $(STAMP)
 	$(PY) -m tests.fuzz.cli_probe --jobs 2
+
+## chaos: the chaos e2e suites (tests/e2e/test_chaos_*.py, docs/reliability.md) on the local
+## control plane, the seeded kill schedule (test_chaos_kill_e2e) once per seed of CHAOS_SEEDS
+## (M2G_CHAOS_SEED; `make test` runs one random seed). Stops at the first failing seed.
+CHAOS_SEEDS ?= 1 2 3 4 5 6 7 8
+chaos: $(STAMP)
+	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
+	$(PY) -m pytest -m e2e -q tests/e2e/test_chaos_e2e.py tests/e2e/test_chaos_etcd_e2e.py \
+	  tests/e2e/test_chaos_watch_e2e.py
+	for seed in $(CHAOS_SEEDS); do \
+	  echo "chaos seed $$seed"; \
+	  M2G_CHAOS_SEED=$$seed $(PY) -m pytest -m e2e -q tests/e2e/test_chaos_kill_e2e.py || exit 1; \
+	done
 
 ## bench-eval: `m2g policy eval` streaming JSON Lines, both engines in one run (docs/reliability.md)
 bench-eval: $(STAMP)

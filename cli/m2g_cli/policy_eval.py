@@ -19,8 +19,9 @@ import os
 import select
 import stat
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,9 @@ from m2g.policy.testing import input_error_text
 
 #: Inputs per batch evaluation.
 CHUNK = 256
+#: Seconds a named FIFO given as the input may go without a writer ($M2G_INPUT_WAIT): its open
+#: blocks until one opens it, and a FIFO nobody writes to held ``m2g policy eval`` forever.
+INPUT_WAIT = 30.0
 #: Distinct factory parts kept (each a validated PolicyInput without workload and queue).
 BASES = 16
 _ITEM_KEYS = ("workload", "queue")
@@ -103,7 +107,7 @@ def open_input(source: str) -> Iterator[LineSource]:
             return
         mode = Path(source).stat().st_mode
         if _is_stream(mode, False):
-            fd = os.open(source, os.O_RDONLY)  # a FIFO: waits for a writer, as cat does
+            fd = _open_fifo(source, _input_wait())  # a FIFO: waits for a writer, bounded
             try:
                 yield PipeReader(fd)
             finally:
@@ -115,6 +119,42 @@ def open_input(source: str) -> Iterator[LineSource]:
         raise InputUnusable(f"cannot read input {source}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InputUnusable(f"cannot read input {source}: {exc}") from None
+
+
+def _input_wait() -> float:
+    try:
+        wait = float(os.environ.get("M2G_INPUT_WAIT", INPUT_WAIT))
+    except ValueError:
+        return INPUT_WAIT
+    return wait if 0 < wait < 86_400 else INPUT_WAIT
+
+
+def _open_fifo(path: str, wait: float) -> int:
+    """Open a FIFO for reading once a writer opens it (as ``cat`` does), but give up after
+    ``wait`` seconds: the blocking open runs in a thread, which a non-blocking open of the
+    write end (it succeeds: a reader is waiting) then releases. Raises OSError."""
+    found: list[int] = []
+    failed: list[OSError] = []
+
+    def opener() -> None:
+        try:
+            found.append(os.open(path, os.O_RDONLY))
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=opener, daemon=True, name="m2g-fifo-open")
+    thread.start()
+    thread.join(wait)
+    if thread.is_alive():
+        with suppress(OSError):  # release the blocked open; then close what it opened
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(1.0)
+        for fd in found:
+            os.close(fd)
+        raise OSError(f"no writer opened the FIFO within {wait:g} s ($M2G_INPUT_WAIT)")
+    if failed:
+        raise failed[0]
+    return found[0]
 
 
 def _stdin_fd() -> int | None:

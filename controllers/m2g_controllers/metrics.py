@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import platform
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+
+import m2g
 
 
 class Metrics:
@@ -66,6 +70,12 @@ class Metrics:
             ["tier", "hours_ahead"], registry=r)
         self.ready = Gauge("m2g_ready", "1 while /readyz succeeds (see docs/controllers.md)",
                            registry=r)
+        self.build_info = Gauge("m2g_build_info", "1; m2g's version and Python's as labels",
+                                ["version", "python"], registry=r)
+        self.build_info.labels(m2g.__version__, platform.python_version()).set(1)
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ... (the
+        # controller runs in 1 GiB: its memory is worth a graph)
+        ProcessCollector(registry=r)
         self.kai_gpu_limit = Gauge(
             "m2g_kai_queue_gpu_limit",
             "GPU limit m2g last decided for a budgeted KAI Queue (-1 = unlimited)", ["queue"],

@@ -49,12 +49,19 @@ log = logging.getLogger("m2g")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg."""
+    """One JSON object per line: ts, level, logger, msg, and ``exc`` (the traceback, one JSON
+    string) when the record has one — it was dropped, so ``log.exception`` said only its
+    message (issue 11)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps({"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
-                           "level": record.levelname.lower(), "logger": record.name,
-                           "msg": record.getMessage()})
+        out = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+               "level": record.levelname.lower(), "logger": record.name,
+               "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(out)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

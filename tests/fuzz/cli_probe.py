@@ -155,7 +155,8 @@ def _pol(body: str) -> str:
 #: Odd but valid policies: lint may pass them.
 _MAY_PASS = {"when-bool", "when-deep-neg", "when-unicode", "variables-many", "yaml-tag-binary",
              "yaml-directive", "when-deep-parens", "when-huge", "when-deep-list", "when-bidi",
-             "yaml-timestamp-name"}
+             "yaml-timestamp-name", "cel-deep-ternary", "cel-deep-calls", "cel-huge-literal",
+             "cel-int-overflow", "rule-name-bidi", "variable-twice", "label-value-huge"}
 
 
 def policy_files() -> Iterator[tuple[str, Files, bool | None]]:
@@ -347,6 +348,45 @@ def policy_files() -> Iterator[tuple[str, Files, bool | None]]:
             ("yaml-bigint-key", _pol("metadata: {name: a, " + "9" * 5000 + ": 1}\n" + rule)),
             ("yaml-float-key", _pol("metadata: {name: a, .nan: 1}\n" + rule)),
             ("yaml-null-key", _pol("metadata: {name: a, ~: 1}\n" + rule)),
+            # the probe rerun (issue 11): memory bombs the CRD lets in, deep CEL, huge literals
+            ("var-doubling-bomb", _pol("metadata: {name: a}\nspec:\n  stage: Admission\n"
+                                       "  variables:\n    - {name: v0, expression: \"'"
+                                       + "x" * 10000 + "'\"}\n" + "".join(
+                                           f"    - {{name: v{i}, expression: 'variables.v{i - 1}"
+                                           f" + variables.v{i - 1}'}}\n" for i in range(1, 14))
+                                       + "  rules: [{name: r, when: 'size(variables.v13) < 0', "
+                                       "decision: Reject}]\n")),
+            ("nested-map-literal-bomb", _pol(
+                "metadata: {name: a}\nspec: {stage: Admission, rules: [{name: r, when: \"size("
+                + "[" + ",".join(map(str, range(99))) + "].map(a, ["
+                + ",".join(map(str, range(99))) + "].map(b, workload.name + '" + "x" * 9000
+                + "'))) < 0\", decision: Reject}]}\n")),
+            ("literal-list-map-bomb", _pol(
+                "metadata: {name: a}\nspec: {stage: Admission, rules: [{name: r, when: \"size(["
+                + ",".join(["0"] * 4900) + "].map(a, a)) < 0\", decision: Reject}]}\n")),
+            ("cel-deep-ternary", _pol("metadata: {name: a}\nspec: {stage: Admission, rules: "
+                                      "[{name: r, when: '" + "true ? (" * 300 + "true"
+                                      + ") : false" * 300 + "', decision: Reject}]}\n")),
+            ("cel-deep-calls", _pol("metadata: {name: a}\nspec: {stage: Admission, rules: "
+                                    "[{name: r, when: '" + "size(string(" * 400 + "1"
+                                    + "))" * 400 + " > 0', decision: Reject}]}\n")),
+            ("cel-huge-literal", _pol("metadata: {name: a}\nspec: {stage: Admission, rules: "
+                                      "[{name: r, when: \"'" + "x" * 9000 + "' == workload.name"
+                                      "\", decision: Reject}]}\n")),
+            ("cel-unterminated-string", _pol("metadata: {name: a}\nspec: {stage: Admission, "
+                                             "rules: [{name: r, when: \"'abc\", "
+                                             "decision: Reject}]}\n")),
+            ("cel-int-overflow", _pol("metadata: {name: a}\nspec: {stage: Admission, rules: "
+                                      "[{name: r, when: 'workload.gpus * 9223372036854775807 > 0'"
+                                      ", decision: Reject}]}\n")),
+            ("rule-name-bidi", _pol("metadata: {name: a}\nspec: {stage: Admission, rules: "
+                                    "[{name: \"r\u202e\", when: 'true', decision: Reject}]}\n")),
+            ("variable-twice", _pol("metadata: {name: a}\nspec: {stage: Admission, variables: "
+                                    "[{name: v, expression: '1'}, {name: v, expression: '2'}], "
+                                    "rules: [{name: r, when: 'variables.v > 0', "
+                                    "decision: Reject}]}\n")),
+            ("label-value-huge", _pol("metadata: {name: a, labels: {x: '" + "y" * 300000
+                                      + "'}}\n" + rule)),
             ("comments-only", "# nothing\n# here\n"),
             ("only-separator", "---\n...\n"),
             ("whitespace", "   \n\n\t\n"),
@@ -501,6 +541,39 @@ def eval_inputs() -> Iterator[tuple[str, bytes, bool]]:
     yield "trailing-garbage", good + b" xyz\n", False
     yield "two-on-one-line", good + b" " + good + b"\n", False
     yield "json5-comments", b"// c\n" + good, False
+    # the probe rerun (issue 11): values nobody had tried
+    yield "name-bidi-zero-width", w(name="\u202e\u200bw\U0001f600"), True
+    yield "name-nul-escape", good.replace(b'"w"', b'"w\\u0000\\u001b[2J"'), True
+    yield "name-1MB", w(name="n" * 1_000_000), True
+    yield "label-value-500KB", w(labels={"a": "v" * 500_000}), True
+    yield "label-keys-20000", w(labels={f"k{i}": "v" for i in range(20_000)}), True
+    yield "gpus-minus-zero", good.replace(b'"gpus": 8', b'"gpus": -0'), True
+    yield "gpus-1e2", good.replace(b'"gpus": 8', b'"gpus": 1e2'), False
+    yield "gpus-8.0", good.replace(b'"gpus": 8', b'"gpus": 8.0'), False
+    yield "flex-3.0", w(flexTier=3.0), False
+    yield "kw-1e400", good.replace(b'"gpus": 8', b'"gpus": 8, "estimatedKw": 1e400'), False
+    yield "kw-neg-zero", good.replace(b'"gpus": 8', b'"gpus": 8, "estimatedKw": -0.0'), True
+    yield "kw-denormal", w(estimatedKw=5e-324), True
+    yield "level-neg", json.dumps({**GOOD_INPUT, "grid": {"event": {"active": True,
+                                                                     "level": -2}}}).encode(), False
+    yield "level-2^63", json.dumps({**GOOD_INPUT, "grid": {"event": {"active": True,
+                                                                      "level": 2 ** 63}}}).encode(), False
+    yield "now-leap-second", json.dumps({**GOOD_INPUT, "now": "2016-12-31T23:59:60Z"}).encode(), \
+        False
+    yield "now-tz-plus-14", json.dumps({**GOOD_INPUT, "now": "2026-01-01T00:00:00+14:00"}) \
+        .encode(), True
+    yield "now-tz-plus-25", json.dumps({**GOOD_INPUT, "now": "2026-01-01T00:00:00+25:00"}) \
+        .encode(), False
+    yield "now-naive", json.dumps({**GOOD_INPUT, "now": "2026-01-01T00:00:00"}).encode(), True
+    yield "now-year-0", json.dumps({**GOOD_INPUT, "now": "0000-01-01T00:00:00Z"}).encode(), False
+    yield "now-iso-week", json.dumps({**GOOD_INPUT, "now": "2026-W01-1"}).encode(), True
+    yield "domains-10000", json.dumps({**GOOD_INPUT, "domains": {
+        f"r{i}": {"kind": "rack"} for i in range(10_000)}}).encode(), True
+    yield "domains-dup-key", good[:-1] + b', "domains": {"r": {"kind": "rack"}, "r": {}}}', \
+        False
+    yield "good-bad-good", good + b"\n{\n" + good + b"\n", False
+    yield "line-of-spaces-1MB", b" " * (1 << 20) + b"\n" + good + b"\n", True  # a blank line
+    yield "line-of-spaces-2MB", b" " * (2 << 20) + b"\n" + good + b"\n", False
     yield "single-quotes", good.replace(b'"', b"'"), False
 
 
@@ -825,6 +898,10 @@ def policy_cases() -> Iterator[Case]:
         yield Case("policy-eval-input", f"file-{label}",
                    ["policy", "eval", "-p", "{d}/p", "-i", arg],
                    files={"p/a.yaml": GOOD_POLICY, **files}, codes=(2,), no_admit=True)
+    yield Case("policy-eval-input", "file-fifo-no-writer",  # waited forever, as cat does
+               ["policy", "eval", "-p", "{d}/p", "-i", "{d}/f"],
+               files={"p/a.yaml": GOOD_POLICY, "f": FIFO}, codes=(2,), no_admit=True,
+               env={"M2G_INPUT_WAIT": "1"})
     for label, arg in [("missing", "{d}/nope"), ("devzero", "/dev/zero"),
                        ("devnull", "/dev/null"), ("root-proc", "/proc/self/fd"),
                        ("empty-arg", ""), ("dash", "-")]:

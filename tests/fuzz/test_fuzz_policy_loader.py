@@ -114,3 +114,23 @@ def test_aliases_of_any_shape(levels: int, fanout: int, inline: bool) -> None:
         assert problems and "aliases" in problems[0].message
     if problems:
         assert "aliases" in problems[0].message and expanded > MAX_NODES // 2
+
+
+CEL_TOKENS = st.sampled_from(["workload.name", "variables.v", "'abc'", "\"x\"", "r'\\d'", "b'y'",
+                              "+", "-", "*", "!", "?", ":", "(", ")", "[", "]", "{", "}", ",",
+                              ".", "map", "filter", "all", "exists", "(a,", "1", "2.5", "3u",
+                              "0x1F", "true", "null", "in", "&&", "||", "==", "size(", "'''t'''",
+                              "[?", ".?", "a", "// c\n", "\\", "'"])
+
+
+@given(st.one_of(st.text(max_size=200), st.lists(CEL_TOKENS, max_size=40).map(" ".join)))
+def test_cost_estimate_of_any_text(text: str) -> None:
+    """m2g.policy.cost reads any text: a Cost, or CostError (then the crude bound applies)."""
+    from m2g.policy.cost import Cost, CostError, crude, estimate
+
+    count()
+    try:
+        cost = estimate(text, lambda _: Cost(10, 0))
+    except CostError:
+        cost = crude(text)
+    assert cost.size >= 0 and cost.alloc >= 0

@@ -416,3 +416,23 @@ async def test_a_shed_whose_answer_was_lost_is_retried_with_the_same_stamp() -> 
     await ap.apply_shed(ShedAction("ns", "w", False, 1, "grid"))
     assert kube.stored(WORKLOADS, "w", "ns")["metadata"]["annotations"][
         "m2g.io/shed-at"] != stamp
+
+
+async def test_shadow_mode_says_each_answer_once() -> None:
+    """Issue 11: in shadow mode nothing is written, so the Workload never shows m2g's answer
+    and every reconcile decided it again — one Event per pending workload per reconcile. Now
+    an answer is recorded (and its Event written) when it changes."""
+    from m2g.k8s.writer import apply_plan
+
+    kube, ap, _ = setup(dry_run=True)
+
+    def events() -> int:
+        return sum(1 for p, _, _ in kube.objects if p == EVENTS.plural)
+
+    retry = Plan(checks=(CheckUpdate("ns", "w", "m2g", CheckState.RETRY, "grid event"),))
+    for _ in range(5):
+        await apply_plan(ap, retry)
+    assert events() == 1
+    await apply_plan(ap, Plan(checks=(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"),)))
+    assert events() == 2
+    assert not any(r.written for r in ap.records)

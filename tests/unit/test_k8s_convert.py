@@ -318,9 +318,21 @@ def test_every_kubernetes_quantity_suffix(text: str, value: float) -> None:
     assert kp.quantity(text) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("text", ["1Q", "1.2.3", "1e400", "Ki", "1 Gi", "1ki"])
+@pytest.mark.parametrize("text", ["1Q", "1.2.3", "1e400", "Ki", "1 Gi", "1ki",
+                                  # decimal.Overflow out of a parser documented as never raising;
+                                  # 400 digits read as inf through the all-digits fast path
+                                  "1e9999999", "1e9999999Ki", "9" * 400, "1" + "0" * 400 + "Gi",
+                                  "\u0665\u0660"])  # Arabic-Indic digits: not a quantity
 def test_unreadable_quantities_are_zero(text: str) -> None:
     assert kp.quantity(text) == 0
+
+
+def test_int_quantities_are_bounded() -> None:
+    """"1e308" GPUs became a 309-digit int whose product with a float raised OverflowError out
+    of the planner, every reconcile (issue 11's probe rerun)."""
+    assert kp.int_of("1e308") == kp.MAX_INT and kp.int_of("-1e308") == -kp.MAX_INT
+    assert kp.int_of("99999999999999999999Gi") == kp.MAX_INT
+    assert kp.int_of("4") == 4 and kp.nonneg_int("-1e308") == 0
 
 
 # ---- the snapshot ------------------------------------------------------------------------

@@ -201,3 +201,31 @@ def test_a_line_without_an_end_is_buffered_no_further_than_the_line_bound() -> N
     finally:
         os.close(read_end)
     sender.join(DEADLINE)
+
+
+def test_a_fifo_nobody_writes_to_is_given_up_after_the_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 11's leftover: ``-i FIFO`` with no writer waited forever (as cat does); now one
+    line after $M2G_INPUT_WAIT seconds, and a writer that comes within it is read."""
+    import time
+
+    from m2g_cli.policy_eval import InputUnusable
+
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("M2G_INPUT_WAIT", "0.5")
+    started = time.monotonic()
+    with pytest.raises(InputUnusable, match=r"no writer opened the FIFO within 0.5 s"), \
+            open_input(str(fifo)):
+        pass
+    assert time.monotonic() - started < 3
+    monkeypatch.setenv("M2G_INPUT_WAIT", "5")
+
+    def late_writer() -> None:
+        time.sleep(0.3)
+        with open(fifo, "wb") as fh:
+            fh.write(b"{}\n")
+
+    threading.Thread(target=late_writer, daemon=True).start()
+    with open_input(str(fifo)) as src:
+        assert src.readline() == b"{}\n"

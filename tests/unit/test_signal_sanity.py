@@ -111,6 +111,13 @@ MALFORMED: list[Any] = [
     [{"metric": {}, "value": [NOW, ["1"]]}],
     [{"metric": {}, "value": [NOW, True]}],
     [{"metric": {}, "value": [{"t": 1}, "1"]}],
+    # what Python's float() reads but no Prometheus writes (Go's FormatFloat: ASCII only):
+    # "\u0665\u0660" read as 50 kW, "5_000" as 5,000 (the probe rerun)
+    [{"metric": {}, "value": [NOW, "\u0665\u0660"]}],
+    [{"metric": {}, "value": [NOW, "5_000"]}],
+    [{"metric": {}, "value": [NOW, " 5"]}],
+    [{"metric": {}, "value": [NOW, "infinity"]}],
+    [{"metric": {}, "value": ["\u0661\u0668e8", "5"]}],
     [None],
     ["x"],
     {"a": 1},

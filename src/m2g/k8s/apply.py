@@ -174,6 +174,10 @@ class Applier:
         self._gate: asyncio.Semaphore | None = None
         #: (workload, check) → (state, message) of m2g's last answer written there
         self._check_written: dict[tuple[str, str], tuple[str, str] | None] = {}
+        #: In dry-run (shadow) mode, the answer last recorded per (workload, check): nothing is
+        #: written, so the Workload never shows it and every reconcile decided it again — one
+        #: Event per pending workload per reconcile (~200 a second at 2,000 pending).
+        self._shadow_said: dict[tuple[str, str], tuple[str, str]] = {}
         #: workload → shed-at of a shed whose write failed: its retry writes the same stamp
         #: (the API server may have applied a write whose answer was lost)
         self._shed_tried: dict[str, datetime] = {}
@@ -319,6 +323,13 @@ class Applier:
             and ("requeueAfterSeconds" in entry or "requeueAfterSeconds" not in current) \
             and ("podSetUpdates" in entry or not current.get("podSetUpdates"))
         detail = f"{u.check}={u.state}: {message[:120]}"
+        if self.dry_run:
+            said = (str(u.state), message)
+            if same or self._shadow_said.get(key) == said:
+                return False  # shown or said before in shadow mode: no record, no Event
+            if len(self._shadow_said) > CHECK_MEMO_MAX:
+                self._shadow_said.clear()  # a bound; a lost entry only costs one Event
+            self._shadow_said[key] = said
         if not self._record(result, "check", target, detail, not same):
             return False
         keep_time = current is not None and current.get("state") == str(u.state) \

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 _SUFFIX: dict[str, Decimal] = {
@@ -33,22 +33,31 @@ def quantity(value: Any) -> float:
         return 0.0
     if isinstance(value, int | float):
         return float(value) if math.isfinite(value) else 0.0
-    if isinstance(value, str) and value.isdigit():  # the common case ("4"), without Decimal
-        return float(value)
+    if isinstance(value, str) and value.isascii() and value.isdigit():  # "4", without Decimal
+        number = float(value)  # 400 digits: inf
+        return number if math.isfinite(number) else 0.0
     m = _QTY.match(str(value).strip())
     if not m:
         return 0.0
     try:
         number = float(Decimal(m.group(1)) * _SUFFIX[m.group(2) or ""])
-    except InvalidOperation:
+    except ArithmeticError:  # InvalidOperation, and Overflow for "1e9999999"
         return 0.0
     return number if math.isfinite(number) else 0.0
 
 
+#: The largest magnitude ``int_of`` returns (2**53, the last integer a float holds exactly): a
+#: quantity of "1e308" GPUs became a 309-digit int whose product with a float raised
+#: OverflowError out of the planner (every reconcile).
+MAX_INT = 2**53
+
+
 def int_of(value: Any, default: int = 0) -> int:
-    """A quantity as an int (truncated); ``default`` when None."""
+    """A quantity as an int (truncated, within ±``MAX_INT``); ``default`` when None."""
     number = quantity(value) if value is not None else float(default)
-    return int(number) if math.isfinite(number) else default
+    if not math.isfinite(number):
+        return default
+    return int(max(-MAX_INT, min(MAX_INT, number)))
 
 
 def nonneg_int(value: Any) -> int:

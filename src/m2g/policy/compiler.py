@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from m2g.policy.cost import MAX_ALLOC, Cost, CostError, crude, estimate, human, total
 from m2g.policy.errors import Problem
 from m2g.policy.inline import Variables
 from m2g.policy.runtime import CelCompileError, Program, Runtime
@@ -118,6 +119,31 @@ class _Ctx:
     checker: TypeChecker | None
     env: Any = None
     variables: Variables = field(default_factory=Variables)
+    costs: dict[str, Cost] = field(default_factory=dict)
+
+    def cost_problem(self, source: str) -> tuple[Cost, str | None]:
+        """(the expression's own Cost, a problem when it and the variables it needs may
+        allocate more than MAX_ALLOC in one evaluation; m2g.policy.cost)."""
+        used: set[str] = set()
+
+        def variable(name: str) -> Cost | None:
+            used.add(name)
+            return self.costs.get(name)
+
+        try:
+            own = estimate(source, variable)
+        except CostError:
+            own = crude(source, variable)
+            used = {n for n in self.variables.order if f"variables.{n}" in source}
+        needed = set(used)
+        for u in used:
+            needed |= self.variables.deps.get(u, set())
+        alloc = total(own, {n: self.costs[n] for n in needed if n in self.costs})
+        if alloc > MAX_ALLOC:
+            return own, (f"may allocate {human(alloc)} in one evaluation (bound "
+                         f"{human(MAX_ALLOC)}): a string or list built up by `+`, variables "
+                         "or a comprehension")
+        return own, None
 
     def problem(self, path: PathKey, rule: str, message: str) -> None:
         self.problems.append(
@@ -134,10 +160,15 @@ class _Ctx:
             if self.checker is not None:
                 self.checker.check(self.env, source, expected)
             text, bare = self.variables.prepare(source)
-            return self.runtime.compile(text, bare)
+            program = self.runtime.compile(text, bare)
         except CelCompileError as exc:
             self.problem(path, rule, f"{what}: {_tidy(str(exc))}")
             return None
+        _, too_big = self.cost_problem(source)
+        if too_big:
+            self.problem(path, rule, f"{what}: {too_big}")
+            return None
+        return program
 
 
 def _tidy(message: str) -> str:
@@ -217,7 +248,11 @@ def _compile_variables(ctx: _Ctx, variables: Iterable[Any]) -> None:
         except CelCompileError as exc:
             if ctx.checker is None:
                 ctx.problem(path, "", f"variables.{var.name}: {_tidy(str(exc))}")
+        own, too_big = ctx.cost_problem(var.expression)
+        if too_big:
+            ctx.problem(path, "", f"variables.{var.name}: {too_big}")
         ctx.variables.add(var.name, var.expression)
+        ctx.costs[var.name] = own
         if ctx.checker is not None:
             from cel_expr_python import cel
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -70,8 +71,16 @@ class SignalFetch:
         return self.error is None
 
 
+#: A number as Prometheus writes one (Go's strconv.FormatFloat, and its "+Inf", "-Inf",
+#: "NaN"): ASCII only. Python's float() also reads "5_000", " 5" and Arabic-Indic digits
+#: ("\u0665\u0660" was 50 kW), which no Prometheus sends: garbage, not a reading.
+_GO_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|Inf|NaN)",
+                       re.ASCII)
+
+
 def _number(text: Any) -> float:
-    if isinstance(text, bool) or not isinstance(text, str | int | float):
+    if isinstance(text, bool) or not isinstance(text, str | int | float) or (
+            isinstance(text, str) and not _GO_FLOAT.fullmatch(text)):
         raise PermanentError(f"not a number in the Prometheus response: {str(text)[:60]!r}")
     try:
         return float(text)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings too

@@ -45,11 +45,13 @@ from typing import Any
 from m2g.model.inputs import PolicyInput
 from m2g.policy.batch.caches import (
     MAX_CHUNK,
+    RETAIN_BYTES,
     Combined,
     Fused,
     FusedCache,
     SnapshotCache,
     SnapshotState,
+    heap_bytes,
     snapshot_key,
     split_by_gates,
 )
@@ -139,7 +141,7 @@ def _stage_classes(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
     _, comb = split_by_gates(cache, snap, policies)
     if comb is None:
         return None
-    act = snap.activation(runtime)
+    act = snap  # FusedCache.run takes the snapshot's activation chunk by chunk
     live = tuple(p for p in comb.policies if _passing(cache, act, p, items) != [])
     if not live:
         return None
@@ -162,11 +164,12 @@ def _fired_each(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
     idle, comb = split_by_gates(cache, snap, policies)
     for policy in idle:  # a match condition is false for the whole snapshot
         done[policy.name] = [[] for _ in inputs]
-    snap_act = snap.activation(runtime)
+    snap_act = snap  # FusedCache.run takes the snapshot's activation chunk by chunk
     if comb is not None:
         done.update(_by_class(cache, snap, snap_act, comb.policies, items))
     per_item: list[list[Hit | Err]] = [[] for _ in inputs]
     item_acts: list[Any] = [None] * len(inputs)
+    start = heap_bytes()
     for policy in policies:
         result = done.get(policy.name)
         if result is None:
@@ -178,6 +181,10 @@ def _fired_each(cache: FusedCache, snap: SnapshotState, runtime: Runtime,
                     item_acts[i] = runtime.activation({
                         **snap.shared, "workload": inp.workload_data(), "queue": inp.queue_data()})
                 result.append(walk_policy(policy, item_acts[i]))
+                now = heap_bytes()  # each activation keeps what its evaluations allocated
+                if now is not None and start is not None and now - start > RETAIN_BYTES:
+                    item_acts = [None] * len(inputs)  # rebuilt when another policy needs one
+                    start = heap_bytes()
         for i, hits in enumerate(result):  # lists may be shared (classes): never extended
             if hits:
                 have = per_item[i]

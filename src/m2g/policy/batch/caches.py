@@ -8,6 +8,8 @@ its queue), so the CEL values of its factory part are converted once, not once p
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,6 +43,48 @@ _BUDGET = "Iteration budget exceeded"
 #: took ~0.65 s and left ~70 MiB on the snapshot's activation; in chunks of 32, ~0.05 s and
 #: ~3 MiB (docs/benchmarks.md, "Controller latency").
 MAX_CHUNK = 32
+#: What the snapshot's batch activation may gain (the process's resident memory, measured after
+#: each chunk) before it is dropped and rebuilt: cel-expr-python keeps everything an evaluation
+#: allocates in the activation's arena until the activation is dropped, so a policy allocating
+#: 30 MB an evaluation took 6 GB over 200 workloads (issue 11, "batch memory bounded"). A rebuild
+#: costs converting the snapshot's values once more; honest policies never reach it.
+RETAIN_BYTES = 256 << 20
+#: What one chunk may grow the heap by: a program's first chunk is one item, and its chunks
+#: after that hold as many items as fit in this at the growth per item last measured (at most
+#: ``max_chunk``, and at most what the iteration budget allowed).
+CHUNK_BYTES = 64 << 20
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo2() -> Any:
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def heap_bytes() -> int | None:
+    """Bytes in use on the C heap (glibc's mallinfo2, ~0.4 µs: what cel-expr-python's arenas
+    hold, freed memory not counted), else the process's resident memory (Linux), else None."""
+    if _MALLINFO2 is not None:
+        info = _MALLINFO2()
+        return int(info.uordblks + info.hblkhd)
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -74,6 +118,7 @@ class FusedCache:
         self._reads: dict[tuple[str, ...], tuple[set[str] | None, bool]] = {}
         self._reads_by_id: dict[int, tuple[Any, tuple[set[str] | None, bool]]] = {}
         self._chunk: dict[int, int] = {}
+        self._budget_cap: dict[int, int] = {}
         self._parts: dict[str, list[tuple[tuple[str, ...] | None, bool, tuple[int, ...]]]] = {}
         self._subsets: dict[tuple[Any, ...], Program | None] = {}
         self._projections: dict[tuple[tuple[str, ...], tuple[str, ...]],
@@ -85,21 +130,39 @@ class FusedCache:
         """Run a batch program over ``items`` in chunks of at most ``max_chunk`` (MAX_CHUNK:
         larger batches cost quadratic time and memory) and small enough for cel-expr-python's
         iteration budget (10,000 comprehension steps per evaluation; every bound variable is
-        one): a chunk that exceeds it is halved, and the size that worked is remembered."""
-        size = self._chunk.get(id(program), self._max_chunk)
+        one): a chunk that exceeds it is halved, and the size that worked is remembered.
+        ``act`` is an activation, or a SnapshotState whose batch activation is used and
+        dropped once it has grown the heap by RETAIN_BYTES; then chunks are sized by the
+        growth per item (CHUNK_BYTES)."""
+        snap = act if isinstance(act, SnapshotState) else None
+        # a program not run before starts with one item when its growth can be measured
+        size = self._chunk.get(id(program), 1 if snap is not None and self._max_chunk > 1
+                               and heap_bytes() is not None else self._max_chunk)
+        cap = self._budget_cap.get(id(program), self._max_chunk)
         out: list[Any] = []
         i = 0
         while i < len(items):
             part = items[i:i + size]
+            activation = snap.activation(self._runtime) if snap is not None else act
+            before = heap_bytes() if snap is not None else None
             try:
-                out += self._runtime.run_batch(program, act, part)
+                out += self._runtime.run_batch(program, activation, part)
             except CelEvalError as exc:
                 if _BUDGET not in str(exc) or size == 1:
                     raise
-                size = max(1, size // 2)
+                size = cap = max(1, size // 2)
                 self._chunk[id(program)] = size
+                self._budget_cap[id(program)] = cap
                 continue
             i += len(part)
+            if snap is not None:
+                after = heap_bytes()
+                if before is not None and after is not None:
+                    per_item = max(1, (after - before) // len(part))
+                    size = max(1, min(cap, CHUNK_BYTES // per_item))
+                    self._chunk[id(program)] = size
+                del activation
+                snap.drop_if_grown(after)
         return out
 
     def get(self, policy: CompiledPolicy) -> Fused | None:
@@ -305,6 +368,18 @@ class SnapshotState:
     plans: dict[int, tuple[Any, list[CompiledPolicy], Combined | None]] = field(
         default_factory=dict)
     _activation: Any = None
+    _built_at: int | None = None  # heap bytes after the activation's first chunk
+    rebuilt: int = 0  # activations dropped for growing beyond RETAIN_BYTES
+
+    def drop_if_grown(self, now: int | None) -> None:
+        """Drop the batch activation (its arena) when the heap grew by more than
+        RETAIN_BYTES since its first chunk; the next chunk builds a new one."""
+        if self._built_at is None:  # after its first chunk: the snapshot's values it converted
+            self._built_at = now     # on first access are not growth
+            return
+        if now is not None and now - self._built_at > RETAIN_BYTES:
+            self._activation = None
+            self.rebuilt += 1
 
     def gate(self, cache: FusedCache, policy: CompiledPolicy) -> bool | None:
         if policy.name not in self.gates:
@@ -339,6 +414,7 @@ class SnapshotState:
         if self._activation is None:
             values = {name: vals for name, (_, vals) in self.hoisted.items()}
             self._activation = runtime.activation({**self.shared, HOISTED: values})
+            self._built_at = None
         return self._activation
 
 
