@@ -85,7 +85,9 @@ def snap(f: FactorySnapshot, *workloads: WorkloadState, qs: tuple[QueueState, ..
 
 
 def test_pending_checks_are_answered(ev: Evaluator) -> None:
-    s = snap(factory(event=True),
+    # under the event's 100 kW target: room for the firm job (over it, with nothing flexible
+    # left to pause, firm work would wait: test_headroom, hold_firm_beyond_reach)
+    s = snap(factory(draw_kw=80.0, event=True),
              wl("flex", Phase.RESERVED, tier=2, check_state=CheckState.PENDING),
              wl("firm", Phase.RESERVED, tier=0, check_state=CheckState.PENDING),
              wl("done", Phase.ADMITTED, tier=2, check_state=CheckState.READY))
