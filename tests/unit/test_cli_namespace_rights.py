@@ -42,14 +42,15 @@ class NamespaceRightsKube(FakeKube):
     """An API server answering as it answers a user with ``edit`` in ``NS`` only: a list in
     every namespace or of a cluster-scoped kind is 403, a list in ``NS`` is allowed."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: str | None = NS) -> None:
         super().__init__()
         self.lists: list[tuple[str, str | None]] = []
+        self.allowed = allowed
 
     async def list(self, res: k.Resource, namespace: str | None = None,
                    params: Any = None) -> k.Obj:
         self.lists.append((res.plural, namespace))
-        if namespace != NS:
+        if namespace is None or namespace != self.allowed:
             where = f"in the namespace {namespace!r}" if namespace else "at the cluster scope"
             raise k.PermanentError(f"{res.plural} is forbidden: User \"ml\" cannot list "
                                    f"resource \"{res.plural}\" {where}", 403, "Forbidden")
@@ -63,8 +64,8 @@ class NamespaceRightsKube(FakeKube):
         return None
 
 
-def _kube() -> NamespaceRightsKube:
-    kube = NamespaceRightsKube()
+def _kube(allowed: str | None = NS) -> NamespaceRightsKube:
+    kube = NamespaceRightsKube(allowed)
     kube.put(k.WORKLOADS, WORKLOAD)
     kube.put(k.LOCAL_QUEUES, LOCAL_QUEUE)
     return kube
@@ -158,3 +159,24 @@ def test_the_read_path_lists_in_the_namespace_it_was_given(kubeconfig: Path) -> 
     view = asyncio.run(cluster.read(str(kubeconfig), None, namespace=NS))
     assert set(view.objects.workloads) == {f"{NS}/train-1"}
     assert {"cluster_queues", "topologies", "policies"} <= view.forbidden
+
+
+async def test_a_user_with_no_rights_at_all_gets_the_403() -> None:
+    """Not even the namespace's Workloads: the 403 is the answer (exit 1, one line), not an
+    empty table under warnings."""
+    with pytest.raises(k.PermanentError, match="workloads is forbidden"):
+        await list_objects(cast(k.Kube, _kube(allowed=None)), NS)
+
+
+def test_explain_with_no_rights_at_all_is_one_line_exit_1(
+        kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def connect(*_: Any, **__: Any) -> NamespaceRightsKube:
+        return _kube(allowed=None)
+
+    monkeypatch.setattr(cluster.k, "connect", connect)
+    result = CliRunner().invoke(app, ["explain", "train-1", "--kubeconfig", str(kubeconfig),
+                                      "--policies", str(POLICIES)])
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, \
+        result.stderr
+    assert "forbidden" in result.stderr

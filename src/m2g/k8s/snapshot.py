@@ -118,11 +118,13 @@ async def list_objects(kube: k.Kube, namespace: str | None = None) -> Listed:
     ``edit`` bound there: ``m2g explain``, ``m2g submit --dry-run``). A kind the API server
     forbids listing (403) in every namespace is then listed in ``namespace`` when namespaced
     (``Listed.namespace_only``), else left empty (``Listed.forbidden``), each said in
-    ``Listed.warnings``. None (the default): a 403 passes through."""
+    ``Listed.warnings``. None (the default): a 403 passes through. Workloads the reader may
+    not list even in ``namespace``: their 403 is raised (a user with no rights at all)."""
     found: dict[str, dict[str, Any]] = {}
     missing: list[k.Resource] = []
     narrowed: list[str] = []
     forbidden: list[str] = []
+    denied: dict[str, k.PermanentError] = {}
     for name, res in WATCHED.items():
         try:
             found[name] = await _items(kube, res, params(name))
@@ -134,6 +136,7 @@ async def list_objects(kube: k.Kube, namespace: str | None = None) -> Listed:
         except k.PermanentError as exc:
             if namespace is None or exc.status != 403:
                 raise
+            denied.setdefault(name, exc)
             found[name] = {}
             if res.namespaced:
                 try:
@@ -144,6 +147,8 @@ async def list_objects(kube: k.Kube, namespace: str | None = None) -> Listed:
                     if again.status not in (403, 404):
                         raise
             forbidden.append(name)
+    if "workloads" in forbidden:  # not even the namespace's own: nothing to show, say why
+        raise denied["workloads"]
     listed = Listed(ClusterObjects(**found), missing=missing,
                     namespace_only=frozenset(narrowed), forbidden=frozenset(forbidden))
     if narrowed:
