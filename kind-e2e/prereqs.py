@@ -5,8 +5,8 @@
 Standard library only (it runs before the venv exists). Checks, for the target:
 
 * Python >= 3.11 with the ``venv`` module (Debian ships it separately: python3-venv);
-* Go >= 1.26, unless every control-plane binary is already built in the cache
-  ($M2G_CACHE/bin, kind-e2e/localcp/paths.py), and git (the module proxy fetch);
+* Go >= 1.26, unless every control-plane binary (and, for ``test``, helm) is already built in
+  the cache ($M2G_CACHE/bin, kind-e2e/localcp/paths.py), and git (the module proxy fetch);
 * Debian's ``prometheus`` (the demo scrapes the simulator; the signal tests run a real one) and,
   for ``test``, ``promtool`` (it backfills the H200 recording).
 
@@ -49,14 +49,16 @@ def missing(target: str) -> list[tuple[str, str]]:
                     f"{APT} python3 (Debian 12 has 3.11), or make PYTHON=python3.11 {target}"))
     if importlib.util.find_spec("venv") is None or importlib.util.find_spec("ensurepip") is None:
         out.append(("the Python venv module", f"{APT} python3-venv"))
-    unbuilt = [b for b in BINARIES if not binary(b).exists()]
+    # `make test` also builds helm (the chart's tests render with it) from its Go module
+    needed = BINARIES + (("helm",) if target == "test" else ())
+    unbuilt = [b for b in needed if not binary(b).exists()]
     if unbuilt:
         have = go_version()
         if have is None or have < GO_MIN:
             now = "not installed" if have is None else f"go{have[0]}.{have[1]} is too old"
             out.append((f"Go >= {GO_MIN[0]}.{GO_MIN[1]} to build the local control plane "
-                        f"({now}; {len(unbuilt)} of {len(BINARIES)} binaries not built yet)",
-                        GO_INSTALL))
+                        f"({now}; {len(unbuilt)} of {len(needed)} binaries not built yet: "
+                        f"{', '.join(unbuilt)})", GO_INSTALL))
         if shutil.which("git") is None:
             out.append(("git (Go fetches the pinned modules)", f"{APT} git"))
     tools = ["prometheus"] + (["promtool"] if target == "test" else [])

@@ -150,8 +150,11 @@ def check_blockers(cq_name: str, cq: Obj, checks: Mapping[str, Obj]) -> list[Blo
 
 def kueue_blockers(wl: Obj, local_queues: Mapping[str, Obj], cluster_queues: Mapping[str, Obj],
                    flavors: Mapping[str, Obj], checks: Mapping[str, Obj],
-                   topologies: Mapping[str, Obj]) -> list[Blocker]:
-    """Kueue's reasons a workload is not admitted, each with its fix (none once admitted)."""
+                   topologies: Mapping[str, Obj], unreadable: frozenset[str] = frozenset()
+                   ) -> list[Blocker]:
+    """Kueue's reasons a workload is not admitted, each with its fix (none once admitted).
+    ``unreadable``: the ClusterObjects fields (and ``topologies``) the reader may not list — an
+    object missing from those is not known to be absent, so it names no blocker."""
     if _true(wl, "Admitted"):
         return []
     meta = wl.get("metadata") or {}
@@ -161,16 +164,22 @@ def kueue_blockers(wl: Obj, local_queues: Mapping[str, Obj], cluster_queues: Map
         return [Blocker("it names no LocalQueue, so Kueue does not manage it",
                         f"label the job {L.QUEUE_NAME}=<a LocalQueue of {ns}>")]
     lq = local_queues.get(f"{ns}/{queue}")
+    if lq is None and "local_queues" in unreadable:
+        return []
     if lq is None:
         return [Blocker(f"LocalQueue {ns}/{queue} does not exist",
                         "create it (kueue-config/base/tenants.yaml) or use another queue")]
     cq_name = str(_spec(lq).get("clusterQueue", ""))
     cq = cluster_queues.get(cq_name)
+    if cq is None and "cluster_queues" in unreadable:
+        return []
     if cq is None:
         return [Blocker(f"LocalQueue {ns}/{queue} points at ClusterQueue {cq_name}, which does "
                         "not exist", f"create ClusterQueue {cq_name} or repoint the queue")]
-    return (topology_blockers(wl, cq_name, cq, flavors, topologies)
-            + quota_blockers(wl, cq_name, cq) + check_blockers(cq_name, cq, checks))
+    topo = [] if {"resource_flavors", "topologies"} & unreadable else \
+        topology_blockers(wl, cq_name, cq, flavors, topologies)
+    gates = [] if "admission_checks" in unreadable else check_blockers(cq_name, cq, checks)
+    return topo + quota_blockers(wl, cq_name, cq) + gates
 
 
 def power_blockers(factory: FactorySnapshot, decisive: Sequence[str]) -> list[Blocker]:

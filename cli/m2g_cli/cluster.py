@@ -51,6 +51,9 @@ class ClusterView:
     lease: dict[str, Any] | None = None  # m2g's Lease, when asked for (m2g status)
     #: NS/NAME of the Workloads the API server matched to a field selector (None: not asked)
     selected: set[str] | None = None
+    #: ClusterObjects fields (and ``policies``, ``topologies``) the reader may not list anywhere
+    #: (namespace rights only): empty because unreadable, not because absent
+    forbidden: frozenset[str] = frozenset()
 
 
 def server(kubeconfig: str | None, context: str | None) -> str:
@@ -70,10 +73,13 @@ def server(kubeconfig: str | None, context: str | None) -> str:
 
 async def read(kubeconfig: str | None, context: str | None,
                prometheus: str | None = None, lease: tuple[str, str] | None = None,
-               field_selector: str | None = None) -> ClusterView:
+               field_selector: str | None = None, namespace: str | None = None
+               ) -> ClusterView:
     """List everything once; raise CliError with one clear line on failure.
     ``field_selector``: also list the Workloads it selects, evaluated by the API server
-    (``ClusterView.selected``); one it refuses is exit code 2."""
+    (``ClusterView.selected``); one it refuses is exit code 2. A reader with rights in one
+    namespace only (``namespace``, default the context's) reads what it may: the namespaced
+    kinds there, the rest left out with a warning (``ClusterView.forbidden``)."""
     if k.resolve_kubeconfig(kubeconfig) is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise CliError("no cluster: no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running "
                        "in a pod; pass --kubeconfig")
@@ -87,20 +93,28 @@ async def read(kubeconfig: str | None, context: str | None,
     warnings: list[str] = []
     # the same function as `m2g submit` (kr8s's own namespace is the current context's even
     # under --context, so it is not used)
-    namespace = context_namespace(kubeconfig, context)
+    default_ns = context_namespace(kubeconfig, context)
+    unread: set[str] = set()
     try:
-        listed = await list_objects(kube)
+        listed = await list_objects(kube, namespace or default_ns)
         try:
             policies = list((await kube.list(k.POLICIES)).get("items") or [])
-        except k.ResourceMissing:
+        except k.PermanentError as exc:
+            if not isinstance(exc, k.ResourceMissing) and exc.status != 403:
+                raise
             policies = []
+            unread |= {"policies"} if exc.status == 403 else set()
         try:
             topologies = {object_key(o): o
                           for o in (await kube.list(KUEUE_TOPOLOGIES)).get("items") or []}
-        except k.ResourceMissing:  # Kueue without TAS
+        except k.PermanentError as exc:  # Kueue without TAS, or not readable
+            if not isinstance(exc, k.ResourceMissing) and exc.status != 403:
+                raise
             topologies = {}
+            unread |= {"topologies"} if exc.status == 403 else set()
         held = await kube.get_or_none(k.LEASES, lease[1], lease[0]) if lease else None
-        selected = await _selected(kube, field_selector) if field_selector else None
+        narrowed = namespace or default_ns if "workloads" in listed.namespace_only else None
+        selected = await _selected(kube, field_selector, narrowed) if field_selector else None
     except RequiredKindMissing as exc:
         raise CliError(f"{exc.resource.kind} ({exc.resource.group}) is not served by this "
                        "cluster: is Kueue installed (v1beta2 CRDs)?") from None
@@ -116,14 +130,17 @@ async def read(kubeconfig: str | None, context: str | None,
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
                     labels=(site_config() or SiteConfig()).topology.labels)
     warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
-    return ClusterView(snap, listed.objects, policies, warnings, topologies, namespace, held,
-                       selected)
+    return ClusterView(snap, listed.objects, policies, warnings, topologies, default_ns, held,
+                       selected, listed.forbidden | unread)
 
 
-async def _selected(kube: k.Kube, field_selector: str) -> set[str]:
-    """The keys of the Workloads the API server selects with ``field_selector``."""
+async def _selected(kube: k.Kube, field_selector: str, namespace: str | None = None
+                    ) -> set[str]:
+    """The keys of the Workloads the API server selects with ``field_selector`` (in
+    ``namespace`` only when given: the reader may list Workloads there only)."""
     try:
-        found = await kube.list(k.WORKLOADS, params={"fieldSelector": field_selector})
+        found = await kube.list(k.WORKLOADS, namespace,
+                                params={"fieldSelector": field_selector})
     except k.PermanentError as exc:
         if exc.status == 400:  # the API server's word on a selector it cannot read
             raise CliError(f"--field-selector {field_selector!r}: "

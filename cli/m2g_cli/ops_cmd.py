@@ -107,12 +107,12 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def _view(kubeconfig: str | None, context: str | None, prometheus: str | None = None,
-          lease: tuple[str, str] | None = None, field_selector: str | None = None
-          ) -> ClusterView:
+          lease: tuple[str, str] | None = None, field_selector: str | None = None,
+          namespace: str | None = None) -> ClusterView:
     from m2g_cli.cluster import read  # kr8s and the adapters: only for commands that need them
 
     view = _run(read(kubeconfig, context, prometheus, lease=lease,
-                     field_selector=field_selector))
+                     field_selector=field_selector, namespace=namespace or None))
     for w in view.warnings:
         typer.echo(f"warning: {w}", err=True)
     return view
@@ -258,7 +258,7 @@ def workloads(
     names.check(namespace, "namespace", namespace=True)
     names.check(queue, "queue")
     how = listing(no_headers, sort_by)
-    view = _view(kubeconfig, context, field_selector=field_selector)
+    view = _view(kubeconfig, context, field_selector=field_selector, namespace=namespace)
     ns = chosen_namespace(view, namespace, all_namespaces)
     chosen = WorkloadFilter(ns, queue, match)
     if watch:
@@ -328,6 +328,11 @@ def evaluator_for(view: ClusterView, policies: Path | None) -> Evaluator:
     """The policies to evaluate: ``policies`` (a folder) or the cluster's Policy objects."""
     from m2g_cli.cluster import CliError
 
+    if policies is None and "policies" in view.forbidden:
+        raise CliError("no rights to read the cluster's Policy objects (policies.m2g.io): pass "
+                       "--policies DIR (the folder m2g run reads; the shipped examples: "
+                       "\"$(m2g policy examples)\"), or ask for ClusterRole m2g-user bound "
+                       "cluster-wide (docs/deploy.md, \"Roles for people\")")
     try:
         sources = read_dir(policies) if policies else read_texts(policy_texts(view.policies))
         return Evaluator(build(sources))
@@ -359,7 +364,7 @@ def explain(
     names.check(prefix or None, "namespace", namespace=True)
     names.check(name, "workload name")
     names.check(namespace, "namespace", namespace=True)
-    view = _view(kubeconfig, context, prometheus)
+    view = _view(kubeconfig, context, prometheus, namespace=prefix or namespace)
     prefix, _, name = workload.rpartition("/")
     ns = prefix or chosen_namespace(view, namespace, all_namespaces)
     matches = [w for w in view.snapshot.workloads if (ns is None or w.namespace == ns)
@@ -386,7 +391,7 @@ def explain(
     ex = explain_workload(view.snapshot, w, evaluator)
     o = view.objects
     found = kueue_blockers(raw, o.local_queues, o.cluster_queues, o.resource_flavors,
-                           o.admission_checks, view.topologies)
+                           o.admission_checks, view.topologies, view.forbidden)
     found += power_blockers(view.snapshot.factory, [r.message for r in deciding(ex.now)])
     typer.echo(render_explanation(ex, output, conditions, found), nl=False)
 

@@ -37,7 +37,8 @@ async def preview(rendered: Rendered, kubeconfig: str | None, context: str | Non
     reach). Raises CliError only for policies that do not load."""
     notes: list[str] = []
     try:
-        view = await read(kubeconfig, context, prometheus)
+        ns = (rendered.workload.get("metadata") or {}).get("namespace")
+        view = await read(kubeconfig, context, prometheus, namespace=ns or None)
     except CliError as exc:
         if policies is None:
             return Preview(None, (f"no admission decision: {exc} (pass --policies DIR to "
@@ -47,6 +48,11 @@ async def preview(rendered: Rendered, kubeconfig: str | None, context: str | Non
         now = datetime.now(UTC)
         view = ClusterView(assemble(ClusterObjects(), None, now), ClusterObjects())
     notes += view.warnings
+    if policies is None and "policies" in view.forbidden:
+        try:
+            evaluator_for(view, policies)
+        except CliError as exc:
+            return Preview(None, (*notes, f"no admission decision: {exc}"))
     if policies is None and not view.policies:
         notes.append("the cluster has no m2g Policy objects (is m2g installed?): nothing "
                      "would object")

@@ -343,9 +343,13 @@ def render_signals(f: FactorySnapshot, out: Output, listing: Listing = Listing()
     if out in (Output.YAML, Output.JSON):
         return structured(data, out)
     s = data["site"]
-    draw = "stale" if s["drawKw"] is None else f"{s['drawKw']:.1f}"
-    lines = [f"Site {s['name']}: draw {draw} kW, budget {s['budgetKw']:g} kW, "
-             f"limit in force {s['limitKw']:g} kW; hottest inlet {s['maxInletC']:.1f} °C"]
+    # a reading m2g does not have is said, not shown as 0 (no budget: 0 in the data)
+    draw = "stale" if s["drawKw"] is None else f"{s['drawKw']:.1f} kW"
+    budget = f"{s['budgetKw']:g} kW" if s["budgetKw"] else "none"
+    limit = f"{s['limitKw']:g} kW" if s["limitKw"] else "none"
+    inlet = (f"hottest inlet {s['maxInletC']:.1f} °C"
+             if any(r["inletC"] is not None for r in data["racks"]) else "no inlet readings")
+    lines = [f"Site {s['name']}: draw {draw}, budget {budget}, limit in force {limit}; {inlet}"]
     ev = data["gridEvent"]
     if ev:
         state = "ACTIVE" if ev["active"] else "upcoming"

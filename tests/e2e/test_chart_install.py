@@ -5,7 +5,8 @@ Prometheus stand-in holding DCGM exporter and facility series), and a token of t
 ServiceAccount — as a local process (the factory's KWOK nodes, labelled as GFD and Topograph
 label a GB300 cluster, run no real pods). It must lead, make m2g-policy Active so the tenant
 queues turn Active, answer a tenant job's check, read the PDUs' draw, answer a second
-AdmissionCheck of its controller with its own name, hold the queues when DCGM reports XID 79
+AdmissionCheck of its controller with its own name, admit a job from every template that
+renders to a plain Job (``m2g submit``) on the first try, hold the queues when DCGM reports XID 79
 on most GPUs, show all of it in ``m2g status``, and never be refused by the API server (the
 chart's RBAC is the controller's).
 """
@@ -40,6 +41,7 @@ from manifests_helpers import (
     render,
     sa_kubeconfig,
 )
+from test_real_labels_e2e import JOB_TEMPLATES, SETS
 from tests.image import oci
 
 pytestmark = pytest.mark.e2e
@@ -235,6 +237,52 @@ def _second_check_is_answered(kubeconfig: Path) -> None:
                 f"admissionchecks.kueue.x-k8s.io/{check}", "--wait=false", check=False)
 
 
+def _every_job_template_is_admitted_on_the_first_try(kubeconfig: Path) -> None:
+    """What a tenant does first: ``m2g submit`` each template that renders to a plain batch/v1
+    Job into kueue-config's research queue (template defaults: its priority class, its
+    clique/block levels), one at a time. Each is admitted without a requeue, with the
+    chart's controller answering m2g-policy Ready. (``scheduler=default``: the local control
+    plane runs no KAI scheduler; admission does not depend on it.)"""
+    for name in JOB_TEMPLATES:
+        job_name = unique(name[:30])
+        args = ["submit", name, "-n", "research", "--kubeconfig", str(kubeconfig),
+                "--set", f"name={job_name}", "--set", "api=Job", "--set", "scheduler=default"]
+        for item in SETS.get(name, []):
+            args += ["--set", item]
+        sub = subprocess.run([sys.executable, "-c", "from m2g_cli.app import main; main()",
+                              *args], capture_output=True, text=True, check=False, timeout=120)
+        assert sub.returncode == 0, (name, sub.stderr)
+        seen: list[dict[str, Any]] = []
+
+        def admitted(job_name: str = job_name, seen: list[dict[str, Any]] = seen
+                     ) -> dict[str, Any] | None:
+            mine = [w for w in (get_json(kubeconfig, "workloads.kueue.x-k8s.io", "-n",
+                                         "research") or {}).get("items", [])
+                    if any(o.get("name") == job_name
+                           for o in w["metadata"].get("ownerReferences", []))]
+            seen[:] = mine
+            ok = mine and (condition(mine[0], "Admitted") or {}).get("status") == "True"
+            return mine[0] if ok else None
+
+        try:
+            wl = wait_until(f"{name} to be admitted", admitted, timeout=120)
+            assert "requeueState" not in wl["status"], (name, wl["status"]["requeueState"])
+            checks = {c["name"]: c["state"] for c in wl["status"]["admissionChecks"]}
+            assert checks == {"m2g-policy": "Ready"}, (name, checks)
+        except pytest.fail.Exception as exc:
+            pytest.fail(f"{exc}; {name}'s workload: "
+                        f"{json.dumps((seen or [{}])[0].get('status'))[:1500]}", pytrace=False)
+        finally:
+            # the next template needs the quota and the cliques: its workload must be gone
+            kubectl(kubeconfig, "delete", "jobs.batch", job_name, "-n", "research",
+                    "--cascade=foreground", "--wait=true", "--timeout=90s", check=False)
+            wait_until(f"{name}'s workload to go", lambda job_name=job_name: not [
+                w for w in (get_json(kubeconfig, "workloads.kueue.x-k8s.io", "-n",
+                                     "research") or {}).get("items", [])
+                if any(o.get("name") == job_name
+                       for o in w["metadata"].get("ownerReferences", []))], timeout=90)
+
+
 def _xid_on_most_gpus_holds_the_queues(kubeconfig: Path, series: dict[str, dict[str, float]]
                                        ) -> None:
     """XID 79 (GPU fallen off the bus) on more than half of the GPUs, as the DCGM exporter
@@ -317,7 +365,10 @@ def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: 
         wait_until("the controller to read the PDUs' draw", lambda: metric(
             http_get(f"{url}/metrics")[1], "m2g_site_draw_kilowatts") == 40.0 * racks,
             timeout=60)
+        kubectl(kubeconfig, "delete", "job", name, "-n", "research", "--wait=true",
+                "--timeout=90s", check=False)
         _second_check_is_answered(kubeconfig)
+        _every_job_template_is_admitted_on_the_first_try(kubeconfig)
         if xid:
             _xid_on_most_gpus_holds_the_queues(kubeconfig, series)
     finally:

@@ -57,7 +57,7 @@ def _read_path_namespace(monkeypatch: pytest.MonkeyPatch, cfg: Path, ctx: str | 
     async def connect(*_: Any, **__: Any) -> _Kube:
         return _Kube()
 
-    async def list_objects(_: Any) -> Listed:
+    async def list_objects(*_: Any) -> Listed:
         return Listed(ClusterObjects())
 
     monkeypatch.setattr(cluster.k, "connect", connect)

@@ -20,6 +20,7 @@ from m2g.model.cluster import (
     WorkloadState,
 )
 from m2g.model.factory import (
+    MISSING,
     FactorySnapshot,
     GridEvent,
     MaintenanceWindow,
@@ -198,6 +199,17 @@ def test_signals(out: Output) -> None:
     text = render_signals(cluster().factory, out)
     assert "stale" in text and "ALARM" in text  # rack-1's stale power and its alarm
     golden(f"signals_{out.value}.txt", text)
+
+
+def test_signals_says_what_it_has_no_reading_or_budget_for() -> None:
+    """A site with no budget and no telemetry (m2g installed, Prometheus not yet pointed at
+    it): the site line says so instead of "draw stale kW, budget 0 kW, ... 0.0 °C"."""
+    racks = (Rack("rack-0", "b0", "pd0", power_kw=MISSING, inlet_c=MISSING),
+             Rack("rack-1", "b0", "pd0", power_kw=MISSING, inlet_c=MISSING))
+    f = FactorySnapshot(now=NOW, site="site", racks=racks)
+    first = render_signals(f, Output.TABLE).splitlines()[0]
+    assert first == ("Site site: draw stale, budget none, limit in force none; "
+                     "no inlet readings"), first
 
 
 def test_signals_json_is_machine_readable() -> None:

@@ -85,6 +85,10 @@ class Listed:
     kai: KaiState | None = None
     missing: list[k.Resource] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: WATCHED kinds read in one namespace only / not readable at all (``list_objects``'s
+    #: ``namespace``: a reader with namespace rights only)
+    namespace_only: frozenset[str] = frozenset()
+    forbidden: frozenset[str] = frozenset()
 
 
 class RequiredKindMissing(k.ResourceMissing):
@@ -95,17 +99,32 @@ class RequiredKindMissing(k.ResourceMissing):
         self.resource = res
 
 
-async def _items(kube: k.Kube, res: k.Resource,
-                 query: Mapping[str, str] | None = None) -> dict[str, Any]:
-    data = await kube.list(res, params=query)
+async def _items(kube: k.Kube, res: k.Resource, query: Mapping[str, str] | None = None,
+                 namespace: str | None = None) -> dict[str, Any]:
+    data = await kube.list(res, namespace, params=query)
     return {object_key(o): o for o in data.get("items") or []}
 
 
-async def list_objects(kube: k.Kube) -> Listed:
+def _plurals(names: list[str]) -> str:
+    return ", ".join(WATCHED[n].plural + (f".{WATCHED[n].group}" if WATCHED[n].group else "")
+                     for n in names)
+
+
+async def list_objects(kube: k.Kube, namespace: str | None = None) -> Listed:
     """Every WATCHED kind listed once, and KAI's Topologies and Queues when served. Raises
-    ``RequiredKindMissing`` for a missing core or Kueue kind; other KubeErrors pass through."""
+    ``RequiredKindMissing`` for a missing core or Kueue kind; other KubeErrors pass through.
+
+    ``namespace``: a reader who may have rights in that namespace only (an ML engineer with
+    ``edit`` bound there: ``m2g explain``, ``m2g submit --dry-run``). A kind the API server
+    forbids listing (403) in every namespace is then listed in ``namespace`` when namespaced
+    (``Listed.namespace_only``), else left empty (``Listed.forbidden``), each said in
+    ``Listed.warnings``. None (the default): a 403 passes through. Workloads the reader may
+    not list even in ``namespace``: their 403 is raised (a user with no rights at all)."""
     found: dict[str, dict[str, Any]] = {}
     missing: list[k.Resource] = []
+    narrowed: list[str] = []
+    forbidden: list[str] = []
+    denied: dict[str, k.PermanentError] = {}
     for name, res in WATCHED.items():
         try:
             found[name] = await _items(kube, res, params(name))
@@ -114,7 +133,32 @@ async def list_objects(kube: k.Kube) -> Listed:
                 raise RequiredKindMissing(res) from None
             missing.append(res)
             found[name] = {}
-    listed = Listed(ClusterObjects(**found), missing=missing)
+        except k.PermanentError as exc:
+            if namespace is None or exc.status != 403:
+                raise
+            denied.setdefault(name, exc)
+            found[name] = {}
+            if res.namespaced:
+                try:
+                    found[name] = await _items(kube, res, params(name), namespace)
+                    narrowed.append(name)
+                    continue
+                except k.PermanentError as again:
+                    if again.status not in (403, 404):
+                        raise
+            forbidden.append(name)
+    if "workloads" in forbidden:  # not even the namespace's own: nothing to show, say why
+        raise denied["workloads"]
+    listed = Listed(ClusterObjects(**found), missing=missing,
+                    namespace_only=frozenset(narrowed), forbidden=frozenset(forbidden))
+    if narrowed:
+        listed.warnings.append(
+            f"no rights to list {_plurals(narrowed)} in every namespace: read in namespace "
+            f"{namespace} only")
+    if forbidden:
+        listed.warnings.append(
+            f"no rights to read {_plurals(forbidden)}: decided without them (docs/deploy.md, "
+            "\"Roles for people\")")
     listed.kai = await _list_kai(kube, listed)
     return listed
 
