@@ -119,6 +119,12 @@ class PartMemos:
         had[1].turn()
         return had[1]
 
+    def __len__(self) -> int:
+        """The class results kept, over every part."""
+        with self._lock:
+            memos = [m for _, m in self._memos.values()]
+        return sum(map(len, memos))
+
     def clear(self) -> None:
         """Forget every part's results (the compiled programs and purity checks stay)."""
         with self._lock:
