@@ -80,16 +80,9 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
              out: dict[str, Any]) -> dict[str, Any]:
     """Fill ``out`` as it goes, so a MemoryError still reports what was measured before."""
     from m2g.k8s import build as kb
-    from m2g.model.collector import collector_paused
     from m2g.planner import plan as planner
-    from m2g.planner.admission import check_updates
-    from m2g.planner.capacity import capacity_updates
     from m2g.planner.config import PlannerConfig
-    from m2g.planner.fairness import weight_updates
     from m2g.planner.inputs import InputBuilder
-    from m2g.planner.kai import kai_updates
-    from m2g.planner.nodes import drain_actions, taint_updates
-    from m2g.planner.shedding import shed_actions
     from m2g.policy import Evaluator, load_dir
     from m2g.testing.scale import LABELS, NOW, generate
 
@@ -121,7 +114,25 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     out["decisions"] = {"checks": len(first.checks), "quotas": len(first.quotas),
                         "sheds": len(first.sheds), "stops": len(first.stops)}
     out["plan_sha256"] = digest(first)
-    snap = snap_at(10)
+    first = snap = None  # as a controller: one snapshot alive at a time
+    out["parts"] = plan_parts(ev, cfg, snap_at(10))
+    steady(objs, snap_at, ev, cfg, out)
+    out["peak_rss_mib"] = peak_mib()
+    return out
+
+
+def plan_parts(ev: Any, cfg: Any, snap: Any) -> dict[str, dict[str, float]]:
+    """Each part of make_plan on ``snap``, wall and CPU (the collector paused, as make_plan
+    runs them)."""
+    from m2g.model.collector import collector_paused
+    from m2g.planner.admission import check_updates
+    from m2g.planner.capacity import capacity_updates
+    from m2g.planner.fairness import weight_updates
+    from m2g.planner.inputs import InputBuilder
+    from m2g.planner.kai import kai_updates
+    from m2g.planner.nodes import drain_actions, taint_updates
+    from m2g.planner.shedding import shed_actions
+
     b = InputBuilder(snap)
     sheds: list[Any] = []
     parts: list[tuple[str, Callable[[], Any]]] = [
@@ -134,13 +145,11 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
         ("fairness", lambda: weight_updates(ev, b)),
         ("taints", lambda: taint_updates(b, cfg)),
     ]
-    out["parts"] = {}
+    out = {}
     for name, f in parts:
-        with collector_paused():  # as make_plan runs them
+        with collector_paused():
             _, wall, cpu = timed(f)
-        out["parts"][name] = {"wall": wall, "cpu": cpu}
-    steady(objs, snap_at, ev, cfg, out)
-    out["peak_rss_mib"] = peak_mib()
+        out[name] = {"wall": wall, "cpu": cpu}
     return out
 
 
@@ -163,12 +172,14 @@ def steady(objs: Any, snap_at: Callable[[int, Any], Any], ev: Any, cfg: Any,
         snap = snap_at(t, objs)
         _, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg))
         runs["cold"].append((wall, cpu))
-        objs = tick(objs, t + 10, changed)
+        objs, snap = tick(objs, t + 10, changed), None  # one snapshot alive at a time
         snap = snap_at(t + 10, objs)
         warm, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg))
         runs["warm"].append((wall, cpu))
+        warm = digest(warm)
         getattr(ev, "forget", lambda: None)()  # the same snapshot without the memo: same plan?
-        same.append(digest(warm) == digest(planner.make_plan(snap, ev, cfg)))
+        same.append(warm == digest(planner.make_plan(snap, ev, cfg)))
+        snap = None
     out["warm_same_plan"] = all(same)
     out["tick_changed"] = changed
     out["plan_runs"] = runs
