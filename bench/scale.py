@@ -15,7 +15,9 @@ machine. It reports, wall and CPU (``time.process_time``):
   warm (memo, 5 s later);
 * plan parts: each part of ``make_plan`` on a fresh snapshot, the evaluator warm (steady state:
   the controller keeps its Evaluator, every reconcile brings a new snapshot);
-* make_plan: the whole reconcile on another fresh snapshot;
+* make_plan: the whole reconcile on another fresh snapshot, with the Evaluator's decision
+  memo dropped (cold) and a controller tick later (warm: 10 s on, a few hundred workloads
+  changed, the memo of the reconcile before; ``steady``), alternated, twice each;
 * RSS: after the raw objects were generated, and the process's peak;
 * the growth exponent between consecutive sizes: d log(cost) / d log(workloads);
 * the plan's digest (sha256 of ``m2g.testing.scale.plan_record`` of the first plan, every
@@ -30,6 +32,7 @@ it prints figures and asserts nothing about time.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import hashlib
 import itertools
@@ -65,22 +68,23 @@ def timed(f: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, time.perf_counter() - w0, time.process_time() - c0
 
 
+def digest(plan: Any) -> str:
+    """The sha256 of a plan's every decision and message (m2g.testing.scale.plan_record)."""
+    from m2g.testing.scale import plan_record
+
+    return hashlib.sha256(json.dumps(plan_record(plan), sort_keys=True, default=str).encode()
+                          ).hexdigest()
+
+
 def run_size(racks: int, workloads: int, policies: Path, engine: str,
              out: dict[str, Any]) -> dict[str, Any]:
     """Fill ``out`` as it goes, so a MemoryError still reports what was measured before."""
     from m2g.k8s import build as kb
-    from m2g.model.collector import collector_paused
     from m2g.planner import plan as planner
-    from m2g.planner.admission import check_updates
-    from m2g.planner.capacity import capacity_updates
     from m2g.planner.config import PlannerConfig
-    from m2g.planner.fairness import weight_updates
     from m2g.planner.inputs import InputBuilder
-    from m2g.planner.kai import kai_updates
-    from m2g.planner.nodes import drain_actions, taint_updates
-    from m2g.planner.shedding import shed_actions
     from m2g.policy import Evaluator, load_dir
-    from m2g.testing.scale import LABELS, NOW, generate, plan_record
+    from m2g.testing.scale import LABELS, NOW, generate
 
     (objs, readings), out["generate_s"], _ = timed(lambda: generate(racks, workloads))
     gc.collect()
@@ -89,8 +93,8 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
     cfg = PlannerConfig()
     memo = kb.SnapshotMemo()
 
-    def snap_at(seconds: int) -> Any:
-        return kb.build_snapshot(objs, readings, NOW + timedelta(seconds=seconds), memo=memo,
+    def snap_at(seconds: int, raw: Any = objs) -> Any:
+        return kb.build_snapshot(raw, readings, NOW + timedelta(seconds=seconds), memo=memo,
                                  labels=LABELS)
 
     def cold() -> None:
@@ -109,9 +113,26 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
         lambda: planner.make_plan(snap, ev, cfg))
     out["decisions"] = {"checks": len(first.checks), "quotas": len(first.quotas),
                         "sheds": len(first.sheds), "stops": len(first.stops)}
-    out["plan_sha256"] = hashlib.sha256(json.dumps(
-        plan_record(first), sort_keys=True, default=str).encode()).hexdigest()
-    snap = snap_at(10)
+    out["plan_sha256"] = digest(first)
+    first = snap = None  # as a controller: one snapshot alive at a time
+    out["parts"] = plan_parts(ev, cfg, snap_at(10))
+    steady(objs, snap_at, ev, cfg, out)
+    out["peak_rss_mib"] = peak_mib()
+    return out
+
+
+def plan_parts(ev: Any, cfg: Any, snap: Any) -> dict[str, dict[str, float]]:
+    """Each part of make_plan on ``snap``, wall and CPU (the collector paused, as make_plan
+    runs them)."""
+    from m2g.model.collector import collector_paused
+    from m2g.planner.admission import check_updates
+    from m2g.planner.capacity import capacity_updates
+    from m2g.planner.fairness import weight_updates
+    from m2g.planner.inputs import InputBuilder
+    from m2g.planner.kai import kai_updates
+    from m2g.planner.nodes import drain_actions, taint_updates
+    from m2g.planner.shedding import shed_actions
+
     b = InputBuilder(snap)
     sheds: list[Any] = []
     parts: list[tuple[str, Callable[[], Any]]] = [
@@ -124,15 +145,50 @@ def run_size(racks: int, workloads: int, policies: Path, engine: str,
         ("fairness", lambda: weight_updates(ev, b)),
         ("taints", lambda: taint_updates(b, cfg)),
     ]
-    out["parts"] = {}
+    out = {}
     for name, f in parts:
-        with collector_paused():  # as make_plan runs them
+        with collector_paused():
             _, wall, cpu = timed(f)
-        out["parts"][name] = {"wall": wall, "cpu": cpu}
-    snap = snap_at(15)
-    _, out["plan_wall"], out["plan_cpu"] = timed(lambda: planner.make_plan(snap, ev, cfg))
-    out["peak_rss_mib"] = peak_mib()
+        out[name] = {"wall": wall, "cpu": cpu}
     return out
+
+
+def steady(objs: Any, snap_at: Callable[[int, Any], Any], ev: Any, cfg: Any,
+           out: dict[str, Any], changed: int = 300) -> None:
+    """make_plan in steady state, twice each way, alternated: **cold** (the Evaluator's
+    compiled programs warm but its decision memo dropped, ``Evaluator.forget``: as a
+    restarted controller's first reconcile, and as every reconcile before the memo) and
+    **warm** (a controller tick later: 10 s on, ``changed`` workloads changed in the raw
+    objects, ``m2g.testing.scale.tick``; the memo of the reconcile before). Both minima, and
+    every run, are reported. A full collection (untimed) before each: a collection of the
+    cyclic GC, due by the allocations of everything before, otherwise lands in one run or
+    another (3 → 7–9 s CPU at 1,400 racks, 2026-12-04)."""
+    from m2g.planner import plan as planner
+    from m2g.testing.scale import tick
+
+    runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    same: list[bool] = []
+    changed = min(changed, int(out["workloads"]) // 20)
+    for t in (15, 35):
+        getattr(ev, "forget", lambda: None)()  # (absent before the memo: A/B runs)
+        snap = snap_at(t, objs)
+        gc.collect()  # untimed: a collection the earlier runs' garbage is due lands in none
+        _, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg))
+        runs["cold"].append((wall, cpu))
+        objs, snap = tick(objs, t + 10, changed), None  # one snapshot alive at a time
+        snap = snap_at(t + 10, objs)
+        gc.collect()
+        warm, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg))
+        runs["warm"].append((wall, cpu))
+        warm = digest(warm)
+        getattr(ev, "forget", lambda: None)()  # the same snapshot without the memo: same plan?
+        same.append(warm == digest(planner.make_plan(snap, ev, cfg)))
+        snap = None
+    out["warm_same_plan"] = all(same)
+    out["tick_changed"] = changed
+    out["plan_runs"] = runs
+    out["plan_wall"], out["plan_cpu"] = min(runs["cold"], key=lambda r: r[1])
+    out["plan_warm_wall"], out["plan_warm_cpu"] = min(runs["warm"], key=lambda r: r[1])
 
 
 # ---- the driver -----------------------------------------------------------------------------
@@ -160,8 +216,9 @@ def exponent(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
 def report(results: list[dict[str, Any]]) -> None:
     ok = [r for r in results if "error" not in r]
     print("\n| size | pending | domains | snapshot cold / warm (wall, CPU) | make_plan first "
-          "| make_plan (wall / CPU) | raw RSS | peak RSS |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| make_plan cold memo (wall / CPU) | make_plan warm memo, a tick later (wall / CPU) "
+          "| raw RSS | peak RSS |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         if "error" in r:
             done = ", ".join(f"{k} {v:.2f}" for k, v in r.items()
@@ -173,6 +230,8 @@ def report(results: list[dict[str, Any]]) -> None:
               f"{r['snapshot_warm_wall']:.2f} s ({r['snapshot_warm_cpu']:.2f}) "
               f"| {r['plan_first_wall']:.2f} s ({r['plan_first_cpu']:.2f} CPU) "
               f"| {r['plan_wall']:.3f} s / {r['plan_cpu']:.3f} s "
+              f"| {r['plan_warm_wall']:.3f} s / {r['plan_warm_cpu']:.3f} s "
+              f"({r['tick_changed']} changed) "
               f"| {r['raw_rss_mib']:.0f} MiB | {r['peak_rss_mib']:.0f} MiB |")
     if ok:
         names = list(ok[0]["parts"])
@@ -183,11 +242,18 @@ def report(results: list[dict[str, Any]]) -> None:
             print(f"| {r['racks']} racks | " + " | ".join(
                 f"{r['parts'][n]['wall']:.3f} / {r['parts'][n]['cpu']:.3f}" for n in names) + " |")
         for r in ok:
+            print(f"make_plan CPU at {r['racks']} racks, every run: cold "
+                  + ", ".join(f"{c:.3f}" for _, c in r["plan_runs"]["cold"]) + "; warm "
+                  + ", ".join(f"{c:.3f}" for _, c in r["plan_runs"]["warm"])
+                  + ("; each warm plan the same as the same snapshot's without the memo"
+                     if r["warm_same_plan"] else "; A WARM PLAN DIFFERS from the cold one"))
+        for r in ok:
             print(f"decisions at {r['racks']} racks: {r['decisions']}, plan "
                   f"{r['plan_sha256'][:16]} {r.get('plan_check', '')}")
     for a, b in itertools.pairwise(ok):
         print(f"growth {a['racks']}→{b['racks']} racks (per ×workloads): make_plan CPU "
-              f"{exponent(a, b, 'plan_cpu')}, snapshot warm CPU "
+              f"{exponent(a, b, 'plan_cpu')} (warm memo {exponent(a, b, 'plan_warm_cpu')}), "
+              f"snapshot warm CPU "
               f"{exponent(a, b, 'snapshot_warm_cpu')}, peak RSS {exponent(a, b, 'peak_rss_mib')}")
 
 

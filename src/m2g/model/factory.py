@@ -261,6 +261,8 @@ def _maintenance(snap: FactorySnapshot, nodes: Iterable[Node]) -> DomainMaintena
     """A domain is in (or heading for) maintenance when a window covers all its nodes. A window
     on part of it (one rack of the site, one node of a rack) does not take the whole domain
     down: m2g taints the covered nodes, so new pods go to the rest (docs/controllers.md)."""
+    if not snap.maintenance:  # no window: no list of the domain's nodes to make
+        return DomainMaintenance(active=False, starts_in_seconds=0)
     nodes = list(nodes)
     active, starts = False, 0
     for w in snap.maintenance:
@@ -281,6 +283,27 @@ def _gpu_counts(nodes: Iterable[Node]) -> dict[str, Any]:
             "free_gpus": sum(n.free_gpus for n in nodes)}
 
 
+def _summed(counts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """``_gpu_counts`` of the nodes of several racks from each rack's counts (the same
+    integers: every node's GPUs counted once, not once per domain above it)."""
+    total = healthy = free = 0
+    for c in counts:
+        total += c["total_gpus"]
+        healthy += c["healthy_gpus"]
+        free += c["free_gpus"]
+    return {"total_gpus": total, "healthy_gpus": healthy, "free_gpus": free}
+
+
+def _racks_by(racks: Iterable[Rack], attr: str) -> dict[str, list[Rack]]:
+    """The racks grouped by ``attr`` (power_domain, block), in the snapshot's order: one pass
+    instead of a pass over every rack per domain (1,400 racks, 88 power domains, 175
+    blocks)."""
+    out: dict[str, list[Rack]] = {}
+    for r in racks:
+        out.setdefault(getattr(r, attr), []).append(r)
+    return out
+
+
 def rack_alarm(rack: Rack) -> bool:
     """The facility's alarm bit, or a fresh inlet reading at or over the rack's limit."""
     over = (not rack.inlet_c.stale and rack.inlet_c.value is not None and rack.limit_c > 0
@@ -298,7 +321,10 @@ def _thermal(rack: Rack) -> tuple[float, float]:
     return rack.inlet_c.or_else(rack.limit_c), rack.limit_c
 
 
-def _rack_view(snap: FactorySnapshot, rack: Rack, kind: DomainKind, name: str) -> DomainView:
+def _rack_view(snap: FactorySnapshot, rack: Rack, kind: DomainKind, name: str,
+               counts: dict[str, Any] | None = None) -> DomainView:
+    """The view of ``rack`` as a rack or as its clique; ``counts``: its nodes' _gpu_counts
+    when known."""
     nodes = snap.nodes_of(rack.name)
     draw = rack.power_kw.or_else(rack.cap_kw)  # stale power: assume the rack is at its cap
     inlet, limit = _thermal(rack)
@@ -306,7 +332,8 @@ def _rack_view(snap: FactorySnapshot, rack: Rack, kind: DomainKind, name: str) -
         name=name, parent=rack.block if kind is DomainKind.RACK else rack.name, kind=kind,
         power=DomainPower(draw_kw=draw, cap_kw=rack.cap_kw),
         thermal=DomainThermal(inlet_c=inlet, limit_c=limit, alarm=rack_alarm(rack)),
-        maintenance=_maintenance(snap, nodes), **_gpu_counts(nodes),
+        maintenance=_maintenance(snap, nodes),
+        **(_gpu_counts(nodes) if counts is None else counts),
     )
 
 
@@ -319,26 +346,33 @@ def domain_views(snap: FactorySnapshot, *, with_nodes: bool = False) -> dict[str
                           cap_kw=snap.site_budget_kw),
         maintenance=_maintenance(snap, snap.nodes),
     )
+    counts = {r.name: _gpu_counts(snap.nodes_of(r.name)) for r in snap.racks}
+    by_domain = _racks_by(snap.racks, "power_domain")
     for pd in snap.power_domains:
-        racks = [r for r in snap.racks if r.power_domain == pd.name]
-        nodes = [n for r in racks for n in snap.nodes_of(r.name)]
+        racks = by_domain.get(pd.name, [])
+        nodes = (n for r in racks for n in snap.nodes_of(r.name))
         rack_sum = Reading(sum(r.power_kw.value or 0.0 for r in racks),
                            max((r.power_kw.age_seconds for r in racks), default=0.0)) \
             if racks and not any(r.power_kw.stale for r in racks) else MISSING
         draw = pd.draw_kw if not pd.draw_kw.stale else rack_sum
         views[pd.name] = DomainView(
-            name=pd.name, parent=snap.site, kind=DomainKind.POWER_DOMAIN, **_gpu_counts(nodes),
+            name=pd.name, parent=snap.site, kind=DomainKind.POWER_DOMAIN,
+            **_summed(counts[r.name] for r in racks),
             power=DomainPower(draw_kw=draw.or_else(pd.budget_kw), cap_kw=pd.budget_kw),
             maintenance=_maintenance(snap, nodes),
         )
-    for block in sorted({r.block for r in snap.racks if r.block}):
-        nodes = [n for r in snap.racks if r.block == block for n in snap.nodes_of(r.name)]
-        views[block] = DomainView(name=block, parent=snap.site, kind=DomainKind.BLOCK,
-                                  maintenance=_maintenance(snap, nodes), **_gpu_counts(nodes))
+    by_block = _racks_by(snap.racks, "block")
+    for block in sorted(b for b in by_block if b):
+        racks = by_block[block]
+        views[block] = DomainView(
+            name=block, parent=snap.site, kind=DomainKind.BLOCK,
+            maintenance=_maintenance(snap, (n for r in racks for n in snap.nodes_of(r.name))),
+            **_summed(counts[r.name] for r in racks))
     for rack in snap.racks:
-        views[rack.name] = _rack_view(snap, rack, DomainKind.RACK, rack.name)
+        views[rack.name] = _rack_view(snap, rack, DomainKind.RACK, rack.name, counts[rack.name])
         if rack.clique and rack.clique != rack.name:
-            views[rack.clique] = _rack_view(snap, rack, DomainKind.CLIQUE, rack.clique)
+            views[rack.clique] = _rack_view(snap, rack, DomainKind.CLIQUE, rack.clique,
+                                            counts[rack.name])
     if with_nodes:
         for node in snap.nodes:
             views[node.name] = DomainView(name=node.name, parent=node.rack, kind=DomainKind.NODE,

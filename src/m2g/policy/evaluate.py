@@ -283,6 +283,12 @@ class Evaluator:
         self._fused = FusedCache(policy_set.runtime)
         self._policies: dict[tuple[Stage, ...], tuple[CompiledPolicy, ...]] = {}
 
+    def forget(self) -> None:
+        """Drop the decisions kept from earlier batches (m2g.policy.batch.memo: what pure
+        policy parts fired per class); the compiled programs stay. The next batch is decided
+        as by a new Evaluator."""
+        self._fused.memos.clear()
+
     def _stage(self, stage: Stage) -> tuple[CompiledPolicy, ...]:
         return self.policy_set.by_stage[stage]
 

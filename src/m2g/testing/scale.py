@@ -11,6 +11,7 @@ limit), 1 % of the nodes with a GPU XID condition. Deterministic for a seed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -215,6 +216,29 @@ def generate(racks: int, workloads: int, seed: int = 14) -> tuple[ClusterObjects
                                   "spec": {"controllerName": "m2g.io/policy"}}},
         power_domains=pds, grid_events={"dr-1": event})
     return objs, readings
+
+
+def tick(objs: ClusterObjects, seconds: int, changed: int = 300, seed: int = 15
+         ) -> ClusterObjects:
+    """The same factory a controller tick later, as the watch caches would hold it:
+    ``changed`` workloads have a new resourceVersion — every third of them running reports a
+    checkpoint at ``NOW`` + ``seconds``, the others' Kueue priority changed (the mix a tick
+    brings: progress reports and a few edits) — and nothing else changed (the caller's
+    snapshot moves its clock). New mappings and objects: ``objs`` is unchanged."""
+    rng = random.Random(seed + seconds)
+    workloads = dict(objs.workloads)
+    for n, key in enumerate(rng.sample(sorted(workloads), changed)):
+        old = workloads[key]
+        meta = {**old["metadata"], "resourceVersion": f"{old['metadata']['resourceVersion']}"
+                f"-{seconds}", "annotations": dict(old["metadata"].get("annotations", {}))}
+        spec = dict(old["spec"])
+        if n % 3 == 0 and "m2g.io/last-checkpoint-time" in meta["annotations"]:
+            meta["annotations"]["m2g.io/last-checkpoint-time"] = rfc3339(
+                NOW + timedelta(seconds=seconds))
+        else:
+            spec["priority"] = rng.randrange(0, 1000)
+        workloads[key] = {**old, "metadata": meta, "spec": spec}
+    return dataclasses.replace(objs, workloads=workloads)
 
 
 def plan_record(plan: Any) -> dict[str, Any]:

@@ -64,6 +64,7 @@ from m2g.policy.batch.decoding import (
     PROBE,
     ClassKeys,
     Item,
+    Keyed,
     batch_items,
     decode,
     item_classes,
@@ -297,14 +298,14 @@ def _split(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPol
     if len(parts) < 2:
         return None
     n = len(items.inputs)
-    runs: list[tuple[tuple[int, ...], list[dict[str, Any]], list[int] | None]] = []
+    runs: list[tuple[tuple[int, ...], Keyed | list[dict[str, Any]], Sequence[int] | None]] = []
     rest: list[int] = []
     fields: set[str] | None = set()
     queue = False
     for reads, reads_q, idx in parts:
-        found = None if reads is None else items.keys.classes(reads, reads_q, n * 9 // 10)
+        found = None if reads is None else items.keys.keyed(reads, reads_q, n * 9 // 10)
         if found is not None:
-            runs.append((idx, *found))
+            runs.append((idx, found, found.of))
             continue
         rest += idx
         fields = None if reads is None or fields is None else fields | set(reads)
@@ -323,7 +324,11 @@ def _split(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPol
             prog = cache.subset(policy, frozenset(idx), hoisted)
             if prog is None:
                 return None
-            hits = [decode(policy, row[0]) for row in cache.run(prog, act, rows_in)]
+            if isinstance(rows_in, Keyed):
+                hits = _class_hits(cache, snap, act, policy, (idx, hoisted, prog), rows_in,
+                                   items)
+            else:
+                hits = [decode(policy, row[0]) for row in cache.run(prog, act, rows_in)]
             per_run.append(hits)
             columns.append(_same_hits(hits, range(n) if of is None else of))
     except _ERRORS:
@@ -342,6 +347,36 @@ def _split(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPol
             merged[combo] = got
         out.append(got)
     return out
+
+
+def _class_hits(cache: FusedCache, snap: SnapshotState, act: Any, policy: CompiledPolicy,
+                part: tuple[tuple[int, ...], tuple[str, ...], Any], keyed: Keyed,
+                items: _Items) -> list[list[Hit | Err]]:
+    """The hits of a part of ``policy`` (``part``: its rule indices, hoisted variables and
+    program) for each class of ``keyed``. A part that reads nothing of the snapshot but its
+    hoisted values takes what an earlier batch found for a class of the same key with the
+    same hoisted values (m2g.policy.batch.memo): only the classes not seen in its last two
+    evaluations are evaluated."""
+    idx, hoisted, prog = part
+    memo = cache.memos.memo(policy, (policy.name, idx, hoisted),
+                            snap.hoisted.get(policy.name, ((), []))[1], snap.shared)
+    if memo is None:
+        return _run_classes(cache, act, policy, prog, keyed, items, range(len(keyed.firsts)))
+    got = [memo.get(k) for k in keyed.keys]
+    missing = [c for c, hits in enumerate(got) if hits is None]
+    if missing:
+        found = _run_classes(cache, act, policy, prog, keyed, items, missing)
+        for c, hits in zip(missing, found, strict=True):
+            got[c] = memo.put(keyed.keys[c], hits)
+    return [hits for hits in got if hits is not None]
+
+
+def _run_classes(cache: FusedCache, act: Any, policy: CompiledPolicy, prog: Any, keyed: Keyed,
+                 items: _Items, classes: Sequence[int]) -> list[list[Hit | Err]]:
+    """The hits of ``prog`` (a part of ``policy``) for ``keyed``'s ``classes``, each
+    evaluated on its first input."""
+    rows = items.keys.reps(keyed.fields, keyed.queue, [keyed.firsts[c] for c in classes])
+    return [decode(policy, row[0]) for row in cache.run(prog, act, rows)]
 
 
 def _same_hits(hits: list[list[Hit | Err]], of: Sequence[int]) -> Sequence[int]:

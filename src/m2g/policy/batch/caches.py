@@ -33,6 +33,7 @@ from m2g.policy.batch.cel_source import (
     subset_source,
     workload_fields,
 )
+from m2g.policy.batch.memo import PartMemos
 from m2g.policy.compiler import CompiledPolicy
 from m2g.policy.runtime import HOISTED, CelCompileError, CelEvalError, Program, Runtime
 
@@ -124,6 +125,8 @@ class FusedCache:
         self._projections: dict[tuple[tuple[str, ...], tuple[str, ...]],
                                 dict[str, tuple[str, ...]]] = {}
         self.snapshots = SnapshotCache(runtime)
+        #: what pure policy parts fired per class, kept across batches (m2g.policy.batch.memo)
+        self.memos = PartMemos()
         self.batches = runtime.compile_batch("[]") is not None
 
     def run(self, program: Program, act: Any, items: list[Any]) -> list[Any]:

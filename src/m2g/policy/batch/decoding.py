@@ -7,6 +7,7 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from m2g.model.inputs import CelModel, QueueView, WorkloadView
 from m2g.policy.batch.caches import FusedCache
 from m2g.policy.batch.cel_source import FIELD_ALIAS
+from m2g.policy.batch.memo import frozen as _frozen
 from m2g.policy.compiler import CompiledPolicy, CompiledRule
 from m2g.policy.fired import Err, Hit, payload, slots
 
@@ -159,19 +161,6 @@ PROBE = 1024
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
-def _frozen(value: Any) -> Any:
-    """A hashable stand-in for plain data that tells CEL types apart (1, 1.0 and True are
-    different values to CEL, equal to Python)."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return (kind, value)
-    if kind is dict:
-        return (dict, tuple(sorted((k, _frozen(v)) for k, v in value.items())))
-    if kind is list or kind is tuple:
-        return (list, tuple(_frozen(v) for v in value))
-    return (kind, value)
-
-
 def item_classes(items: Sequence[dict[str, Any]], keys: Sequence[str] | None,
                  most: int | None = None) -> tuple[list[dict[str, Any]], list[int]] | None:
     """(one item per class, each item's class index): items are of one class when they agree
@@ -298,6 +287,19 @@ def _flat_keys(values: list[Any], types: set[type]) -> list[Any] | None:
     return list(zip(itertools.repeat(kind), rows, itertools.repeat(of_fields), strict=False))
 
 
+@dataclass(frozen=True)
+class Keyed:
+    """A batch's inputs by class of some workload ``fields`` (and the queue when ``queue``):
+    each class's first input (``firsts``), each input's class (``of``) and each class's key
+    (``keys``: equal for equal values in any batch; ClassKeys)."""
+
+    fields: tuple[str, ...]
+    queue: bool
+    firsts: list[int]
+    of: list[int]
+    keys: list[Any]
+
+
 class ClassKeys:
     """The class keys of a batch's inputs, one column per workload field, each worked out once
     and shared by every policy group that reads the field (one pass per field, not one per
@@ -375,15 +377,33 @@ class ClassKeys:
         if found is None:
             return None
         firsts, of = found
+        return self.reps(fields, queue, firsts if where is None else [where[p] for p in firsts]
+                         ), of
+
+    def reps(self, fields: Sequence[str], queue: bool, positions: Sequence[int]
+             ) -> list[dict[str, Any]]:
+        """The batch items of the inputs at ``positions``: their workload ``fields``, and
+        their queue at ``m2g__q`` when ``queue``."""
         wanted = set(fields)
-        reps = []
-        for pos in firsts:
-            inp = self.inputs[pos if where is None else where[pos]]
+        out = []
+        for pos in positions:
+            inp = self.inputs[pos]
             item = workload_data(inp.workload, wanted)
             if queue:
                 item["m2g__q"] = inp.queue_data()
-            reps.append(item)
-        return reps, of
+            out.append(item)
+        return out
+
+    def keyed(self, fields: Sequence[str], queue: bool, most: int | None = None
+              ) -> Keyed | None:
+        """``members`` of every input (no projection) with each class's key: the same key
+        for the same values of ``fields`` (and queue) in any batch, which tells a class of
+        this batch from one of an earlier reconcile's (m2g.policy.batch.memo)."""
+        found = self._members(fields, queue, most, None, None)
+        if found is None:
+            return None
+        firsts, of, keys = found
+        return Keyed(tuple(fields), queue, firsts, of, [keys[p] for p in firsts])
 
     def members(self, fields: Sequence[str], queue: bool, most: int | None = None,
                 where: Sequence[int] | None = None,
@@ -391,6 +411,13 @@ class ClassKeys:
                 ) -> tuple[list[int], list[int]] | None:
         """``classes`` as (the position of each class's first input among the inputs, or
         among ``where`` when given; each input's class index)."""
+        found = self._members(fields, queue, most, where, project)
+        return None if found is None else (found[0], found[1])
+
+    def _members(self, fields: Sequence[str], queue: bool, most: int | None,
+                 where: Sequence[int] | None, project: Mapping[str, tuple[str, ...]] | None
+                 ) -> tuple[list[int], list[int], list[Any]] | None:
+        """``members`` and the key of every input (among ``where``)."""
         names = [self._name(f, project) for f in fields]
         if queue:
             names.append("m2g__q")
@@ -402,7 +429,8 @@ class ClassKeys:
         keys = self._keys(names, len(self.inputs), where)
         if keys is None:
             return None
-        return _numbered(keys, most)
+        found = _numbered(keys, most)
+        return None if found is None else (found[0], found[1], keys)
 
     def _keys(self, names: list[str], upto: int, where: Sequence[int] | None
               ) -> list[Any] | None:
