@@ -18,7 +18,7 @@ from m2g.k8s.kubeconfig import context_namespace
 from m2g.k8s.snapshot import Listed
 from m2g_cli import cluster
 from m2g_cli.app import app
-from tests.unit.templates_helpers import TEMPLATES
+from tests.unit.cli_kubeconfig import cli_kubeconfig
 
 POLICIES = Path(__file__).parents[2] / "policies"
 CONTEXTS = {"dev": "research", "prod": "production", "bare": None}
@@ -26,19 +26,7 @@ CONTEXTS = {"dev": "research", "prod": "production", "bare": None}
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("M2G_TEMPLATES", str(TEMPLATES))
-    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "M2G_PROMETHEUS_URL", "M2G_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "dev",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": n, "context": {"cluster": "c", "user": "u",
-                                             **({"namespace": ns} if ns else {})}}
-                     for n, ns in CONTEXTS.items()]}))
-    return path
+    return cli_kubeconfig(tmp_path, monkeypatch, CONTEXTS, "dev")
 
 
 class _Kube:

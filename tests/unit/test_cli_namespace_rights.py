@@ -19,7 +19,7 @@ from m2g.k8s.snapshot import WATCHED, list_objects
 from m2g.testing.kube import FakeKube
 from m2g_cli import cluster
 from m2g_cli.app import app
-from tests.unit.templates_helpers import TEMPLATES
+from tests.unit.cli_kubeconfig import cli_kubeconfig
 
 POLICIES = Path(__file__).parents[2] / "policies"
 NS = "research"
@@ -91,17 +91,7 @@ async def test_list_objects_reads_the_namespace_when_every_namespace_is_forbidde
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("M2G_TEMPLATES", str(TEMPLATES))
-    for var in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "M2G_PROMETHEUS_URL", "M2G_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "ml",
-        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "ml", "context": {"cluster": "c", "user": "u",
-                                                "namespace": NS}}]}))
+    path = cli_kubeconfig(tmp_path, monkeypatch, {"ml": NS}, "ml")
 
     async def connect(*_: Any, **__: Any) -> NamespaceRightsKube:
         return _kube()
