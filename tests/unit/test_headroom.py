@@ -86,7 +86,8 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
     (running flexible work it has not paused, sheds not in the meter yet) covers it; once
     every flexible job is paused it waits (Retry), as the grid commitment asks."""
     firm = [pending(f"f{i}", 0, priority=2 - i) for i in range(2)]
-    f = factory(room_for(1, firm[0]), LIMIT)
+    # room for one and a half under the limit itself: firm work may use restore_margin
+    f = factory(LIMIT - 1.5 * workload_kw(firm[0], CFG), LIMIT)
 
     def states(*running: WorkloadState, cfg: PlannerConfig = CFG,
                fac: FactorySnapshot = f) -> list[CheckState]:
@@ -95,6 +96,9 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
         return [u.state for u in share([ready(w) for w in firm], s, cfg)]
 
     assert states() == [CheckState.READY, CheckState.RETRY]  # nothing left to pause
+    assert share([ready(firm[0])], ClusterSnapshot(factory(room_for(0, firm[0]), LIMIT),
+                                                   tuple(firm)), CFG)[0].state \
+        is CheckState.READY  # within restore_margin of the limit: still under it
     flex = job("x", 2)  # running, drawing: pausing it frees saving_kw(x) >= a firm job's kW
     assert saving_kw(flex, CFG) >= workload_kw(firm[1], CFG)
     assert states(flex) == [CheckState.READY, CheckState.READY]

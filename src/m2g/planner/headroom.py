@@ -93,10 +93,11 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
                                -iw[1].view.priority, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
     reach = _Reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
+    margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
     for i, w in ready:  # firm work first (the sort): a firm job held keeps the room
         kw = 0.0 if w.key in back else workload_kw(w, config)
         firm = w.view.flex_tier < tier
-        if (firm and reach.covers(kw, room)) or (
+        if (firm and reach.covers(kw, room + margin)) or (
                 not firm and not reach.held and kw <= room and room >= 0):
             room -= kw
             admitted += 1
@@ -116,7 +117,8 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
 
 class _Reach:
     """Firm work (below the gate's tier) during an active grid event: admitted while the
-    room plus what m2g can still free for it (m2g.planner.shedding.reach_kw, worked out once,
+    room under the limit itself (``restore_margin`` is for restores and flexible work) plus
+    what m2g can still free for it (m2g.planner.shedding.reach_kw, worked out once,
     and only when there is firm work to answer) covers its kW — flexible running work makes
     room for it, but not room that is not there: a 16-rack twin event (2026-12-04) admitted
     ~30 firm jobs (~500 kW) after every flexible job was paused or capped, and the site drew
