@@ -1,4 +1,4 @@
-"""_settling_kw looks the pods up only for the workloads m2g shed (issue 14, 2026-12-03): the
+"""settling_kw looks the pods up only for the workloads m2g shed (issue 14, 2026-12-03): the
 same kW as asking ``settling`` of every workload, on a snapshot whose workloads vary in what
 it reads (shed or not, shed_at age, quota held, phase, pods read or not)."""
 
@@ -13,8 +13,7 @@ from m2g.k8s.build import build_snapshot
 from m2g.model.cluster import ClusterSnapshot, Phase
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import settling_cap_kw
-from m2g.planner.inputs import InputBuilder
-from m2g.planner.shedding import _settles, _settling_kw, saving_kw
+from m2g.planner.shedding import _settles, saving_kw, settling_kw
 from m2g.testing.scale import LABELS, NOW, generate
 
 
@@ -41,4 +40,4 @@ def test_the_filter_settles_what_asking_every_workload_settles(pods: bool) -> No
     want = sum(saving_kw(w, config) for w in snap.workloads if _settles(w, snap, config)) \
         + settling_cap_kw(snap, config)
     assert want > 0  # some shed work settles in this snapshot
-    assert _settling_kw(InputBuilder(snap), config) == pytest.approx(want, rel=0, abs=0)
+    assert settling_kw(snap, config) == pytest.approx(want, rel=0, abs=0)

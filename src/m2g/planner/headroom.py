@@ -21,7 +21,7 @@ policies:
   250–490 kW, while its flex-2/3 work was paused 85–89 % of the event; 0 holds firm work
   too); the others (firm work) spend the room first and are held back only during an
   active event, when even pausing the running flexible work would not make room for them
-  (``hold_firm_beyond_reach``, ``_Reach``);
+  (``hold_firm_beyond_reach``, ``_firm_reach``);
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
   highest priority first (then the snapshot's order), while their kW fit in what is left;
@@ -92,18 +92,19 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, iw[1].key not in back,
                                -iw[1].view.priority, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
-    reach = _Reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
+    reach = _firm_reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
     margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
-    for i, w in ready:  # firm work first (the sort): a firm job held keeps the room
+    firm_held = False  # a firm job held keeps the room: flexible work gets none before it
+    for i, w in ready:  # firm work first (the sort)
         kw = 0.0 if w.key in back else workload_kw(w, config)
         firm = w.view.flex_tier < tier
-        if (firm and reach.covers(kw, room + margin)) or (
-                not firm and not reach.held and kw <= room and room >= 0):
+        if (firm and (reach is None or kw <= room + margin + reach)) or (
+                not firm and not firm_held and kw <= room and room >= 0):
             room -= kw
             admitted += 1
         else:
             held[i] = w
-            reach.held = reach.held or firm
+            firm_held = firm_held or firm
     out: list[CheckUpdate] = []
     for i, u in enumerate(updates):
         h = held.get(i)
@@ -115,34 +116,30 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     return out
 
 
-class _Reach:
-    """Firm work (below the gate's tier) during an active grid event: admitted while the
-    room under the limit itself (``restore_margin`` is for restores and flexible work) plus
-    what m2g can still free for it (m2g.planner.shedding.reach_kw, worked out once,
-    and only when there is firm work to answer) covers its kW — flexible running work makes
+def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool) -> float | None:
+    """What m2g can still free for firm work (below the gate's tier) during an active grid
+    event (m2g.planner.shedding.reach_kw, worked out once, and only when there is firm work
+    to answer); None when firm work is not held (no active event, the gate off, no firm
+    work). Firm work is admitted while the room under the limit itself (``restore_margin``
+    is for restores and flexible work) plus this covers its kW — flexible running work makes
     room for it, but not room that is not there: a 16-rack twin event (2026-12-04) admitted
     ~30 firm jobs (~500 kW) after every flexible job was paused or capped, and the site drew
     up to 118 kW over the event's target for its last 90 s (``hold_firm_beyond_reach``)."""
-
-    def __init__(self, snap: ClusterSnapshot, config: PlannerConfig, firm: bool) -> None:
-        event = snap.factory.grid_event()
-        self.on = (firm and config.hold_firm_beyond_reach and event is not None
-                   and event.active(snap.now))
-        self.kw = reach_kw(snap, config) if self.on else 0.0
-        #: a firm workload was held: flexible work gets none of the room before it does
-        self.held = False
-
-    def covers(self, kw: float, room: float) -> bool:
-        return not self.on or kw <= room + self.kw
+    event = snap.factory.grid_event()
+    if not (firm and config.hold_firm_beyond_reach and event is not None
+            and event.active(snap.now)):
+        return None
+    return reach_kw(snap, config)
 
 
 def _hold(w: WorkloadState, u: CheckUpdate, head: Headroom, admitted: int,
-          config: PlannerConfig, reach: _Reach | None = None) -> CheckUpdate:
-    """Retry for a workload the room does not hold (``reach``: firm work's, else None)."""
+          config: PlannerConfig, reach: float | None = None) -> CheckUpdate:
+    """Retry for a workload the room does not hold (``reach``: what m2g can still free for
+    it, when it is firm work held during an event; else None)."""
     wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
     freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
-                f"running flexible work can free only {reach.kw:.0f} kW more"
-                if reach is not None and reach.on else "")
+                f"running flexible work can free only {reach:.0f} kW more"
+                if reach is not None else "")
     why = (f"site headroom: {workload_kw(w, config):.0f} kW does not fit in what is left of "
            f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
            f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "

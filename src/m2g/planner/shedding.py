@@ -146,10 +146,6 @@ def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
         not w.holds_quota or age >= config.settle_max_seconds)
 
 
-def _settling_kw(builder: InputBuilder, config: PlannerConfig) -> float:
-    return settling_kw(builder.snap, config)
-
-
 def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     """kW shed or capped that the meter does not show yet. Only what m2g shed can settle
     (``settling`` is False for the rest whatever its pods): the pods are looked up for
@@ -225,8 +221,8 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
         return [], [], "no site budget or grid limit known"
     last = last if last is not None else last_action(builder)
     step = _budget_kw(builder, config, last)
-    settling_kw = _settling_kw(builder, config)
-    shortfall = draw.value - settling_kw - limit
+    unseen = settling_kw(builder.snap, config)  # shed or capped, not in the meter yet
+    shortfall = draw.value - unseen - limit
     if shortfall > 0:
         why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit"
                f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW")
@@ -257,7 +253,7 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     if draw.value > limit:  # under it only by what the meter does not show yet
         return restores, lifts, (
             f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit{during} by "
-            f"{draw.value - limit:.0f} kW, all of it settling ({settling_kw:.0f} kW shed or "
+            f"{draw.value - limit:.0f} kW, all of it settling ({unseen:.0f} kW shed or "
             "capped, not in the meter yet)")
     return restores, lifts, f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}"
 
