@@ -22,6 +22,7 @@ from m2g.k8s.cache import object_key
 from m2g.k8s.kubeconfig import context_namespace, merged_kubeconfig
 from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
 from m2g.model.cluster import ClusterSnapshot
+from m2g.planner.config import PlannerConfig
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import make_http_client
 from m2g.signals.prometheus import PrometheusClient
@@ -159,6 +160,13 @@ def site_config() -> SiteConfig | None:
         return load_site_config(Path(path))
     except SiteConfigError as exc:
         raise CliError(f"M2G_CONFIG: {exc}", code=2) from None
+
+
+def planner_config() -> PlannerConfig:
+    """The planner's settings of ``$M2G_CONFIG`` (the site configuration), else the
+    defaults: the ones the controller decides with (the headroom gate's, the forecast's)."""
+    site = site_config()
+    return site.planner_config() if site is not None else PlannerConfig()
 
 
 async def _readings(url: str | None, warnings: list[str]) -> Any:

@@ -39,13 +39,12 @@ def _planner() -> PlannerConfig:
     """The planner's knobs of ``$M2G_CONFIG`` (the site configuration), else the defaults:
     the forecast's default runtime, pacing (ramp, settle, Retry hold) and levers (caps,
     pauses) are the ones the controller decides with."""
-    from m2g_cli.cluster import CliError, site_config
+    from m2g_cli.cluster import CliError, planner_config
 
     try:
-        site = site_config()
+        return planner_config()
     except CliError as exc:
         term.fail(str(exc), exc.code)
-    return site.planner_config() if site is not None else PlannerConfig()
 
 
 def forecast_cmd(

@@ -375,10 +375,11 @@ def explain(
             not namespace else ""
         term.fail(f"{what} named {workload!r}{where}" + ("" if ns else " (use -n NAMESPACE)"),
                   term.USAGE)
-    from m2g_cli.cluster import CliError
+    from m2g_cli.cluster import CliError, planner_config
 
     try:
         evaluator = evaluator_for(view, policies)
+        config = planner_config()
     except CliError as exc:
         term.fail(str(exc), exc.code)
     if policies is None and not view.policies:
@@ -388,7 +389,7 @@ def explain(
     w = matches[0]
     raw = view.objects.workloads.get(f"{w.namespace}/{w.name}") or {}
     conditions = (raw.get("status") or {}).get("conditions") or []
-    ex = explain_workload(view.snapshot, w, evaluator)
+    ex = explain_workload(view.snapshot, w, evaluator, config)
     o = view.objects
     found = kueue_blockers(raw, o.local_queues, o.cluster_queues, o.resource_flavors,
                            o.admission_checks, view.topologies, view.forbidden)

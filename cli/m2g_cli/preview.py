@@ -19,7 +19,7 @@ from m2g.k8s.snapshot import assemble
 from m2g.planner.explain import Explanation, explain
 from m2g.templates import Rendered
 from m2g.templates.workload import kueue_workload
-from m2g_cli.cluster import CliError, ClusterView, read
+from m2g_cli.cluster import CliError, ClusterView, planner_config, read
 from m2g_cli.ops_cmd import evaluator_for
 
 
@@ -65,4 +65,4 @@ async def preview(rendered: Rendered, kubeconfig: str | None, context: str | Non
     if objs.cluster_queues and not wl.cluster_queue:
         notes.append(f"LocalQueue {wl.namespace}/{wl.view.queue} does not exist: Kueue would "
                      "leave the workload pending")
-    return Preview(explain(view.snapshot, wl, evaluator), tuple(notes))
+    return Preview(explain(view.snapshot, wl, evaluator, planner_config()), tuple(notes))

@@ -432,3 +432,45 @@ def test_explain_names_the_changes_that_would_admit(ev: Evaluator) -> None:
     assert changes["flex tier 0 instead of 2"] == "Admit"
     assert any(c.startswith("after grid event dr-1 ends at") for c in changes)
     assert not any(c.startswith("request") for c in changes)  # size is not why it waits
+
+
+def test_explain_goes_through_the_headroom_gate_as_the_controller_would(ev: Evaluator) -> None:
+    """Firm work during an event, over the target, with nothing flexible running to pause:
+    the policies admit it, the controller's gate holds it (hold_firm_beyond_reach), and
+    ``explain`` with the planner's settings says so; without them, the policies' word."""
+    from m2g.planner.explain import explain
+
+    w = wl("firm", Phase.RESERVED, tier=0, kw=40.0, check_state=CheckState.PENDING)
+    over = snap(factory(draw_kw=200.0, event=True), w)
+    assert explain(over, w, ev).now.decision.value == "Admit"
+    held = explain(over, w, ev, CFG).now
+    assert held.decision.value == "Defer" and held.requeue_after_seconds is not None
+    assert held.reasons[-1].ref == "site-headroom/shared-room"
+    assert "40 kW does not fit" in held.reasons[-1].message
+    assert held.pod_set_updates == ()
+    # after the event the gate lets it in: the time variant is gated too, and differs
+    changes = {c.change: c.result.decision.value
+               for c in explain(over, w, ev, CFG).alternatives}
+    assert any(c.startswith("after grid event dr-1") and d == "Admit"
+               for c, d in changes.items())
+    # room under the target: admitted, as the controller would
+    under = snap(factory(draw_kw=40.0, event=True), w)
+    assert explain(under, w, ev, CFG).now.decision.value == "Admit"
+    # an admitted workload is never gated; a Retry m2g already gave is set aside (asked anew)
+    running = replace(w, phase=Phase.ADMITTED, check_state=CheckState.READY)
+    assert explain(over, running, ev, CFG).now.decision.value == "Admit"
+    retried = replace(w, check_state=CheckState.RETRY)
+    assert explain(snap(over.factory, retried), retried, ev, CFG).now.decision.value == "Defer"
+
+
+def test_headroom_alone_answers_a_workload_not_in_the_snapshot() -> None:
+    """``m2g submit --dry-run``: the workload is not submitted yet."""
+    from m2g.planner.headroom import alone
+
+    w = wl("new", Phase.PENDING, tier=0, kw=40.0)
+    empty_over = snap(factory(draw_kw=200.0, event=True))
+    hold = alone(empty_over, w, CFG)
+    assert hold is not None and hold.state is CheckState.RETRY and hold.name == "new"
+    assert alone(snap(factory(draw_kw=40.0, event=True)), w, CFG) is None
+    assert alone(snap(factory(draw_kw=200.0, event=True, stale=True)), w, CFG) is None
+    assert alone(empty_over, w, replace(CFG, share_headroom=False)) is None

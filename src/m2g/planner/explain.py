@@ -4,6 +4,11 @@
 or operator could make or wait for — fewer GPUs, a lower flex tier (more flexible) or a higher
 one, another ClusterQueue, after the grid event ends, after a maintenance window — and reports
 those that change the decision. Pure: it only re-runs the policies on edited snapshots.
+
+Given the planner's settings, each Admit also goes through the site-headroom gate as the
+controller's would (m2g.planner.headroom.alone): an Admit the gate would hold is a Defer with
+the gate's reason (``site-headroom/shared-room``), so ``explain`` and ``submit --dry-run``
+say what the controller will answer, not only what the policies say.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from m2g.model.cluster import ClusterSnapshot, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.inputs import WorkloadView
+from m2g.planner import headroom
+from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
-from m2g.policy import Evaluator
-from m2g.policy.results import AdmissionResult
+from m2g.policy import Decision, Evaluator
+from m2g.policy.results import AdmissionResult, Reason
 
 
 @dataclass(frozen=True)
@@ -70,18 +77,38 @@ def _time_variants(snap: ClusterSnapshot) -> list[tuple[str, ClusterSnapshot]]:
             for when, label in sorted(moments)]
 
 
-def explain(snap: ClusterSnapshot, w: WorkloadState, evaluator: Evaluator) -> Explanation:
-    """The Admission decision for ``w`` now, and each single change that alters it."""
+def gated(result: AdmissionResult, snap: ClusterSnapshot, w: WorkloadState,
+          config: PlannerConfig | None) -> AdmissionResult:
+    """``result`` as the controller would answer it: an Admit the site-headroom gate holds
+    becomes a Defer with the gate's reason and Retry time (no ``config``: the policies' word
+    alone). A workload already admitted is not gated."""
+    if config is None or result.decision is not Decision.ADMIT or w.phase is Phase.ADMITTED:
+        return result
+    hold = headroom.alone(snap, w, config)
+    if hold is None:
+        return result
+    why = Reason(hold.policy, hold.rule, Decision.DEFER.value, hold.message)
+    return replace(result, decision=Decision.DEFER,
+                   requeue_after_seconds=hold.requeue_after_seconds,
+                   reasons=(*result.reasons, why), pod_set_updates=())
+
+
+def explain(snap: ClusterSnapshot, w: WorkloadState, evaluator: Evaluator,
+            config: PlannerConfig | None = None) -> Explanation:
+    """The Admission decision for ``w`` now, and each single change that alters it (each
+    through the headroom gate when ``config`` is given)."""
     builder = InputBuilder(snap)
-    now = evaluator.admission(builder.for_workload(w))
+    now = gated(evaluator.admission(builder.for_workload(w)), snap, w, config)
     queues = sorted(q.name for q in snap.queues)
     variants = _view_variants(w.view, queues)
     inputs = [builder.for_workload(w, view) for _, view in variants]
     results = evaluator.admission_many(inputs) if inputs else []
+    results = [gated(res, snap, replace(w, view=view), config)
+               for (_, view), res in zip(variants, results, strict=True)]
     alternatives = [Counterfactual(change, res) for (change, _), res
                     in zip(variants, results, strict=True) if res.decision != now.decision]
     for change, later in _time_variants(snap):
-        res = evaluator.admission(InputBuilder(later).for_workload(w))
+        res = gated(evaluator.admission(InputBuilder(later).for_workload(w)), later, w, config)
         if res.decision != now.decision:
             alternatives.append(Counterfactual(change, res))
             break

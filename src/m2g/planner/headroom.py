@@ -34,9 +34,9 @@ Stale or missing power, or no limit known: no gate (the policies' own fail-safes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from m2g.model.cluster import CheckState, ClusterSnapshot, WorkloadState
+from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
 from m2g.planner.shedding import in_flight_kw, reach_kw, restoring, workload_kw
@@ -114,6 +114,24 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
             out.append(_hold(h, u, head, admitted, config,
                              reach if h.view.flex_tier < tier else None))
     return out
+
+
+def alone(snap: ClusterSnapshot, w: WorkloadState,
+          config: PlannerConfig) -> CheckUpdate | None:
+    """The gate's Retry for ``w`` if the policies admitted it now and nothing else were
+    admitted in this reconcile (None: the gate lets it in, or is off) — what ``m2g explain``
+    and ``m2g submit --dry-run`` show. ``w`` need not be in the snapshot (a workload not
+    submitted yet); a Retry m2g already gave it is set aside, so the answer is the gate's
+    word now, not the last one. An admitted workload is never gated."""
+    if w.phase in (Phase.ADMITTED, Phase.FINISHED):
+        return None
+    probe = replace(w, check_state=None)
+    others = tuple(x for x in snap.workloads if x.key != w.key)
+    alone_snap = replace(snap, workloads=(*others, probe))
+    ready = CheckUpdate(namespace=w.namespace, name=w.name, check=w.check or POLICY,
+                        state=CheckState.READY, message="")
+    out = share([ready], alone_snap, config)
+    return out[0] if out and out[0].state is CheckState.RETRY else None
 
 
 def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool) -> float | None:
