@@ -316,15 +316,22 @@ def test_a_cap_reaches_what_the_flex_allowance_pays_for_over_the_limit() -> None
 
 def test_sheds_show_after_the_settle_time_and_follow_the_ramp() -> None:
     """One-minute intervals (a compressed replay): a shed decided at the event's start shows
-    in the draw settle_seconds later; at a slow ramp it takes longer still."""
+    in the draw shed_show_seconds later (at most settle_seconds); at a slow ramp it takes
+    longer still."""
     ev = (_event(60, 600, 80.0),)
     cfg = ForecastConfig(horizon_hours=4 / 60, interval_seconds=60)
     s = snap(FLEX2, f=factory(events=ev))
     now = forecast(s, replace(cfg, planner=_fast()))
     assert [round(i.site_kw, 3) for i in now.intervals] == [round(FULL, 3), 80.0, 80.0, 80.0]
-    late = forecast(s, replace(cfg, planner=_fast(settle_seconds=60)))
+    late = forecast(s, replace(cfg, planner=_fast(settle_seconds=60), shed_show_seconds=60))
     assert late.intervals[1].site_kw == pytest.approx(FULL, abs=1e-3)
     assert late.intervals[2].site_kw == pytest.approx(80.0, abs=1e-3)
+    # the default: it shows 15 s after (a quarter of that minute), not the 60 s settle time
+    soon = forecast(s, replace(cfg, planner=_fast(settle_seconds=60)))
+    assert soon.intervals[1].site_kw == pytest.approx(FULL - (FULL - 80.0) * 0.75, abs=1e-3)
+    # capped at the settle time: m2g decides again after it whatever the meter shows
+    capped = forecast(s, replace(cfg, planner=_fast(settle_seconds=0), shed_show_seconds=60))
+    assert capped.intervals[1].site_kw == pytest.approx(80.0, abs=1e-3)
     slow = forecast(s, replace(cfg, planner=_fast(ramp_kw_per_second=0.1)))  # 6 kW a minute
     assert FULL - 6.0 < slow.intervals[1].site_kw < FULL
     assert slow.intervals[3].site_kw > 80.0
@@ -426,9 +433,51 @@ def test_tier_1_queued_work_is_held_during_a_grid_event_not_under_a_plan() -> No
     assert forecast(snap(one, plans=plan), cfg).intervals[0].busy_gpus == pytest.approx(36)
     two = wl("two", Phase.PENDING, 36, 3600, tier=2)
     assert forecast(snap(two, plans=plan), cfg).intervals[0].busy_gpus == 0
-    # headroomEventMinTier 2 (the site's choice): tier 1 starts during the event again
+    # headroomEventMinTier 2 (the site's choice): tier 1 is firm work during the event, held
+    # only beyond what m2g can free (nothing runs here: held), else it starts
     loose = ForecastConfig(horizon_hours=1, planner=_fast(headroom_event_min_tier=2))
-    assert forecast(snap(one, f=ev), loose).intervals[0].busy_gpus == pytest.approx(36)
+    assert forecast(snap(one, f=ev), loose).intervals[0].busy_gpus == 0
+    looser = ForecastConfig(horizon_hours=1, planner=_fast(headroom_event_min_tier=2,
+                                                           hold_firm_beyond_reach=False))
+    assert forecast(snap(one, f=ev), looser).intervals[0].busy_gpus == pytest.approx(36)
+
+
+def test_firm_work_waits_in_an_event_for_room_m2g_can_make() -> None:
+    """As m2g's firm gate (hold_firm_beyond_reach): during a grid event queued firm work
+    starts while the limit plus what pausing the running flexible work saves covers it; a kW
+    CapacityPlan alone does not hold firm work; new firm work counts in what m2g can hold
+    back during an event (the reach), not outside one."""
+    cfg = ForecastConfig(horizon_hours=1, planner=_fast())
+    firm = wl("firm", Phase.PENDING, 36, 3600, tier=0)
+    kw = 36 * KIND_KW_PER_GPU[WorkloadKind.UNSPECIFIED]
+    assert forecast(snap(firm, f=factory(events=(_event(0, 7200, 10.0),))),
+                    cfg).intervals[0].busy_gpus == 0
+    assert forecast(snap(firm, f=factory(events=(_event(0, 7200, kw + 1),))),
+                    cfg).intervals[0].busy_gpus == pytest.approx(36)
+    # over the limit with a flexible job running whose pause frees enough: the firm job
+    # starts; the same job firm (nothing to pause): it waits
+    flex = wl("flex", Phase.ADMITTED, 72, 7200, tier=2, ago=60)
+    ev = factory(events=(_event(0, 7200, 70.0),))
+    assert forecast(snap(firm, flex, f=ev), cfg).intervals[0].busy_gpus == pytest.approx(108)
+    fixed = replace(flex, view=flex.view.model_copy(update={"flex_tier": 0}))
+    assert forecast(snap(firm, fixed, f=ev), cfg).intervals[0].busy_gpus == pytest.approx(72)
+    plan = (CapacityPlan("p", NOW, 7200, (10.0,), CapUnit.KW),)
+    assert forecast(snap(firm, plans=plan), cfg).intervals[0].busy_gpus == pytest.approx(36)
+    off = ForecastConfig(horizon_hours=1, planner=_fast(hold_firm_beyond_reach=False))
+    assert forecast(snap(firm, f=factory(events=(_event(0, 7200, 10.0),))),
+                    off).intervals[0].busy_gpus == pytest.approx(36)
+
+
+def test_new_firm_work_is_in_the_reach_only_under_the_firm_gate() -> None:
+    t0 = wl("t0", Phase.ADMITTED, 72, 3600, tier=0, ago=1800)
+    ev = factory(events=(_event(0, 7200, 10.0),))
+    held = forecast(snap(t0, f=ev), ForecastConfig(horizon_hours=2, new_work=NewWork.PERSIST,
+                                                   planner=_fast())).intervals[1]
+    free = forecast(snap(t0, f=ev), ForecastConfig(
+        horizon_hours=2, new_work=NewWork.PERSIST,
+        planner=_fast(hold_firm_beyond_reach=False))).intervals[1]
+    assert free.shed_kw == 0.0
+    assert held.shed_kw > 0.0 and held.site_kw < free.site_kw
 
 
 def test_new_flex_1_work_is_held_back_during_a_grid_event() -> None:

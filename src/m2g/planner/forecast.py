@@ -31,7 +31,7 @@ Model, per interval of ``interval_seconds`` from ``now``:
   event) saves their kW less the idle kW their GPUs keep drawing, capping the other flexible
   tiers what their flex allowance pays for over the limit's length (``cap_fraction``), new
   work of the gated tiers held at admission (what a pause saves), tier 0 nothing —; it moves
-  at its ramp, a shed shows ``settle_seconds`` after it is decided, a restore the lag plus
+  at its ramp, a shed shows ``shed_show_seconds`` after it is decided, a restore the lag plus
   half the Retry hold after (held work is asked, admitted and bound again). The mean kW held
   down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
@@ -107,6 +107,11 @@ class ForecastConfig:
     #: The lowest flex tier m2g pauses for a grid limit (the shipped checkpoint-preemption:
     #: tier 1 only in a level-3 emergency, then this less one); tiers below it are only capped.
     shed_min_tier: int = 2
+    #: Seconds after m2g decides a shed that it shows in the site's draw (at most the planner's
+    #: ``settle_seconds``, which bounds how long m2g waits for it): pods stop within seconds of
+    #: their deactivation; caps act at the agents' next pass. Measured in a 16-rack twin event
+    #: (2026-12-04): −300 kW 10 s after the first caps, −550 kW by 20 s.
+    shed_show_seconds: float = 15.0
     #: Time steps per interval for limits and m2g's pacing (a limit starting or ending inside
     #: an interval, the delay before sheds show, the restore after it).
     substeps: int = 20
@@ -324,6 +329,10 @@ class _Limit:
     kw: float
     pause_tier: int
     gate_tier: int = 2
+    #: A grid event is active and m2g holds firm work it cannot make room for
+    #: (``hold_firm_beyond_reach``, m2g.planner.headroom): new firm work is held back too
+    #: once pausing the running flexible work would not make room for it.
+    firm: bool = False
 
 
 def gate_tier(snap: ClusterSnapshot, t: datetime, planner: PlannerConfig) -> int:
@@ -347,8 +356,9 @@ def _limit_at(snap: ClusterSnapshot, t: datetime, pause_tier: int,
     if not limits:
         return None
     severe = any(e.level >= 3 for e in snap.factory.grid_events if e.start <= t < e.end)
+    firm = bool(events) and planner.hold_firm_beyond_reach
     return _Limit(min(limits), max(1, pause_tier - 1) if severe else pause_tier,
-                  gate_tier(snap, t, planner))
+                  gate_tier(snap, t, planner), firm)
 
 
 def _limit(snap: ClusterSnapshot, t0: datetime, t1: datetime,
@@ -426,14 +436,14 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     pausing the tiers it pauses saves their kW less the idle kW their GPUs keep drawing — the
     planner's ``shed_saving_fraction`` —, capping the others what their flex allowance pays
     for, tier 0 nothing). m2g moves towards that at its ramp (``ramp_kw_per_second``, both
-    ways); a shed shows in the site's draw ``settle_seconds`` after it is decided (the pods
-    stop), a restore only after the pipeline's ``lag`` plus, on average, half of
+    ways); a shed shows in the site's draw ``shed_show_seconds`` (at most ``settle_seconds``)
+    after it is decided (the pods stop, the caps act), a restore only after the pipeline's ``lag`` plus, on average, half of
     ``max_retry_hold_seconds`` (held work is asked again, admitted again and bound again):
     kW decided off stay off in the draw until then."""
     p = cfg.planner
     steps = max(1, cfg.substeps)
     dt = cfg.interval_seconds / steps
-    shed_delay = max(0, round(p.settle_seconds / dt))
+    shed_delay = max(0, round(min(cfg.shed_show_seconds, p.settle_seconds) / dt))
     back_delay = max(0, round((lag.total_seconds() + p.max_retry_hold_seconds / 2) / dt)
                      - shed_delay)
     step_kw = p.ramp_kw_per_second * dt
@@ -443,16 +453,18 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     for i, row in enumerate(limits):
         c = run.site[i] + offset
         total = 0.0
+        firm = any(lim is not None and lim.firm for lim in row)
         for lim in row:
             want = 0.0
             if lim is not None:
-                want = min(max(0.0, c - lim.kw), run.reach(i, lim.pause_tier, lim.gate_tier))
+                want = min(max(0.0, c - lim.kw),
+                           run.reach(i, lim.pause_tier, lim.gate_tier, lim.firm))
             prev = decided[-1] if decided else 0.0
             decided.append(prev + max(-step_kw, min(step_kw, want - prev)))
             j = len(decided) - 1 - shed_delay
             shown.append(decided[j] if j >= 0 else 0.0)
             window = shown[max(0, len(shown) - 1 - back_delay):]
-            total += min(max(window), run.reach(i, 1))  # at most what the levers hold
+            total += min(max(window), run.reach(i, 1, None, firm))  # what the levers hold
         out.append(total / steps)
     return out
 
@@ -473,13 +485,16 @@ class _Run:
     new_capped: list[dict[int, float]] = field(default_factory=list)
     new_paused: list[dict[int, float]] = field(default_factory=list)
 
-    def reach(self, i: int, pause_tier: int, gate_tier: int | None = None) -> float:
+    def reach(self, i: int, pause_tier: int, gate_tier: int | None = None,
+              firm: bool = False) -> float:
         """kW m2g's levers take off interval ``i``: the tiers from ``pause_tier`` paused
         (their kW less the idle kW their GPUs keep drawing), the flexible ones below it
         capped — except new work of the tiers from ``gate_tier``, which m2g's admission holds
-        back (it saves what pausing would); tier 0 is never touched."""
+        back (it saves what pausing would); running tier-0 work is never touched, and new
+        tier-0 work is held back only under ``firm`` (an active grid event m2g cannot meet
+        otherwise: ``hold_firm_beyond_reach``)."""
         gate = pause_tier if gate_tier is None else max(1, gate_tier)
-        out = 0.0
+        out = self.new_paused[i].get(0, 0.0) if firm and self.new_paused else 0.0
         for t in self.flex[i]:
             if t <= 0:
                 continue
@@ -669,7 +684,9 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
                  scales: tuple[float, float], size: int, site: _Site) -> list[WorkloadState]:
     """Start the queued work that fits at ``t0`` (appended to ``jobs``); the rest waits.
     Under a kW limit the tiers m2g's admission holds back (``gate_tier``: flex >= 2, and
-    flex 1 too during a grid event) are not started into it; the others are."""
+    flex 1 too during a grid event) are not started into it; the others (firm work) are,
+    except during a grid event under ``hold_firm_beyond_reach``: then only while the limit
+    plus what pausing the running flexible work would save covers them (``_firm_reach``)."""
     t0, cap, lim = at
     scale, kw_scale = scales
     lag = site.pipe.lag
@@ -677,6 +694,8 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
     gate = cfg.planner.headroom_min_tier if lim is None else lim.gate_tier
     busy = sum(j.gpus for j in jobs if j.start <= t0 < j.end)
     busy_kw = sum(j.kw for j in jobs if j.start <= t0 < j.end)
+    firm_limit = None if lim is None or not lim.firm or limit is None else (
+        limit + _firm_reach(jobs, t0, lim.pause_tier, cfg))
     quotas = _queue_gpus(snap)
     used: dict[str, int] = {}
     for j in jobs:
@@ -693,6 +712,8 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
                                   cfg.reservation_lead_seconds, size)
         kw = job_kw(w, cfg) * kw_scale
         over = limit is not None and busy_kw + kw > limit and w.view.flex_tier >= gate
+        over = over or (firm_limit is not None and w.view.flex_tier < gate
+                        and busy_kw + kw > firm_limit)
         quota = quotas.get(w.cluster_queue)
         if quota is not None and used.get(w.cluster_queue, 0) + w.view.gpus > quota:
             left.append(w)  # its ClusterQueue is full: Kueue would not admit it
@@ -706,6 +727,14 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
         else:
             left.append(w)
     return left
+
+
+def _firm_reach(jobs: list[_Job], t0: datetime, pause_tier: int,
+                cfg: ForecastConfig) -> float:
+    """What pausing the running flexible work (tiers from ``pause_tier``) at ``t0`` would save:
+    the room m2g can make for firm work during a grid event (m2g.planner.shedding.reach_kw)."""
+    return sum(max(0.0, j.kw - j.gpus * cfg.idle_kw_per_gpu) for j in jobs
+               if j.start <= t0 < j.end and j.tier >= pause_tier > 0)
 
 
 def _account(out: _Run, i: int, jobs: list[_Job], t0: datetime, t1: datetime, site: _Site,
@@ -739,7 +768,9 @@ def _account(out: _Run, i: int, jobs: list[_Job], t0: datetime, t1: datetime, si
     new_capped: dict[int, float] = {}
     new_paused: dict[int, float] = {}
     for t, share in new.tier_share.items():
-        if t > 0:
+        if t <= 0:  # firm new work: held back only by the firm gate (_Run.reach)
+            new_paused[t] = max(0.0, (fill_kw - drawing * cfg.idle_kw_per_gpu) * share)
+        else:
             flex[t] = flex.get(t, 0.0) + fill_kw * share
             new_capped[t] = fill_kw * share * new.cap_share.get(t, 0.0)
             new_paused[t] = max(0.0, (fill_kw - drawing * cfg.idle_kw_per_gpu) * share)
