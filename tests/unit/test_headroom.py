@@ -196,3 +196,17 @@ def test_restored_work_is_admitted_before_new_work_into_the_room_kept_for_it() -
     s2 = ClusterSnapshot(factory(room_for(1, new), LIMIT), (new, plain))
     out = {u.name: u.state for u in share([ready(new), ready(plain)], s2, CFG)}
     assert out == {"new": CheckState.READY, "back": CheckState.RETRY}
+
+
+def test_among_equal_priorities_the_longest_waiting_goes_first() -> None:
+    young, old = pending("young", 2), pending("old", 2)
+    old = replace(old, view=old.view.model_copy(update={"wait_seconds": 900}))
+    young = replace(young, view=young.view.model_copy(update={"wait_seconds": 30}))
+    s = ClusterSnapshot(factory(room_for(1, young), LIMIT), (young, old))
+    out = share([ready(young), ready(old)], s, CFG)
+    assert [(u.name, u.state) for u in out] == [("young", CheckState.RETRY),
+                                                ("old", CheckState.READY)]
+    # priority still comes first
+    vip = replace(young, view=young.view.model_copy(update={"priority": 5}))
+    out = share([ready(vip), ready(old)], replace(s, workloads=(vip, old)), CFG)
+    assert [u.state for u in out] == [CheckState.READY, CheckState.RETRY]

@@ -24,7 +24,9 @@ policies:
   (``hold_firm_beyond_reach``, ``_firm_reach``);
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
-  highest priority first (then the snapshot's order), while their kW fit in what is left;
+  highest priority first, then the longest waiting (``wait_seconds``: a small job arriving
+  each reconcile does not keep a larger one that waits out for ever), then the snapshot's
+  order, while their kW fit in what is left;
   the rest get Retry — or, when m2g already deferred them, keep their Retry (Kueue's
   requeue asks again).
 
@@ -90,7 +92,7 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     tier = min_tier(snap, config)
     back = {w.key for _, w in ready if restoring(w, snap, config)}  # their kW: in in_flight
     ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, iw[1].key not in back,
-                               -iw[1].view.priority, iw[0]))
+                               -iw[1].view.priority, -iw[1].view.wait_seconds, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
     reach = _firm_reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
     margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
