@@ -438,8 +438,8 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     for, tier 0 nothing). m2g moves towards that at its ramp (``ramp_kw_per_second``, both
     ways); a shed shows in the site's draw ``shed_show_seconds`` (at most ``settle_seconds``)
     after it is decided (the pods stop, the caps act), a restore only after the pipeline's
-    ``lag`` plus, on average, half of ``max_retry_hold_seconds`` (held work is asked again, admitted again and bound again):
-    kW decided off stay off in the draw until then."""
+    ``lag`` plus, on average, half of ``max_retry_hold_seconds`` (held work is asked again,
+    admitted again and bound again): kW decided off stay off in the draw until then."""
     p = cfg.planner
     steps = max(1, cfg.substeps)
     dt = cfg.interval_seconds / steps
