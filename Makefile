@@ -154,11 +154,11 @@ clean:
 LOCALCP := $(PY) kind-e2e/localcp
 FACTORY ?= small
 
-## up: start etcd, kube-apiserver, controller-manager, scheduler, KWOK, Kueue + FACTORY (small)
+## up: start etcd, kube-apiserver, controller-manager, scheduler, KWOK, Kueue, JobSet + FACTORY (small)
 up: $(STAMP)
 	$(LOCALCP) up --factory $(FACTORY) $(if $(EXTRA_CRDS),--extra-crds $(EXTRA_CRDS))
 
-## down: delete Kueue's webhooks, stop every component; no process is left behind
+## down: delete Kueue's and JobSet's webhooks, stop every component; no process is left behind
 down: $(STAMP)
 	$(LOCALCP) down
 

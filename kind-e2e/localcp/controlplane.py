@@ -1,6 +1,6 @@
 """Bring the local control plane up and down: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, KWOK and Kueue, in that order, each waited for; then the CRDs, Kueue's
-webhooks and (optionally) a simulated factory."""
+kube-scheduler, KWOK, Kueue and the JobSet controller, in that order, each waited for; then the
+CRDs, Kueue's and JobSet's webhooks and (optionally) a simulated factory."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from localcp import UserError, extras, factory, kueue, kwok, procs
+from localcp import UserError, extras, factory, jobset, kueue, kwok, procs
 from localcp.kube import Kube
 from localcp.kubeconfig import write_kubeconfig
 from localcp.paths import (
@@ -34,11 +34,13 @@ from localcp.pki import ensure_pki
 from localcp.procs import Component
 
 # start order; `down` stops in reverse
-ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue")
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kueue",
+         "jobset")
 DEFAULT_PORTS = {
     "etcd": 2379, "etcd_peer": 2380, "apiserver": 6443, "controller_manager": 10257,
     "scheduler": 10259, "kwok": 10247, "kueue_webhook": 9443, "kueue_metrics": 8443,
     "kueue_health": 8081, "kueue_visibility": 8082,
+    "jobset_webhook": 9444, "jobset_metrics": 8444, "jobset_health": 8083,
 }
 Log = Callable[[str], None]
 
@@ -161,6 +163,12 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
             ready=lambda: (_http_ok(f"http://127.0.0.1:{ports['kueue_health']}/readyz")
                            and procs.tls_ok(ports["kueue_webhook"], server_ctx)),
             timeout=90),
+        "jobset": Component(
+            "jobset",
+            jobset.command(binary("jobset"), str(run.root / "jobset.yaml"), run.kubeconfig),
+            ready=lambda: (_http_ok(f"http://127.0.0.1:{ports['jobset_health']}/readyz")
+                           and procs.tls_ok(ports["jobset_webhook"], server_ctx)),
+            timeout=90),
     }
 
 
@@ -211,6 +219,8 @@ def up(factory_spec: Path | None, log: Log = print,
     write_kubeconfig(run.kubeconfig, run.pki, server)
     kueue.install_certs(run.pki, run.kueue_certs)
     kueue.config(run.root, run.kueue_certs, ports)
+    jobset.install_certs(run.pki, run.jobset_certs)
+    jobset.config(run.root, run.jobset_certs, ports)
     kwok.write_config(run.root / "kwok.yaml")
     comps = components(run, ports)
     timings: dict[str, float] = {}
@@ -233,6 +243,8 @@ def up(factory_spec: Path | None, log: Log = print,
         start_and_wait("kwok")
         start_and_wait("kueue")
         _register_webhooks(kube, run, ports, log)
+        start_and_wait("jobset")
+        _register_jobset_webhooks(kube, run, ports, log)
         _register_visibility(kube, run, ports, log)
         for name in ("kube-controller-manager", "kube-scheduler"):
             procs.wait_ready(run, comps[name])
@@ -273,8 +285,11 @@ def _check_version(kube: Kube, want: str) -> None:
 
 def _install_crds(kube: Kube, log: Log, extra: list[str]) -> None:
     t0 = time.monotonic()
-    crds = kueue.crds() + [d for d in yaml.safe_load_all(
+    crds = kueue.crds() + jobset.crds() + [d for d in yaml.safe_load_all(
         (MANIFESTS / "kai-crds.yaml").read_text()) if d] + extras.crds(extra)
+    # the JobSet CRD is always there (the controller runs); an extra set naming it again
+    # (M2G_EXTRA_CRDS=all) must not apply it twice
+    crds = list({str(crd["metadata"]["name"]): crd for crd in crds}.values())
     kube.apply({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": kueue.NAMESPACE}})
     kube.apply_many(crds, workers=4)
@@ -291,6 +306,16 @@ def _register_webhooks(kube: Kube, run: RunPaths, ports: dict[str, int], log: Lo
         kube.apply(hook)
     n = sum(len(h.get("webhooks", [])) for h in hooks)
     log(f"[up] {n} Kueue webhooks registered at https://127.0.0.1:{ports['kueue_webhook']}")
+
+
+def _register_jobset_webhooks(kube: Kube, run: RunPaths, ports: dict[str, int],
+                              log: Log) -> None:
+    hooks = jobset.webhook_configurations((run.pki / "serving-ca.crt").read_bytes(),
+                                          ports["jobset_webhook"])
+    for hook in hooks:
+        kube.apply(hook)
+    n = sum(len(h.get("webhooks", [])) for h in hooks)
+    log(f"[up] {n} JobSet webhooks registered at https://127.0.0.1:{ports['jobset_webhook']}")
 
 
 def _register_visibility(kube: Kube, run: RunPaths, ports: dict[str, int], log: Log) -> None:
@@ -364,7 +389,8 @@ def ensure_extra_crds(extra_crds: str | None = None, log: Log = print) -> list[s
 
 # -- down --------------------------------------------------------------------------------------
 def down(log: Log = print) -> None:
-    """Delete Kueue's webhook configurations, then stop every component in reverse order."""
+    """Delete Kueue's and JobSet's webhook configurations, then stop every component in
+    reverse order."""
     run = run_paths()
     state = load_state(run)
     pids = running(run)
@@ -372,6 +398,7 @@ def down(log: Log = print) -> None:
         try:
             kube = _kube(run, state)
             kueue.delete_webhooks(kube)
+            jobset.delete_webhooks(kube)
             kube.close()
         except (httpx.HTTPError, UserError, OSError) as exc:
             log(f"[down] could not delete the webhook configurations: {exc}")

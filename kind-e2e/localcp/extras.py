@@ -1,9 +1,11 @@
 """Optional CRDs of other workload APIs (JobSet, LeaderWorkerSet, Kubeflow Trainer v2 and the
 Kubeflow training-operator v1 jobs), read from the modules that Kueue's go.sum pins.
 
-Opt-in: ``localcp up --extra-crds jobset,lws`` or ``M2G_EXTRA_CRDS=all``. Only the CRDs are
-installed: no controller for these kinds runs and Kueue's integrations stay ``batch/job``, so
-such objects are stored, validated and defaulted (server-side dry-run works) but not run.
+Opt-in: ``localcp up --extra-crds lws,trainer`` or ``M2G_EXTRA_CRDS=all``. Only the CRDs are
+installed: no controller for these kinds runs and Kueue does not integrate them, so such
+objects are stored, validated and defaulted (server-side dry-run works) but not run. JobSet is
+the exception: its CRD and controller are part of the control plane (localcp.jobset) whatever
+is asked here; ``jobset`` stays a valid name (the same CRD, applied once).
 """
 
 from __future__ import annotations

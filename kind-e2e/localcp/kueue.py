@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from localcp import UserError
+from localcp import UserError, jobset
 from localcp.gomod import ensure_module
 from localcp.kube import Kube, Obj
 from localcp.paths import KIND_E2E, read_versions
@@ -52,7 +52,9 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
         "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": ports["kueue_visibility"]},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 300, "burst": 500},
-        "integrations": {"frameworks": ["batch/job"]},
+        # JobSet: its controller runs beside Kueue (localcp.jobset), so Kueue suspends a JobSet
+        # until admitted and places its child Jobs' pods where it admitted it
+        "integrations": {"frameworks": ["batch/job", jobset.KUEUE_FRAMEWORK]},
         # the shipped Configuration's fair sharing, so ClusterQueue weights act here as on a site
         "fairSharing": shipped_config()["fairSharing"],
     }

@@ -50,10 +50,8 @@ _VERSION_KEY = {
     "helm": "HELM_VERSION",
 }
 #: Not built by ``localcp build``/``up``: helm, a tool of the chart's tests
-#: (``kind-e2e/tools/build.sh helm``, make test-e2e does it), and the JobSet controller — not
-#: built or run yet: there is no wrapper module kind-e2e/tools/jobset (sync-modules.sh would
-#: write it) and no ``localcp`` command starts it; JobSet templates are only dry-run (issue 10).
-TOOL_BINARIES = ("helm", "jobset")
+#: (``kind-e2e/tools/build.sh helm``, make test-e2e does it).
+TOOL_BINARIES = ("helm",)
 #: What the control plane runs (built on demand by ``localcp build``/``up``).
 BINARIES = tuple(b for b in _VERSION_KEY if b not in TOOL_BINARIES)
 

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Build (once) the pinned control-plane binaries into $M2G_CACHE/bin/<component>-<version>/.
 #   kind-e2e/tools/build.sh [etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kwok|kueue|jobset|helm ...]
-# With no argument it builds the control plane's binaries that are missing; helm (the chart's
-# tests) and jobset (the JobSet controller; needs kind-e2e/tools/jobset, which
-# sync-modules.sh writes and the repository does not carry yet) only when named. A binary already in the
+# With no argument it builds the control plane's binaries that are missing (the JobSet controller
+# among them); helm (the chart's tests) only when named. A binary already in the
 # cache is never rebuilt, so a warm machine returns at once. Progress (packages compiled) is
 # printed while building; the full `go build -v` output goes to
 # $M2G_CACHE/logs/build-<binary>.log and the wall time of each build is appended to
@@ -16,8 +15,8 @@ source "$here/../versions.env"
 source "$here/goenv.sh"
 mkdir -p "$M2G_CACHE/bin" "$M2G_CACHE/logs"
 
-ALL="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kueue"
-TOOLS="helm jobset"
+ALL="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kueue jobset"
+TOOLS="helm"
 targets="${*:-$ALL}"
 
 K="$KUBERNETES_VERSION"; MINOR="${K#v1.}"; MINOR="${MINOR%%.*}"

@@ -8,8 +8,9 @@ The suite runs against a real control plane with Kueue and a simulated NVL72 fac
 * with ``M2G_E2E_KUBECONFIG=/path`` any cluster prepared the same way (e.g. the kind path,
   kind-e2e/kind/), which is never started or stopped by the suite.
 
-The local control plane gets the extra CRDs of localcp.extras (JobSet, LeaderWorkerSet,
-Kubeflow), installed into a reused one too, so that every template's dry-run runs, as in CI:
+The local control plane runs the JobSet controller (its CRD is always installed) and gets the
+extra CRDs of localcp.extras (LeaderWorkerSet, Kubeflow), installed into a reused one too, so
+that every template's dry-run runs, as in CI:
 ``$M2G_EXTRA_CRDS`` (default ``all``; set it empty for none) says which.
 
 Every test works in its own namespace and deletes it, and the cluster-scoped Kueue objects it
