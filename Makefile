@@ -92,7 +92,7 @@ CHAOS_SEEDS ?= 1 2 3 4 5 6 7 8
 chaos: $(STAMP)
 	@if [ -z "$$M2G_E2E_KUBECONFIG" ]; then $(PY) kind-e2e/localcp build; fi
 	$(PY) -m pytest -m e2e -q tests/e2e/test_chaos_e2e.py tests/e2e/test_chaos_etcd_e2e.py \
-	  tests/e2e/test_chaos_watch_e2e.py
+	  tests/e2e/test_chaos_watch_e2e.py tests/e2e/test_chaos_prometheus_e2e.py
 	for seed in $(CHAOS_SEEDS); do \
 	  echo "chaos seed $$seed"; \
 	  M2G_CHAOS_SEED=$$seed $(PY) -m pytest -m e2e -q tests/e2e/test_chaos_kill_e2e.py || exit 1; \

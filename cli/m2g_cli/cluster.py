@@ -130,7 +130,8 @@ async def read(kubeconfig: str | None, context: str | None,
     readings = await _readings(prometheus, warnings)
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
                     labels=(site_config() or SiteConfig()).topology.labels)
-    warnings += [f"left out {r.kind} {r.name}: {r.reason}" for r in snap.rejected]
+    warnings += [f"{'ignored the ' + r.part + ' of' if r.part else 'left out'} {r.kind} "
+                 f"{r.name}: {r.reason}" for r in snap.rejected]
     return ClusterView(snap, listed.objects, policies, warnings, topologies, default_ns, held,
                        selected, listed.forbidden | unread)
 

@@ -228,10 +228,13 @@ class K8sCluster:
             meta = obj.get("metadata") or {}
             involved = {"apiVersion": res.api_version, "kind": res.kind, "metadata": {
                 k: meta[k] for k in ("name", "namespace", "uid") if isinstance(meta.get(k), str)}}
+            text = (f"m2g ignores the {r.part} of this {r.kind} (the rest of it is used): "
+                    f"{r.reason}" if r.part else
+                    f"m2g cannot use this {r.kind} and decides without it "
+                    f"(everything else is decided as usual): {r.reason}")
             try:
                 await self.applier.emit_event(
-                    involved, "LeftOut", f"m2g cannot use this {r.kind} and decides without it "
-                    f"(everything else is decided as usual): {r.reason}", "Warning",
+                    involved, "Ignored" if r.part else "LeftOut", text, "Warning",
                     action="Snapshot")
             except k.KubeError as exc:
                 log.warning("Event on %s %s not written: %s", r.kind, r.name, exc)

@@ -103,6 +103,17 @@ def test_every_cluster_queue_is_gated_by_m2g_and_covers_cpu_memory_gpu(
                 assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
 
 
+def test_every_cluster_queue_sets_its_tier_floor(kueue_objs: list[Obj]) -> None:
+    """``m2g.io/min-flex-tier`` (the least flexible tier a queue's jobs may claim; tenants
+    cannot edit ClusterQueues): research work is always sheddable (2), production training
+    and inference may claim any tier (0); every value one m2g reads, none reported."""
+    from m2g.k8s.convert import invalid_min_flex_tiers, min_flex_tiers
+
+    cqs = list(by_kind(kueue_objs, "ClusterQueue").values())
+    assert min_flex_tiers(cqs) == {"research": 2, "prod-training": 0, "inference": 0}
+    assert invalid_min_flex_tiers(cqs) == {}
+
+
 def test_quotas_add_up_to_the_small_factory(kueue_objs: list[Obj]) -> None:
     spec = factory.load_spec(REPO / "kind-e2e" / "factories" / "small.yaml")
     totals = {"cpu": 0.0, "memory": 0.0, "nvidia.com/gpu": 0.0}

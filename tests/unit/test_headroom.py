@@ -143,19 +143,20 @@ def test_work_admitted_and_not_bound_yet_counts_as_drawing() -> None:
     assert share([ready(w)], ClusterSnapshot(f, (w, old)), CFG)[0].state is CheckState.READY
 
 
-def test_no_gate_on_stale_power_no_limit_or_when_off() -> None:
+def test_no_gate_without_a_limit_or_when_off() -> None:
+    """(Stale or missing power is no open gate: tests/unit/test_headroom_unknown_power.py.)"""
     ws = [pending(f"p{i}", 3) for i in range(4)]
     f = factory(LIMIT, LIMIT)  # no room at all
     updates = [ready(w) for w in ws]
     assert all(u.state is CheckState.RETRY for u in share(updates, ClusterSnapshot(f, tuple(ws)),
                                                           CFG))
-    stale = replace(f, racks=(replace(f.racks[0], power_kw=Reading(LIMIT, 500.0)),))
-    assert share(updates, ClusterSnapshot(stale, tuple(ws)), CFG) == updates
     off = replace(CFG, share_headroom=False)
     assert share(updates, ClusterSnapshot(f, tuple(ws)), off) == updates
     no_limit = replace(f, site_budget_kw=0.0, grid_events=(GridEvent(
         "dr", NOW - timedelta(minutes=1), NOW + timedelta(hours=1)),))
     assert share(updates, ClusterSnapshot(no_limit, tuple(ws)), CFG) == updates
+    stale = replace(no_limit, racks=(replace(f.racks[0], power_kw=Reading(LIMIT, 500.0)),))
+    assert share(updates, ClusterSnapshot(stale, tuple(ws)), CFG) == updates  # no kW limit
 
 
 def capped_snapshot(applied: float | None, applied_ago: float) -> ClusterSnapshot:

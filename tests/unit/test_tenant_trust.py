@@ -115,3 +115,22 @@ def test_the_floor_follows_the_queue_across_reconciles() -> None:
     later = kb.build_snapshot(kb.ClusterObjects(workloads=wls, cluster_queues={
         "rec-cq": _cq("rec-cq", "2")}), None, NOW, memo=memo)
     assert [w.view.flex_tier for w in (*first.workloads, *later.workloads)] == [0, 2]
+
+
+@pytest.mark.parametrize("floor", ["9", "-1", "two", "", "1.5"])
+def test_an_invalid_queue_floor_is_reported_not_ignored_silently(floor: str) -> None:
+    """Before, a value that is not 0-3 was ignored without a word (every tier allowed). Now
+    the snapshot lists it (``rejected`` with ``part``: the queue itself is used), so the
+    controller logs it, counts it and puts a Warning Event ``Ignored`` on the ClusterQueue,
+    and ``m2g queues`` prints a warning; a valid floor is not reported."""
+    from m2g.k8s import build as kb
+
+    objs = kb.ClusterObjects(workloads={"rec/w": _tiered("0")},
+                             cluster_queues={"rec-cq": _cq("rec-cq", floor),
+                                             "ok": _cq("ok", "2"), "none": _cq("none", None)})
+    snap = kb.build_snapshot(objs, None, NOW)
+    (r,) = snap.rejected
+    assert (r.kind, r.name, r.part) == ("ClusterQueue", "rec-cq",
+                                        "annotation m2g.io/min-flex-tier")
+    assert f"{floor!r} is not 0-3" in r.reason and "every flex tier is allowed" in r.reason
+    assert snap.workloads[0].view.flex_tier == 0  # decided as before: every tier allowed

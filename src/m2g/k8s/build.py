@@ -38,6 +38,7 @@ from m2g.k8s.convert import (
     allocated_of,
     check_names,
     cluster_queue,
+    invalid_min_flex_tiers,
     is_gpu_node,
     live_pods,
     live_pods_of,
@@ -58,7 +59,7 @@ from m2g.k8s.convert_schedule import capacity_plan, reservation
 from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
 from m2g.k8s.parse import parse_time
 from m2g.model import labels as L
-from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, Rejected, WorkloadState
 from m2g.model.collector import collector_paused
 from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
 from m2g.model.inputs import shallow_copy
@@ -423,6 +424,13 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
     checks = check_names(objs.admission_checks.values())
     floors = iso.one("ClusterQueue", {"metadata": {"name": "*"}}, lambda _: min_flex_tiers(
         o for o in objs.cluster_queues.values() if isinstance(o, dict))) or {}
+    bad_floors = iso.one("ClusterQueue", {"metadata": {"name": "*"}},
+                         lambda _: invalid_min_flex_tiers(
+                             o for o in objs.cluster_queues.values() if isinstance(o, dict))) or {}
+    for cq, raw in sorted(bad_floors.items()):
+        iso.rejected.append(Rejected(
+            "ClusterQueue", cq, f"annotation {L.MIN_FLEX_TIER} {raw!r} is not 0-3: ignored, "
+            "every flex tier is allowed in this queue", part=f"annotation {L.MIN_FLEX_TIER}"))
     lq_key = hash((frozenset(lq_map.items()), frozenset(floors.items())))
     states: list[WorkloadState] = []
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}

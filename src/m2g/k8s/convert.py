@@ -635,6 +635,19 @@ def min_flex_tiers(cluster_queues: Iterable[Obj]) -> dict[str, int]:
     return out
 
 
+def invalid_min_flex_tiers(cluster_queues: Iterable[Obj]) -> dict[str, str]:
+    """ClusterQueue name → its ``m2g.io/min-flex-tier`` when set and not 0–3 (ignored by
+    ``min_flex_tiers``: every tier allowed), to be reported rather than ignored silently."""
+    out: dict[str, str] = {}
+    for cq in cluster_queues:
+        meta = _meta(cq)
+        notes = meta.get("annotations")
+        raw = notes.get(L.MIN_FLEX_TIER) if isinstance(notes, dict) else None
+        if raw is not None and str(raw).strip() not in ("0", "1", "2", "3"):
+            out[str(meta.get("name", ""))] = str(raw)[:64]
+    return out
+
+
 def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None = None,
              checks: frozenset[str] = frozenset(),
              tier_floors: Mapping[str, int] | None = None) -> WorkloadState:

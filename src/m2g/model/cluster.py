@@ -207,11 +207,13 @@ class GridEventState:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """An object left out of the snapshot because it cannot be used (m2g.k8s.isolate)."""
+    """An object left out of the snapshot because it cannot be used (m2g.k8s.isolate) — or,
+    with ``part``, an object used without that part of it (e.g. an invalid annotation)."""
 
     kind: str
     name: str
     reason: str
+    part: str = ""
 
 
 @dataclass(frozen=True, slots=True)

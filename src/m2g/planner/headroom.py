@@ -30,7 +30,22 @@ policies:
   the rest get Retry — or, when m2g already deferred them, keep their Retry (Kueue's
   requeue asks again).
 
-Stale or missing power, or no limit known: no gate (the policies' own fail-safes hold).
+**Site power unknown** (a rack's reading stale, missing or invalid: Prometheus down, slow or
+answering garbage) is not an open gate (docs/curtailment.md, "When the site's power is
+unknown"). The draw is then bounded instead of measured: every rack with a fresh reading at
+it, every other rack at its cap (``Rack.cap_kw``: the most it can draw; no cap: no bound, and
+no gated work fits), and the room is the limit less that bound and less the kW admitted and
+not drawing yet. So new work is admitted only where it is known to fit even if every rack
+without a reading drew its cap; the rest gets Retry with rule ``site-power-unknown`` and a
+message that starts "site power unknown". During an active grid event firm work gets the same
+bound and nothing more (m2g never sheds on stale power, so there is no room it can make;
+``hold_firm_beyond_reach: false`` admits firm work whatever the room, as with a fresh
+reading); a percentage event whose baseline was never measured has no known limit: nothing is
+known to fit. Outside an event the gated flexible tiers get the bound against the site budget
+and firm work is not held, as with a fresh reading.
+
+No limit known (no site budget, no event with a kW target or a reduction): no gate (the
+policies' own fail-safes hold).
 """
 
 from __future__ import annotations
@@ -39,11 +54,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import FactorySnapshot
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
 from m2g.planner.shedding import in_flight_kw, reach_kw, restoring, workload_kw
 
 POLICY, RULE = "site-headroom", "shared-room"
+#: The rule of a Retry given because the site's power reading is stale, missing or invalid.
+RULE_UNKNOWN = "site-power-unknown"
 
 
 def min_tier(snap: ClusterSnapshot, config: PlannerConfig) -> int:
@@ -60,22 +78,59 @@ def min_tier(snap: ClusterSnapshot, config: PlannerConfig) -> int:
 
 @dataclass(frozen=True)
 class Headroom:
-    """kW left for new work under ``limit`` (``room`` may be negative)."""
+    """kW left for new work under ``limit`` (``room`` may be negative). ``unknown``: why the
+    draw is a bound, not a reading ("" when measured): then ``draw`` is the bound."""
 
     limit: float
     draw: float
     in_flight: float
     room: float
+    unknown: str = ""
 
     @classmethod
     def of(cls, snap: ClusterSnapshot, config: PlannerConfig) -> Headroom | None:
         draw = snap.factory.site_draw_kw()
         limit = snap.factory.limit_ahead_kw(config.shed_lead_seconds)  # as the shedding
-        if draw.stale or draw.value is None or limit <= 0:
+        if not draw.stale and draw.value is not None:
+            if limit <= 0:
+                return None
+            in_flight = in_flight_kw(snap, config)
+            room = limit * (1.0 - config.restore_margin) - draw.value - in_flight
+            return cls(limit, draw.value, in_flight, room)
+        event = snap.factory.grid_event()
+        active = event is not None and event.active(snap.now)
+        if active and event is not None and event.reduction_pct > 0 and event.target() <= 0:
+            return cls(limit, float("inf"), 0.0, float("-inf"), (
+                f"the grid event's {event.reduction_pct:g} % reduction has no baseline (no "
+                "fresh site draw since before it started), so its limit is not known"))
+        if limit <= 0:
             return None
+        bound, why = draw_bound_kw(snap.factory)
         in_flight = in_flight_kw(snap, config)
-        room = limit * (1.0 - config.restore_margin) - draw.value - in_flight
-        return cls(limit, draw.value, in_flight, room)
+        room = limit * (1.0 - config.restore_margin) - bound - in_flight
+        return cls(limit, bound, in_flight, room, why)
+
+
+def draw_bound_kw(f: FactorySnapshot) -> tuple[float, str]:
+    """The most the site can draw now when its reading is not fresh: each rack's fresh
+    reading, every other rack at its cap (``inf`` when one of them has none), and why."""
+    total, unknown, capless, oldest = 0.0, 0, 0, 0.0
+    for r in f.racks:
+        if not r.power_kw.stale and r.power_kw.value is not None:
+            total += r.power_kw.value
+            continue
+        unknown += 1
+        oldest = max(oldest, r.power_kw.age_seconds)
+        if r.cap_kw > 0:
+            total += r.cap_kw
+        else:
+            capless += 1
+    age = "never read or invalid" if oldest == float("inf") else f"oldest {oldest:.0f} s"
+    why = (f"{unknown} of {len(f.racks)} rack(s) without a fresh power reading ({age})"
+           if f.racks else "no rack power reading")
+    if capless or not f.racks:
+        return float("inf"), why + (f", {capless} of them without a cap" if capless else "")
+    return total, why
 
 
 def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: PlannerConfig,
@@ -95,6 +150,8 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
                                -iw[1].view.priority, -iw[1].view.wait_seconds, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
     reach = _firm_reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
+    if reach is not None and head.unknown:
+        reach = 0.0  # never a shed on stale power: no room m2g can make
     margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
     firm_held = False  # a firm job held keeps the room: flexible work gets none before it
     for i, w in ready:  # firm work first (the sort)
@@ -157,14 +214,38 @@ def _hold(w: WorkloadState, u: CheckUpdate, head: Headroom, admitted: int,
     """Retry for a workload the room does not hold (``reach``: what m2g can still free for
     it, when it is firm work held during an event; else None)."""
     wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
+    kw = workload_kw(w, config)
+    if head.unknown:
+        return _retry(u, wait, RULE_UNKNOWN, _unknown_why(kw, head, admitted, reach, wait))
     freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
                 f"running flexible work can free only {reach:.0f} kW more"
                 if reach is not None else "")
-    why = (f"site headroom: {workload_kw(w, config):.0f} kW does not fit in what is left of "
+    why = (f"site headroom: {kw:.0f} kW does not fit in what is left of "
            f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
            f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
            f"{admitted} workload(s) admitted before it in this reconcile){freeable}; asking "
            f"again in {wait} s")
+    return _retry(u, wait, RULE, why)
+
+
+def _unknown_why(kw: float, head: Headroom, admitted: int, reach: float | None,
+                 wait: int) -> str:
+    """The message of a Retry given because the site's power is not known (fail-safe)."""
+    firm = ("; during the grid event firm work too is admitted only where it is known to "
+            "fit (m2g never sheds on stale power)" if reach is not None else "")
+    if head.room == float("-inf"):
+        return (f"site power unknown: {head.unknown}; no new work is known to fit{firm}; "
+                f"asking again in {wait} s")
+    bound = ("no bound (a rack without a cap)" if head.draw == float("inf")
+             else f"at most {head.draw:.0f} kW")
+    return (f"site power unknown: {head.unknown}; {kw:.0f} kW is not known to fit under the "
+            f"{head.limit:.0f} kW limit even with every such rack at its cap (draw {bound}, "
+            f"{head.in_flight:.0f} kW admitted and not drawing yet, {admitted} workload(s) "
+            f"admitted before it in this reconcile){firm}; new work waits for a fresh "
+            f"reading; asking again in {wait} s")
+
+
+def _retry(u: CheckUpdate, wait: int, rule: str, why: str) -> CheckUpdate:
     return CheckUpdate(namespace=u.namespace, name=u.name, check=u.check,
                        state=CheckState.RETRY, message=why[:1024], requeue_after_seconds=wait,
-                       policy=POLICY, rule=RULE)
+                       policy=POLICY, rule=rule)
