@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CapAction, NodeLimitUpdate
+from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curves import CapCurve, curve_of, kind_curve
 from m2g.planner.inputs import InputBuilder
@@ -260,7 +261,7 @@ def lift_caps(builder: InputBuilder, config: PlannerConfig, room: float, limit: 
     """Caps lifted (most recent first) while the site stays ``restore_margin`` under its
     limit with their kW added, within the ramp."""
     snap = builder.snap
-    capped = sorted((w for w in snap.workloads if w.power_cap < 1.0),
+    capped = sorted((w for w in sparse.of(snap).capped if w.power_cap < 1.0),
                     key=lambda w: (w.power_cap_at or snap.now, w.key), reverse=True)
     out: list[CapAction] = []
     used, margin = 0.0, limit * config.restore_margin
@@ -282,7 +283,7 @@ def settling_cap_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     in force by the agents of all its nodes ``meter_lag_seconds`` before the reading."""
     draw = snap.factory.site_draw_kw()
     read_at = snap.now - timedelta(seconds=min(draw.age_seconds, config.settle_seconds))
-    return sum(cap_saving_kw(w, config, 1.0, w.power_cap) for w in snap.workloads
+    return sum(cap_saving_kw(w, config, 1.0, w.power_cap) for w in sparse.of(snap).capped
                if w.phase is Phase.ADMITTED and w.power_cap < 1.0 and w.power_cap_at
                and (snap.now - w.power_cap_at).total_seconds() < config.settle_seconds
                and not metered(w, snap, read_at, config))

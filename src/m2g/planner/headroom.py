@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot
 from m2g.model.plan import CheckUpdate
+from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
 from m2g.planner.shedding import in_flight_kw, reach_kw, restoring, workload_kw
 
@@ -141,7 +142,7 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     head = Headroom.of(snap, config) if config.share_headroom else None
     if head is None or not any(u.state is CheckState.READY for u in updates):
         return list(updates)
-    by_key = {w.key: w for w in snap.workloads}
+    by_key = sparse.of(snap).by_key
     ready = [(i, by_key[f"{u.namespace}/{u.name}"]) for i, u in enumerate(updates)
              if u.state is CheckState.READY and f"{u.namespace}/{u.name}" in by_key]
     tier = min_tier(snap, config)

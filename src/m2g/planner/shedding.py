@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot
 from m2g.model.plan import CapAction, ShedAction
+from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders, lift_caps, plan_caps, settling_cap_kw
 from m2g.planner.curves import curve_of
@@ -84,7 +85,7 @@ def restoring(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) ->
 def in_flight_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     """kW the meter does not show yet but will: work admitted and not bound yet, and work
     restored and not admitted again yet."""
-    return sum(workload_kw(w, config) for w in snap.workloads
+    return sum(workload_kw(w, config) for w in sparse.of(snap).in_flight
                if not_drawing_yet(w, snap, config) or restoring(w, snap, config))
 
 
@@ -151,7 +152,7 @@ def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     (``settling`` is False for the rest whatever its pods): the pods are looked up for
     those alone, not for every workload (100,000 lookups at 1,400 racks)."""
     read_at = _read_at(snap)
-    return sum(saving_kw(w, config) for w in snap.workloads
+    return sum(saving_kw(w, config) for w in sparse.of(snap).shed
                if w.shed_by_m2g and w.shed_at is not None
                and _settles(w, snap, config, read_at)) \
         + settling_cap_kw(snap, config)
@@ -194,7 +195,7 @@ def _settles(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
 def last_action(builder: InputBuilder) -> datetime | None:
     """The last shed, restore or cap change (the ramp counts from it; a restore's time is
     its ``restored_at``: restoring removes ``shed_at``)."""
-    times = [t for w in builder.snap.workloads
+    times = [t for w in sparse.of(builder.snap).stamped
              for t in (w.shed_at, w.restored_at, w.power_cap_at) if t is not None]
     return max(times) if times else None
 
@@ -245,7 +246,7 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     # 2 MW of room.
     restored = sum(a.kw for a in restores)
     back = {f"{a.namespace}/{a.name}" for a in restores}
-    waiting = sum(workload_kw(w, config) for w in builder.snap.workloads
+    waiting = sum(workload_kw(w, config) for w in sparse.of(builder.snap).shed
                   if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
                   and w.key not in back)
     lifts = lift_caps(builder, config, room - restored - waiting, limit, step - restored)
@@ -431,7 +432,7 @@ def _pause(c: Candidate, shortfall: float, by_key: Mapping[str, WorkloadState]
 def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
              step: float) -> list[ShedAction]:
     now = builder.snap.now
-    shed = sorted((w for w in builder.snap.workloads if w.shed_by_m2g and not w.drained_for
+    shed = sorted((w for w in sparse.of(builder.snap).shed if w.shed_by_m2g and not w.drained_for
                    and w.phase is Phase.INACTIVE and evicted(w, now, config)),
                   key=lambda w: (w.shed_at or now, w.key))
     out: list[ShedAction] = []
