@@ -19,7 +19,7 @@ import yaml
 
 from localcp import UserError
 from localcp.gomod import ensure_module
-from localcp.kube import Kube, Obj
+from localcp.kube import Kube, Obj, on_localhost
 from localcp.paths import read_versions
 from localcp.pki import write_atomic
 
@@ -116,13 +116,8 @@ def webhook_configurations(ca_pem: bytes, port: int, root: Path | None = None) -
         if not doc:
             continue
         name = str(doc["metadata"]["name"])
-        obj = _patched(doc, patches.get(name, []))
-        obj["metadata"] = {"name": WEBHOOK_PREFIX + name,
-                           "labels": {"app.kubernetes.io/managed-by": "m2g-localcp"}}
-        for hook in obj.get("webhooks", []):
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
-        out.append(obj)
+        out.append(on_localhost(_patched(doc, patches.get(name, [])), WEBHOOK_PREFIX + name,
+                                port, bundle))
     return out
 
 

@@ -153,3 +153,13 @@ def _message(resp: httpx.Response) -> str:
         return str(resp.json().get("message", resp.text))[:400]
     except ValueError:
         return resp.text[:400]
+
+
+def on_localhost(obj: Obj, name: str, port: int, bundle: str) -> Obj:
+    """A webhook configuration renamed ``name`` (labelled as ours) whose webhooks call the
+    controller on 127.0.0.1:``port`` (its serving pair signed by ``bundle``), not a Service."""
+    obj["metadata"] = {"name": name, "labels": {"app.kubernetes.io/managed-by": "m2g-localcp"}}
+    for hook in obj.get("webhooks", []):
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+    return obj

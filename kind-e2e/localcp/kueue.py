@@ -12,7 +12,7 @@ import yaml
 
 from localcp import UserError, jobset
 from localcp.gomod import ensure_module
-from localcp.kube import Kube, Obj
+from localcp.kube import Kube, Obj, on_localhost
 from localcp.paths import KIND_E2E, read_versions
 from localcp.pki import VISIBILITY_SERVICE, write_atomic
 
@@ -95,13 +95,8 @@ def webhook_configurations(ca_pem: bytes, port: int) -> list[Obj]:
     for doc in yaml.safe_load_all(source.read_text()):
         if not doc:
             continue
-        obj = copy.deepcopy(doc)
-        obj["metadata"] = {"name": WEBHOOK_PREFIX + doc["metadata"]["name"],
-                           "labels": {"app.kubernetes.io/managed-by": "m2g-localcp"}}
-        for hook in obj.get("webhooks", []):
-            path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
-        out.append(obj)
+        out.append(on_localhost(copy.deepcopy(doc), WEBHOOK_PREFIX + doc["metadata"]["name"],
+                                port, bundle))
     return out
 
 

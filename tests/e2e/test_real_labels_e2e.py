@@ -100,18 +100,24 @@ def test_factory_nodes_carry_only_real_cluster_labels(cluster: Cluster) -> None:
         assert [k for k in labels if k.startswith("m2g.io/")] == ["m2g.io/factory"]
 
 
-@pytest.mark.parametrize("name", JOB_TEMPLATES)
-def test_every_job_template_is_admitted_on_the_first_try_and_placed(
-        kubeconfig: Path, cluster: Cluster, queue: str, name: str) -> None:
-    ns = queue
+def _submit(kubeconfig: Path, ns: str, name: str, api: str) -> str:
+    """``m2g submit`` template ``name`` as ``api`` (Job, JobSet) under a unique name."""
     job = unique(name[:30])
     args = ["submit", name, "-n", ns, "--kubeconfig", str(kubeconfig), "--templates-dir",
-            str(REPO / "templates"), "--set", f"name={job}", "--set", "api=Job",
+            str(REPO / "templates"), "--set", f"name={job}", "--set", f"api={api}",
             "--set", "scheduler=default", "--set", "priority="]
     for item in SETS.get(name, []):
         args += ["--set", item]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, (result.stdout, result.stderr)
+    return job
+
+
+@pytest.mark.parametrize("name", JOB_TEMPLATES)
+def test_every_job_template_is_admitted_on_the_first_try_and_placed(
+        kubeconfig: Path, cluster: Cluster, queue: str, name: str) -> None:
+    ns = queue
+    job = _submit(kubeconfig, ns, name, "Job")
     seen: list[dict[str, Any]] = []
 
     def admitted() -> dict[str, Any] | None:
@@ -196,14 +202,7 @@ def test_some_templates_render_a_jobset() -> None:
 def test_every_jobset_template_runs_its_child_jobs_where_kueue_placed_it(
         kubeconfig: Path, cluster: Cluster, queue: str, name: str) -> None:
     ns = queue
-    job = unique(name[:30])
-    args = ["submit", name, "-n", ns, "--kubeconfig", str(kubeconfig), "--templates-dir",
-            str(REPO / "templates"), "--set", f"name={job}", "--set", "api=JobSet",
-            "--set", "scheduler=default", "--set", "priority="]
-    for item in SETS.get(name, []):
-        args += ["--set", item]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, (result.stdout, result.stderr)
+    job = _submit(kubeconfig, ns, name, "JobSet")
     seen: list[dict[str, Any]] = []
     pods_seen: list[Any] = []
 
