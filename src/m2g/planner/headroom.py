@@ -150,9 +150,8 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, iw[1].key not in back,
                                -iw[1].view.priority, -iw[1].view.wait_seconds, iw[0]))
     room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
-    reach = _firm_reach(snap, config, any(w.view.flex_tier < tier for _, w in ready))
-    if reach is not None and head.unknown:
-        reach = 0.0  # never a shed on stale power: no room m2g can make
+    reach = _firm_reach(snap, config, any(w.view.flex_tier < tier for _, w in ready),
+                        bool(head.unknown))
     margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
     firm_held = False  # a firm job held keeps the room: flexible work gets none before it
     for i, w in ready:  # firm work first (the sort)
@@ -194,7 +193,8 @@ def alone(snap: ClusterSnapshot, w: WorkloadState,
     return out[0] if out and out[0].state is CheckState.RETRY else None
 
 
-def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool) -> float | None:
+def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool,
+                unknown: bool = False) -> float | None:
     """What m2g can still free for firm work (below the gate's tier) during an active grid
     event (m2g.planner.shedding.reach_kw, worked out once, and only when there is firm work
     to answer); None when firm work is not held (no active event, the gate off, no firm
@@ -202,12 +202,13 @@ def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool) -> flo
     is for restores and flexible work) plus this covers its kW — flexible running work makes
     room for it, but not room that is not there: a 16-rack twin event (2026-12-04) admitted
     ~30 firm jobs (~500 kW) after every flexible job was paused or capped, and the site drew
-    up to 118 kW over the event's target for its last 90 s (``hold_firm_beyond_reach``)."""
+    up to 118 kW over the event's target for its last 90 s (``hold_firm_beyond_reach``).
+    ``unknown`` (site power unknown): 0, not worked out — m2g never sheds on stale power."""
     event = snap.factory.grid_event()
     if not (firm and config.hold_firm_beyond_reach and event is not None
             and event.active(snap.now)):
         return None
-    return reach_kw(snap, config)
+    return 0.0 if unknown else reach_kw(snap, config)  # stale power: m2g never sheds
 
 
 def _hold(w: WorkloadState, u: CheckUpdate, head: Headroom, admitted: int,
