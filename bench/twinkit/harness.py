@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from m2g.k8s.convert import min_flex_tiers
 from m2g.model import labels as L
 from m2g.sim.power import PowerModel
 from twinkit import jobs as J
@@ -203,7 +204,22 @@ def kueue_config(rendered: str, racks: int, with_m2g: bool) -> list[Obj]:
     return docs
 
 
-def install(cfg: RunConfig, kubeconfig: Path) -> None:
+def tier_floors(docs: list[Obj]) -> dict[str, int]:
+    """Namespace → the least flexible tier its ``default`` LocalQueue's ClusterQueue allows
+    (``m2g.io/min-flex-tier``, read as m2g reads it): the tier m2g holds the namespace's jobs
+    to, and so the tier the report counts them in (docs/twin.md, "Flex tiers")."""
+    cqs = min_flex_tiers(d for d in docs if d.get("kind") == "ClusterQueue")
+    out: dict[str, int] = {}
+    for d in docs:
+        meta = d.get("metadata") or {}
+        if d.get("kind") == "LocalQueue" and meta.get("name") == J.LOCAL_QUEUE:
+            floor = cqs.get(str((d.get("spec") or {}).get("clusterQueue", "")), 0)
+            out[str(meta.get("namespace", ""))] = floor
+    return out
+
+
+def install(cfg: RunConfig, kubeconfig: Path) -> dict[str, int]:
+    """Install the CRDs, kueue-config and policies; return the namespaces' tier floors."""
     kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k",
                          str(REPO / "deploy" / "crds")])
     kubectl(kubeconfig, ["wait", "--for=condition=Established", "--timeout=60s", "crd",
@@ -221,6 +237,7 @@ def install(cfg: RunConfig, kubeconfig: Path) -> None:
     if cfg.kind.m2g:
         kubectl(kubeconfig, ["apply", "--server-side", "--force-conflicts", "-k",
                              str(cfg.kind.policies)])
+    return tier_floors(docs)
 
 
 # ---- processes --------------------------------------------------------------------------------
@@ -575,14 +592,18 @@ def _baseline(samples: list[tuple[float, float]], start: float) -> float:
 
 # ---- the replay -------------------------------------------------------------------------------
 
-def write_plan(cfg: RunConfig, t0: float, path: Path) -> None:
-    from dataclasses import asdict
+def write_plan(cfg: RunConfig, t0: float, path: Path,
+               floors: Mapping[str, int] | None = None) -> None:
+    """The driver's plan; each job's tier raised to its namespace's floor (``tier_floors``)."""
+    from dataclasses import asdict, replace
 
+    floors = floors or {}
+    jobs = [replace(j, tier=max(j.tier, floors.get(j.namespace, 0))) for j in cfg.plan.jobs]
     path.write_text(json.dumps({
         "timeScale": cfg.time_scale, "t0": t0,
         "eventStart": cfg.timeline.start_s, "eventEnd": cfg.timeline.end_s,
         "sizes": {str(k): v for k, v in size_histogram(cfg.plan.jobs).items()},
-        "jobs": [asdict(j) for j in cfg.plan.jobs]}))
+        "jobs": [asdict(j) for j in jobs]}))
 
 
 def replay(cfg: RunConfig, data: RunData, kube: Kube, procs: Procs, t0: float,
@@ -704,7 +725,7 @@ def run_baseline(cfg: RunConfig) -> RunData:
     kube: Kube | None = None
     try:
         kube = Kube(kubeconfig)
-        install(cfg, kubeconfig)
+        floors = install(cfg, kubeconfig)
         start_processes(cfg, kubeconfig, procs)
         wait_queues_active(kube)
         for n in kube.nodes():
@@ -713,7 +734,7 @@ def run_baseline(cfg: RunConfig) -> RunData:
                                                  labels.get(L.BLOCK, ""))
         t0 = data.t0 = time.time() + 1.0
         plan_file = cfg.run_dir / "twin-plan.json"
-        write_plan(cfg, t0, plan_file)
+        write_plan(cfg, t0, plan_file, floors)
         driver_out = cfg.run_dir / "twin-driver.json"
         driver = Proc("job driver", [sys.executable, str(REPO / "bench" / "twinkit" /
                                                          "driver.py"),

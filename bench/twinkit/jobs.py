@@ -18,6 +18,7 @@ from twinkit.trace import TraceJob
 Obj = dict[str, Any]
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+LOCAL_QUEUE = "default"  # every job's LocalQueue, in its namespace (kueue-config/base/tenants.yaml)
 
 
 def estimated_kw(job: TraceJob, model: PowerModel) -> float:
@@ -49,7 +50,7 @@ def manifest(job: TraceJob, time_scale: float, model: PowerModel) -> Obj:
         annotations[PREFERRED] = L.RACK
     elif job.topology == "required-block":
         annotations[REQUIRED] = L.BLOCK
-    job_labels = {TWIN_LABEL: "true", "kueue.x-k8s.io/queue-name": "default"}
+    job_labels = {TWIN_LABEL: "true", "kueue.x-k8s.io/queue-name": LOCAL_QUEUE}
     if job.priority_class:
         job_labels["kueue.x-k8s.io/priority-class"] = job.priority_class
     gpus = str(job.gpus_per_pod)
