@@ -117,6 +117,10 @@ class PlannerSettings(BaseModel):
     hold_firm_beyond_reach: bool | None = None
     #: A held-back preemptor keeps its quota while its victims wait, up to this long (0: off).
     preemptor_hold_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    #: A gang split over NVLink domains though it fits in one gets Retry while it has waited
+    #: less than this (0: off), asking again after ``splitRetryRequeueSeconds``.
+    split_retry_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    split_retry_requeue_seconds: int | None = Field(default=None, ge=1, le=300)
     #: A cap the agents report in force shows in the site meter within this long.
     meter_lag_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
 

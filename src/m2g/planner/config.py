@@ -87,6 +87,12 @@ class PlannerConfig:
     #: reservation (m2g.planner.preemptors: a Retry hands the quota back to the victims,
     #: and the preemptor preempts them again at its next attempt). 0: Retry as any other.
     preemptor_hold_seconds: int = 600
+    #: A gang Kueue TAS split over NVLink domains though it fits in one gets Retry (a new
+    #: assignment at its next reservation) while it has waited less than this since it was
+    #: created (m2g.planner.split); after that it is admitted as assigned. 0: off.
+    split_retry_seconds: int = 120
+    #: ... asking again this long after each such Retry (Kueue holds the quota until then).
+    split_retry_requeue_seconds: int = 5
     #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
     #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.
     shed_saving_fraction: float = 0.82

@@ -22,6 +22,7 @@ from m2g.planner.nodes import drain_actions, taint_updates
 from m2g.planner.preemptors import hold
 from m2g.planner.reservations import ReservationBook
 from m2g.planner.shedding import power_actions
+from m2g.planner.split import split
 from m2g.policy import Evaluator
 
 
@@ -52,8 +53,8 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     drains += book.drains(acted | {f"{a.namespace}/{a.name}" for a in drains})
     wake = [t for t in (next_boundary(snap), *book.boundaries(), *hourly.boundaries(snap)) if t]
     return Plan(
-        checks=tuple(hold(share(check_updates(evaluator, builder, config, check_evaluators,
-                                              book),
+        checks=tuple(hold(share(split(check_updates(evaluator, builder, config,
+                                                    check_evaluators, book), snap, config),
                                 snap, config, sum(a.kw for a in sheds if a.active)),
                           snap, config)),
         quotas=tuple(quotas),
