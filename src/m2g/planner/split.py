@@ -44,8 +44,7 @@ def split(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
     found = [(i, w) for i, w in found if _may_wait(w, snap, config)]
     if not found:
         return list(updates)
-    clique_of = {n.name: n.clique or n.rack for n in snap.factory.nodes}
-    largest = _largest_clique(snap)
+    clique_of, largest = _cliques(snap)
     waiting = victims(snap)
     retry: dict[int, tuple[WorkloadState, tuple[str, ...]]] = {}
     for i, w in found:
@@ -70,13 +69,15 @@ def _may_wait(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) ->
             and len(snap.placements.get(w.key, ())) > 1)
 
 
-def _largest_clique(snap: ClusterSnapshot) -> int:
-    """GPUs of the site's largest NVLink clique (healthy or not: the size a gang fits in)."""
+def _cliques(snap: ClusterSnapshot) -> tuple[dict[str, str], int]:
+    """Node → its NVLink clique (its rack without one), and the GPUs of the site's largest
+    clique (healthy or not: the size a gang fits in); one pass over the nodes."""
+    clique_of: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for n in snap.factory.nodes:
-        key = n.clique or n.rack
+        key = clique_of[n.name] = n.clique or n.rack
         sizes[key] = sizes.get(key, 0) + n.gpus
-    return max(sizes.values(), default=0)
+    return clique_of, max(sizes.values(), default=0)
 
 
 def _retry(u: CheckUpdate, w: WorkloadState, cliques: tuple[str, ...],
