@@ -21,7 +21,7 @@ from m2g.k8s.build import ClusterObjects
 from m2g.k8s.cache import object_key
 from m2g.k8s.kubeconfig import context_namespace, merged_kubeconfig
 from m2g.k8s.snapshot import RequiredKindMissing, assemble, list_objects
-from m2g.model.cluster import ClusterSnapshot
+from m2g.model.cluster import ClusterSnapshot, Rejected
 from m2g.planner.config import PlannerConfig
 from m2g.signals.config import PrometheusSettings
 from m2g.signals.http import make_http_client
@@ -130,10 +130,15 @@ async def read(kubeconfig: str | None, context: str | None,
     readings = await _readings(prometheus, warnings)
     snap = assemble(listed.objects, readings, datetime.now(UTC), kai=listed.kai,
                     labels=(site_config() or SiteConfig()).topology.labels)
-    warnings += [f"{'ignored the ' + r.part + ' of' if r.part else 'left out'} {r.kind} "
-                 f"{r.name}: {r.reason}" for r in snap.rejected]
+    warnings += [rejected_warning(r) for r in snap.rejected]
     return ClusterView(snap, listed.objects, policies, warnings, topologies, default_ns, held,
                        selected, listed.forbidden | unread)
+
+
+def rejected_warning(r: Rejected) -> str:
+    """The CLI's warning for an object m2g leaves out, or uses with a part of it ignored."""
+    what = f"ignored the {r.part} of" if r.part else "left out"
+    return f"{what} {r.kind} {r.name}: {r.reason}"
 
 
 async def _selected(kube: k.Kube, field_selector: str, namespace: str | None = None

@@ -1,6 +1,8 @@
 """``m2g status``: is m2g in charge — who leads (and since when the Lease was renewed), which
 policy objects are in force, whether each of m2g's AdmissionChecks is Active, how old the
-power readings are, and which objects m2g leaves out. Read-only; the same listing as
+power readings are, which objects m2g leaves out and which it uses while ignoring an invalid
+part of them (``ignored``: e.g. a ClusterQueue's ``m2g.io/min-flex-tier`` that is not 0-3).
+Read-only; the same listing as
 ``m2g queues``/``explain`` plus the Lease.
 """
 
@@ -109,7 +111,9 @@ def status_data(snap: ClusterSnapshot, policies: list[dict[str, Any]],
             "policies": policy_rows(policies), "admissionChecks": check_rows(checks),
             "signals": signal_data(snap),
             "leftOut": [{"kind": r.kind, "name": r.name, "reason": r.reason}
-                        for r in snap.rejected]}
+                        for r in snap.rejected if not r.part],
+            "ignored": [{"kind": r.kind, "name": r.name, "part": r.part, "reason": r.reason}
+                        for r in snap.rejected if r.part]}
 
 
 def render_status(data: dict[str, Any], out: Output, how: Listing | None = None) -> str:
@@ -133,6 +137,7 @@ def render_status(data: dict[str, Any], out: Output, how: Listing | None = None)
     ready = sum(p["ready"] == "True" for p in pol)
     lines.append(f"Policies:  {ready}/{len(pol)} in force")
     lines.append(f"Left out:  {len(data['leftOut'])}")
+    lines.append(f"Ignored:   {len(data['ignored'])} (invalid parts of objects still in use)")
     out_text = "\n".join(lines) + "\n"
     checks = data["admissionChecks"]
     out_text += "\n" + (table(["ADMISSIONCHECK", "ACTIVE", "REASON"], [
@@ -146,6 +151,8 @@ def render_status(data: dict[str, Any], out: Output, how: Listing | None = None)
              (p["message"] or "-")[:100]] for p in rows], how.no_headers)
     for r in data["leftOut"]:
         out_text += f"left out {r['kind']} {r['name']}: {r['reason']}\n"
+    for r in data["ignored"]:
+        out_text += f"ignored the {r['part']} of {r['kind']} {r['name']}: {r['reason']}\n"
     return out_text
 
 

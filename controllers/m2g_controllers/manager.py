@@ -282,14 +282,19 @@ class Manager:
                                  placements=getattr(self.cluster, "placements_of", None))
 
     def _report_rejected(self, snap: ClusterSnapshot) -> None:
-        """Log each object newly left out of the snapshot, once, and count them by kind."""
+        """Log each object newly left out of the snapshot (or used with a part of it ignored),
+        once, and count them by kind."""
         seen = {(r.kind, r.name): r.reason for r in snap.rejected}
         parts = {(r.kind, r.name): r.part for r in snap.rejected}
         for (kind, name), reason in seen.items():
-            if self._rejected.get((kind, name)) != reason:
-                log.warning("%s (everything else is decided): %s %s: %s",
-                            f"ignored its {parts[kind, name]}" if parts[kind, name]
-                            else "left out of the snapshot", kind, name, reason)
+            if self._rejected.get((kind, name)) == reason:
+                continue
+            if parts[kind, name]:
+                log.warning("ignored the %s of %s %s (the %s itself is used): %s",
+                            parts[kind, name], kind, name, kind, reason)
+            else:
+                log.warning("left out of the snapshot (everything else is decided): %s %s: %s",
+                            kind, name, reason)
         counts = Counter(kind for kind, _ in seen)
         for kind in set(counts) | {k for k, _ in self._rejected}:
             self.metrics.rejected.labels(kind).set(counts.get(kind, 0))

@@ -57,7 +57,8 @@ class Metrics:
             registry=r)
         self.shadow = Gauge("m2g_shadow_mode", "1 when deciding without writing", registry=r)
         self.rejected = Gauge(
-            "m2g_rejected_objects", "Objects left out of the snapshot as unusable, by kind",
+            "m2g_rejected_objects", "Objects left out of the snapshot as unusable, or used "
+            "with an invalid part ignored, by kind",
             ["kind"], registry=r)
         self.forecast_kw = Gauge(
             "m2g_forecast_kilowatts",

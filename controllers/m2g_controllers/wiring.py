@@ -218,7 +218,8 @@ class K8sCluster:
 
     async def report_rejected(self, rejected: Sequence[Rejected]) -> None:
         """A Warning Event ``LeftOut`` on each object m2g cannot use (reason ``Rejected.reason``),
-        so ``kubectl describe`` on it says why m2g ignores it; objects already gone get none."""
+        or ``Ignored`` on one it uses without an invalid part (``Rejected.part``), so ``kubectl
+        describe`` on it says what m2g ignores and why; objects already gone get none."""
         kinds = {res.kind: (name, res) for name, res in WATCHED.items()}
         for r in rejected:
             cache_name, res = kinds.get(r.kind, ("", None))

@@ -68,6 +68,34 @@ async def test_configurable_promql_averages_duty_cycled_phases(
         assert got == pytest.approx(LEVEL_W[phase.name], rel=0.03), phase.name
 
 
+@pytest.mark.parametrize("promql", [
+    "sum by (Hostname, gpu) (DCGM_FI_DEV_POWER_USAGE)",
+    "max by (Hostname, gpu) (DCGM_FI_DEV_POWER_USAGE)",
+    "avg_over_time(DCGM_FI_DEV_POWER_USAGE[15s])",
+    "DCGM_FI_DEV_POWER_USAGE * 1",
+    'label_replace(DCGM_FI_DEV_POWER_USAGE, "node", "$1", "Hostname", "(.*)")',
+])
+async def test_an_aggregating_query_is_stamped_with_the_evaluation_time(
+        h200_prometheus: PrometheusServer, h200_data: Data, promql: str) -> None:
+    """``timestamp(q)`` of a computed vector answers the evaluation time under q's labels, so
+    every sample of such a query pairs with a stamp (age 0) and none reads as unknown."""
+    _, phases = h200_data
+    at = phases[1].start + 30.0
+    async with httpx.AsyncClient() as http:
+        samples = await client(h200_prometheus.url, http).query_with_age(promql, at)
+    assert samples and all(s.timestamp == pytest.approx(at, abs=1e-3) for s in samples), samples
+
+
+async def test_a_plain_selector_carries_its_scrape_time(
+        h200_prometheus: PrometheusServer, h200_data: Data) -> None:
+    rows, _ = h200_data
+    at = rows[-1].t + 90  # 90 s after the last scrape, inside the 5 min look-back
+    async with httpx.AsyncClient() as http:
+        samples = await client(h200_prometheus.url, http).query_with_age(
+            "DCGM_FI_DEV_POWER_USAGE", at)
+    assert samples and all(s.timestamp == pytest.approx(rows[-1].t, abs=1) for s in samples)
+
+
 async def test_temperatures(h200_prometheus: PrometheusServer, h200_data: Data) -> None:
     _, phases = h200_data
     idle, full = phases[0], phases[1]

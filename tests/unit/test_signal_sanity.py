@@ -235,3 +235,82 @@ async def test_permanent_errors_are_not_retried() -> None:
     with pytest.raises(PermanentError):
         await client(handler).query("up{")
     assert n == 1
+
+
+# ---- value × scrape stamp: every pairing through the reader ---------------------------------
+#
+# ``query_with_age`` pairs each sample of ``q`` with ``timestamp(q)`` at the same instant. Every
+# kind of value meets every kind of stamp answer for rack r0 (rack_power_kw, in W: scale 0.001,
+# bounds 0 … 2,000 kW); only a plausible value with a known, recent stamp may read as fresh.
+# Rack r1 is good in every answer and must read fresh whatever r0 does.
+
+GOOD_VALUES = {"normal": "140000", "zero": "0", "minus-zero": "-0", "tiny": "1e-300",
+               "top": "1999999"}
+BAD_VALUES = {"NaN": "NaN", "+Inf": "+Inf", "-Inf": "-Inf", "1e300": "1e300",
+              "negative": "-500", "-1e300": "-1e300", "over-bound": "2000001",
+              "overflow": "1" * 400, "tiny-negative": "-1e-300"}
+
+R0 = {"__name__": "facility_pdu_power_watts", "rack": "r0", "pdu": "a"}
+R1 = {"__name__": "facility_pdu_power_watts", "rack": "r1", "pdu": "a"}
+
+
+def _stamp(labels: dict[str, str], value: Any) -> dict[str, Any]:
+    return {"metric": {k: v for k, v in labels.items() if k != "__name__"},
+            "value": [NOW, value if isinstance(value, str) else repr(value)]}
+
+
+#: r0's part of the ``timestamp(q)`` answer: a list of elements (r1's stamp is always there).
+FRESH_STAMPS: dict[str, list[dict[str, Any]]] = {
+    "past": [_stamp(R0, NOW - 5)],
+    "now": [_stamp(R0, NOW)],
+    "within-skew": [_stamp(R0, NOW + MAX_FUTURE_SECONDS / 2)],
+}
+OLD_STAMPS: dict[str, list[dict[str, Any]]] = {
+    "an-hour-ago": [_stamp(R0, NOW - 3600)],
+    "negative": [_stamp(R0, -5.0)],
+}
+GARBAGE_STAMPS: dict[str, list[dict[str, Any]]] = {
+    "missing": [],
+    "other-labels": [_stamp({**R0, "pdu": "b"}, NOW - 5)],
+    "future": [_stamp(R0, NOW + 3600)],
+    "just-past-skew": [_stamp(R0, NOW + MAX_FUTURE_SECONDS + 1)],
+    "1e300": [_stamp(R0, "1e300")],
+    "NaN": [_stamp(R0, "NaN")],
+    "+Inf": [_stamp(R0, "+Inf")],
+    "-Inf": [_stamp(R0, "-Inf")],
+    "conflicting": [_stamp(R0, NOW - 5), _stamp(R0, NOW - 7)],
+}
+STAMPS = {**FRESH_STAMPS, **OLD_STAMPS, **GARBAGE_STAMPS}
+VALUES = {**GOOD_VALUES, **BAD_VALUES}
+PAIRINGS = [(v, s) for v in VALUES for s in STAMPS]
+
+
+def test_the_pairings_are_exhaustive() -> None:
+    assert len(PAIRINGS) == 14 * 14 == 196
+
+
+@pytest.mark.parametrize(("value_kind", "stamp_kind"), PAIRINGS)
+async def test_no_garbage_pairing_reads_fresh(value_kind: str, stamp_kind: str) -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = req.url.params["query"]
+        if "facility_pdu_power_watts" not in q:
+            return answer([])
+        if q.startswith("timestamp("):
+            return answer([*STAMPS[stamp_kind], _stamp(R1, NOW - 2)])
+        return answer([{"metric": R0, "value": [NOW, VALUES[value_kind]]},
+                       {"metric": R1, "value": [NOW, "100000"]}])
+
+    r = await read_signals(client(handler), SignalConfig(), Expected(racks=("r0", "r1")))
+    power = r.racks["r0"].power_kw
+    if value_kind in GOOD_VALUES and stamp_kind in FRESH_STAMPS:
+        assert power.freshness is Freshness.FRESH
+        assert power.value == float(VALUES[value_kind]) * 0.001
+    else:
+        want = (Freshness.STALE if value_kind in GOOD_VALUES and stamp_kind in OLD_STAMPS
+                else Freshness.INVALID)
+        assert (power.freshness, power.value) == (want, None)
+        assert admission_headroom(power, 1_000.0) == 0.0  # no headroom: new work waits
+        assert may_shed(power, 0.0) is False  # and nothing is shed on it
+        assert SignalName.RACK_POWER_KW in r.stale_signals
+    other = r.racks["r1"].power_kw
+    assert (other.freshness, other.value, other.age_seconds) == (Freshness.FRESH, 100.0, 2.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,28 @@ async def test_query_with_age_uses_scrape_time() -> None:
 
     (s,) = await make(handler).query_with_age("m")
     assert s.timestamp == 940.0 and s.value == 5.0
+
+
+@pytest.mark.parametrize(("stamps", "want"), [
+    ([({"rack": "r0"}, 1000.0, 1000.0)], 1000.0),  # an aggregate: stamped with the evaluation
+    ([({"rack": "r0"}, 1020.0, 1000.0)], 1020.0),  # clock skew within MAX_FUTURE_SECONDS
+    ([], None),  # no stamp for the series
+    ([({"rack": "r1"}, 990.0, 1000.0)], None),  # a stamp for another series only
+    ([({"rack": "r0"}, 1031.0, 1000.0)], None),  # from the future
+    ([({"rack": "r0"}, "NaN", 1000.0)], None),
+    ([({"rack": "r0"}, "+Inf", 1000.0)], None),
+    ([({"rack": "r0"}, 990.0, 1000.0), ({"rack": "r0"}, 980.0, 1000.0)], None),  # which one?
+])
+async def test_query_with_age_an_unknown_scrape_time_is_nan(stamps: list[Any],
+                                                            want: float | None) -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.params["query"].startswith("timestamp("):
+            return httpx.Response(200, json=vector(*stamps))
+        return httpx.Response(200, json=vector(({"__name__": "m", "rack": "r0"}, 5.0, 1000.0)))
+
+    (s,) = await make(handler).query_with_age("sum by (rack) (m)")
+    assert s.value == 5.0
+    assert s.timestamp == want if want is not None else math.isnan(s.timestamp)
 
 
 @pytest.mark.parametrize(("status", "body", "error", "match"), [

@@ -3,12 +3,14 @@ named, power ages — golden for each output."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from m2g.model.cluster import Rejected
 from m2g_cli.status_cmd import leader_data, render_status, status_data
 from m2g_cli.views import Listing, Output, SortKeyError
 from tests.unit.goldens import golden
@@ -47,7 +49,12 @@ def test_a_lease_renewed_within_its_duration_leads_and_an_older_one_has_expired(
 
 
 def _data() -> dict[str, Any]:
-    return status_data(cluster(), [
+    rejected = (Rejected("GridEvent", "far", "ValueError: start 9999-12-31T23:00:00+00:00 is "
+                         "outside 1970-2200"),
+                Rejected("ClusterQueue", "research", "annotation m2g.io/min-flex-tier '9' is "
+                         "not 0-3: ignored, every flex tier is allowed in this queue",
+                         part="annotation m2g.io/min-flex-tier"))
+    return status_data(dataclasses.replace(cluster(), rejected=rejected), [
         _policy("grid-demand-response", True),
         _policy("thermal-admission", False, "Invalid", "Policy/thermal-admission: rule x: "
                 "undeclared reference to 'foo'")],

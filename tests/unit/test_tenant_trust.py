@@ -134,3 +134,67 @@ def test_an_invalid_queue_floor_is_reported_not_ignored_silently(floor: str) -> 
                                         "annotation m2g.io/min-flex-tier")
     assert f"{floor!r} is not 0-3" in r.reason and "every flex tier is allowed" in r.reason
     assert snap.workloads[0].view.flex_tier == 0  # decided as before: every tier allowed
+
+
+async def test_an_invalid_queue_floor_is_worded_ignored_everywhere(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The queue is used, only its floor is not: ``m2g status`` lists it under ``ignored``
+    (not ``leftOut``), the CLI's warning, the controller's log line and its Event say
+    "ignored", and no ``Accepted=False`` condition is written for such a part."""
+    import dataclasses
+    import json
+    import logging
+
+    from m2g.k8s import build as kb
+    from m2g.k8s.validity import condition_updates
+    from m2g.model.cluster import Rejected
+    from m2g.testing.kube import FakeKube
+    from m2g_cli.cluster import rejected_warning
+    from m2g_cli.status_cmd import render_status, status_data
+    from m2g_cli.views import Output
+    from m2g_controllers.wiring import K8sCluster
+    from tests.unit.test_manager import RejectingCluster, manager
+
+    cq = _cq("rec-cq", "9")
+    snap = kb.build_snapshot(kb.ClusterObjects(workloads={"rec/w": _tiered("0")},
+                                               cluster_queues={"rec-cq": cq}), None, NOW)
+    (r,) = snap.rejected
+    gone = Rejected("GridEvent", "far", "ValueError: start ...")
+    data = status_data(dataclasses.replace(snap, rejected=(r, gone)), [], {}, None,
+                       ("m2g-system", "m2g-controller"))
+    assert data["leftOut"] == [{"kind": "GridEvent", "name": "far",
+                                "reason": "ValueError: start ..."}]
+    assert data["ignored"] == [{"kind": "ClusterQueue", "name": "rec-cq",
+                                "part": "annotation m2g.io/min-flex-tier", "reason": r.reason}]
+    assert json.loads(render_status(data, Output.JSON))["ignored"] == data["ignored"]
+    text = render_status(data, Output.TABLE)
+    assert "Left out:  1\nIgnored:   1 " in text
+    assert ("\nignored the annotation m2g.io/min-flex-tier of ClusterQueue rec-cq: "
+            "annotation m2g.io/min-flex-tier '9' is not 0-3: ignored") in text
+    assert "left out ClusterQueue" not in text and "left out GridEvent far" in text
+    assert rejected_warning(r).startswith(
+        "ignored the annotation m2g.io/min-flex-tier of ClusterQueue rec-cq: ")
+    assert rejected_warning(gone).startswith("left out GridEvent far: ")
+
+    c = RejectingCluster()
+    c.rejected = (r,)
+    with caplog.at_level(logging.WARNING):
+        await manager(c).reconcile()
+    lines = [x.getMessage() for x in caplog.records if "rec-cq" in x.getMessage()]
+    assert lines == [f"ignored the annotation m2g.io/min-flex-tier of ClusterQueue rec-cq "
+                     f"(the ClusterQueue itself is used): {r.reason}"]
+
+    cluster = K8sCluster(FakeKube())  # type: ignore[arg-type]
+    cluster.caches["cluster_queues"].apply_event({"type": "ADDED", "object": cq})
+    events: list[tuple[str, str]] = []
+
+    async def emit(involved: Any, reason: str, message: str, *_: Any, **__: Any) -> Any:
+        events.append((reason, message))
+
+    cluster.applier.emit_event = emit  # type: ignore[method-assign]
+    await cluster.report_rejected([r])
+    assert events == [("Ignored", "m2g ignores the annotation m2g.io/min-flex-tier of this "
+                                  f"ClusterQueue (the rest of it is used): {r.reason}")]
+    grid = {"metadata": {"name": "far", "generation": 1}}
+    assert condition_updates({"grid_events": {"far": grid}}, (dataclasses.replace(
+        gone, part="annotation x"),), "2026-12-01T10:00:00Z") == []

@@ -107,9 +107,11 @@ def _differs(obj: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
 def condition_updates(objects: Mapping[str, Mapping[str, Mapping[str, Any]]],
                       rejected: Iterable[Rejected], now_text: str) -> list[ConditionUpdate]:
     """The condition writes this snapshot needs. ``objects``: ClusterObjects field → the
-    cache's key → object; ``rejected``: the snapshot's left-out objects (all of them)."""
+    cache's key → object; ``rejected``: the snapshot's left-out objects (all of them). One
+    with a ``part`` is not left out (the object is used, only that part is ignored): it gets
+    no ``Accepted=False``."""
     out: list[ConditionUpdate] = []
-    left_out = {(r.kind, r.name): r.reason for r in rejected}
+    left_out = {(r.kind, r.name): r.reason for r in rejected if not r.part}
     for kind, (field_name, res) in CONDITIONED.items():
         for key, obj in sorted((objects.get(field_name) or {}).items()):
             if not isinstance(obj, dict):

@@ -19,10 +19,11 @@ a pair) is a ``PermanentError`` for that signal, never an exception out of ``fet
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ from m2g.errors import PermanentError as PermanentError  # re-exported: one fami
 from m2g.errors import RetryableError as RetryableError
 from m2g.signals.config import SignalConfig, SignalName, redact_url
 from m2g.signals.sample import Sample
+from m2g.signals.sanity import MAX_FUTURE_SECONDS
 
 Clock = Callable[[], float]
 
@@ -96,6 +98,32 @@ def _labels(metric: Any) -> dict[str, str] | None:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
         return None
     return metric
+
+
+def _stamps(stamps: list[Sample]) -> dict[tuple[tuple[str, str], ...], float]:
+    """The answer of ``timestamp(q)`` by label set; a label set answered twice with different
+    stamps is unknown (NaN): which one belongs to the value cannot be told."""
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for s in stamps:
+        key = s.identity()
+        out[key] = s.value if key not in out or out[key] == s.value else math.nan
+    return out
+
+
+def _scraped_at(sample: Sample, stamps: Mapping[tuple[tuple[str, str], ...], float],
+                when: float, skew: float = MAX_FUTURE_SECONDS) -> float:
+    """When ``sample`` (an element of ``q`` evaluated at ``when``) was scraped, from the answer
+    of ``timestamp(q)`` at the same instant; NaN when that is unknown.
+
+    Unknown: the stamp answer lacks the series, or its stamp is not finite, or it is more than
+    ``skew`` seconds after ``when`` (a scrape "from the future" is clock trouble or garbage).
+    Never the evaluation time: that would read as age 0, fresh. An aggregating query is not
+    affected: Prometheus stamps its result with the evaluation time under the same labels.
+    """
+    stamp = stamps.get(sample.identity(), math.nan)
+    if not math.isfinite(stamp) or stamp > when + skew:
+        return math.nan
+    return stamp
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -176,13 +204,15 @@ class PrometheusClient:
 
     async def query_with_age(self, promql: str, at: float | None = None) -> list[Sample]:
         """``query`` plus ``timestamp(promql)`` at the same instant, so that each sample carries
-        the time it was scraped (for plain selectors) rather than the evaluation time."""
+        the time it was scraped (for plain selectors) rather than the evaluation time.
+
+        A sample whose scrape time is unknown (see ``_scraped_at``) carries a NaN timestamp,
+        which m2g.signals.readings makes INVALID: the fail-safe of a missing reading."""
         when = self.clock() if at is None else at
         values, stamps = await asyncio.gather(
             self.query(promql, when), self.query(f"timestamp({promql})", when))
-        scraped = {s.identity(): s.value for s in stamps}
-        return [Sample(s.labels, s.value, scraped.get(s.identity(), s.timestamp))
-                for s in values]
+        scraped = _stamps(stamps)
+        return [Sample(s.labels, s.value, _scraped_at(s, scraped, when)) for s in values]
 
     async def _bounded_get(self, url: str, params: dict[str, str], where: str
                            ) -> httpx.Response:

@@ -13,6 +13,9 @@ class Sample:
 
     ``timestamp`` is the time the value was scraped when the query is a plain selector read with
     ``PrometheusClient.query_with_age``; otherwise it is the evaluation time Prometheus reports.
+    ``query_with_age`` makes it NaN when the scrape time is unknown (``timestamp()`` has no
+    answer for the series, or one that is not finite or lies in the future): such a sample
+    never reads as fresh (m2g.signals.readings makes it INVALID).
     """
 
     labels: Mapping[str, str]
