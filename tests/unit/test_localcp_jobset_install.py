@@ -10,6 +10,7 @@ plane's build downloads it), since that is what a kind user gets. Rendering need
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ def test_the_manager_image_is_set_to_the_release_registry_at_the_pinned_version(
 
 
 def test_a_module_whose_manager_names_another_version_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=f"sets tag 'v0.0.1', not the pinned {VERSION}"):
+    with pytest.raises(UserError, match=re.escape(f"sets tag 'v0.0.1', not the pinned {VERSION}")):
         jobset_install.render(_module(tmp_path / "m", tag="v0.0.1"), VERSION)
 
 
@@ -88,14 +89,14 @@ def test_the_module_must_match_the_hash_go_sum_pins(tmp_path: Path,
     monkeypatch.setattr(gomod, "pinned_hash", lambda *_: good)
     assert gomod.verified_module(jobset_install.MODULE, VERSION, "jobset") == (root, good)
     (root / "config/default/extra.yaml").write_text("kind: Secret\n")  # one file more
-    with pytest.raises(UserError, match="does not match sigs.k8s.io/jobset .* pinned in "
-                                        "kind-e2e/tools/jobset/go.sum"):
+    with pytest.raises(UserError, match=r"does not match sigs\.k8s\.io/jobset .* pinned in "
+                                        r"kind-e2e/tools/jobset/go\.sum"):
         gomod.verified_module(jobset_install.MODULE, VERSION, "jobset")
 
 
 def test_the_pinned_hash_is_read_from_the_wrapper_module_s_go_sum() -> None:
     assert gomod.pinned_hash(jobset_install.MODULE, VERSION, "jobset").startswith("h1:")
-    with pytest.raises(UserError, match="sigs.k8s.io/jobset v0.0.1 is not pinned in"):
+    with pytest.raises(UserError, match=r"sigs\.k8s\.io/jobset v0\.0\.1 is not pinned in"):
         gomod.pinned_hash(jobset_install.MODULE, "v0.0.1", "jobset")
 
 
