@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Prepare a kind cluster like the local control plane: Kueue (release manifests), KWOK in the
-# cluster with m2g's stages, KAI's CRDs (KAI's files alone, or the real KAI with WITH_KAI=1) and the
-# simulated factory. Then run the same e2e suite against it:
+# Prepare a kind cluster like the local control plane: JobSet (the controller of the module
+# kind-e2e/tools/jobset/go.sum pins, in the cluster), Kueue (release manifests), KWOK in the
+# cluster with m2g's stages, KAI's CRDs (KAI's files alone, or the real KAI with WITH_KAI=1) and
+# the simulated factory. Then run the same e2e suite against it:
 #   kind-e2e/kind/install.sh            # creates cluster "m2g" unless it exists
 #   M2G_E2E_KUBECONFIG=$HOME/.kube/config .venv/bin/python -m pytest -m e2e -q
-# Needs: docker, kind, kubectl, Go (to read KWOK's stages from its module), the repo's .venv.
+# Needs: docker, kind, kubectl, Go (to read JobSet's manifests and KWOK's stages from their
+# modules), the repo's .venv.
 # NOT RUN in this project's CI (no container engine there); see README.md beside it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,6 +23,11 @@ if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
   kind create cluster --name "$CLUSTER" --config "$here/kind-config.yaml"
 fi
 kubectl config use-context "kind-$CLUSTER"
+
+# JobSet before Kueue: Kueue sets up its jobset.x-k8s.io/jobset integration for a CRD it finds
+echo "== JobSet $JOBSET_VERSION (controller in the cluster, from its pinned Go module)"
+"${LOCALCP[@]}" jobset-manifests | kubectl apply --server-side -f -
+kubectl -n jobset-system rollout status deploy/jobset-controller-manager --timeout=300s
 
 echo "== Kueue $KUEUE_VERSION"
 kubectl apply --server-side -f \

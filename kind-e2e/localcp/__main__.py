@@ -1,7 +1,7 @@
 """Command line: ``python kind-e2e/localcp <command>`` (or ``python -m localcp``).
 
 Commands: build, up [--factory SPEC|none], down, status, env, factory apply|manifests SPEC,
-kwok-stages. User errors print one line (plus a log tail) and exit 1, never a traceback.
+kwok-stages, jobset-manifests. User errors print one line (plus a log tail) and exit 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -46,9 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     p_f.add_argument("action", choices=["apply", "manifests", "check"])
     p_f.add_argument("spec")
     sub.add_parser("kwok-stages", help="print KWOK's Stage documents (for kind)")
+    sub.add_parser("jobset-manifests",
+                   help="print JobSet's install manifests for a cluster with an image "
+                        "registry (for kind), from the module go.sum pins")
     args = parser.parse_args(argv)
 
-    from localcp import controlplane, factory, kwok  # lazy: keeps `--help` fast
+    from localcp import controlplane, factory, jobset_install, kwok  # lazy: `--help` fast
 
     try:
         if args.cmd == "build":
@@ -76,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{spec.gpu_count} GPUs")
         elif args.cmd == "kwok-stages":
             print(yaml.safe_dump_all(kwok.stages(), sort_keys=False), end="")
+        elif args.cmd == "jobset-manifests":
+            print(jobset_install.manifests(), end="")
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

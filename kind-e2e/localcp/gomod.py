@@ -2,10 +2,14 @@
 
 Nothing upstream is copied into the repository: the files are read from the module that the
 build already downloaded (``go mod download`` through the module proxy when missing).
+``verified_module`` also checks the module's files against the ``h1:`` hash that the wrapper
+module's go.sum pins (Go's dirhash, what ``go mod verify`` computes).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -48,3 +52,38 @@ def ensure_module(module: str, version: str, tool_dir: str) -> Path:
         raise UserError(f"go mod download {module}@{version} failed: "
                         f"{exc.stderr.strip()[-300:]}") from exc
     return Path(json.loads(out.stdout)["Dir"])
+
+
+def pinned_hash(module: str, version: str, tool_dir: str) -> str:
+    """The ``h1:`` hash of ``module@version`` in kind-e2e/tools/<tool_dir>/go.sum."""
+    path = TOOLS / tool_dir / "go.sum"
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[:2] == [module, version]:
+            return fields[2]
+    raise UserError(f"{module} {version} is not pinned in {path}")
+
+
+def dir_hash(root: Path, prefix: str) -> str:
+    """Go's dirhash.HashDir(root, prefix, Hash1): SHA-256 over the sorted lines
+    ``<sha256 of file>  <prefix>/<path>`` of every file below ``root``."""
+    names = sorted(f"{prefix}/{p.relative_to(root).as_posix()}"
+                   for p in root.rglob("*") if p.is_file())
+    outer = hashlib.sha256()
+    for name in names:
+        inner = hashlib.sha256((root / name[len(prefix) + 1:]).read_bytes()).hexdigest()
+        outer.update(f"{inner}  {name}\n".encode())
+    return "h1:" + base64.b64encode(outer.digest()).decode()
+
+
+def verified_module(module: str, version: str, tool_dir: str) -> tuple[Path, str]:
+    """``ensure_module``, then its files checked against the hash go.sum pins: the directory
+    and that hash. A module cache whose copy differs is an error, not a silent fallback."""
+    want = pinned_hash(module, version, tool_dir)
+    path = ensure_module(module, version, tool_dir)
+    have = dir_hash(path, f"{module}@{version}")
+    if have != want:
+        raise UserError(f"{path} does not match {module} {version} {want} pinned in "
+                        f"kind-e2e/tools/{tool_dir}/go.sum (it hashes to {have}); remove it "
+                        f"and run again")
+    return path, want

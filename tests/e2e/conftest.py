@@ -25,17 +25,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_helpers import Cluster, install_crds, wait_until
+import yaml
+from e2e_helpers import REPO, Cluster, condition, install_crds, unique, wait_until
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localcp import UserError, controlplane, factory
 from localcp.kube import Kube
 from localcp.paths import FACTORIES, run_paths
+from manifests_helpers import SITE_CONFIG, controller, get_json, kubectl
+from typer.testing import CliRunner
 
+from m2g.model import labels as L
 from m2g.testing.kit import standard_policies
+from m2g_cli.app import app
 
 E2E_FACTORY = FACTORIES / "small.yaml"
 EXTRA_CRDS = os.environ.get("M2G_EXTRA_CRDS", "all")
+SMALL_FACTORY_GPUS = 144  # kind-e2e/factories/small.yaml: 2 racks of 72
 
 
 def _local_cluster_ready() -> bool:
@@ -163,3 +169,45 @@ def policy_dir(tmp_path: Path) -> Path:
 def m2g_crds(api: client.ApiClient) -> None:
     """m2g's CRDs installed (or brought up to date) and Established."""
     install_crds(api)
+
+
+@pytest.fixture(scope="module")
+def labels_queue(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A namespace whose LocalQueue ``default`` feeds a ClusterQueue on the factory's flavor
+    (all its GPUs) gated by m2g's check, the Topology objects of ``m2g topology generate`` for
+    the default label mapping, and ``m2g run`` with the Deployment's site configuration and the
+    shipped policies (tests/e2e/test_real_labels_e2e.py, test_kind_jobset.py)."""
+    ns, cq = unique("labels"), unique("labels-cq")
+    topo = CliRunner().invoke(app, ["topology", "generate", "--config", str(SITE_CONFIG),
+                                    "--no-kai"])
+    assert topo.exit_code == 0, topo.output
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                  "admissionChecksStrategy": {"admissionChecks": [{"name": "m2g-policy"}]},
+                  "resourceGroups": [{"coveredResources": [L.GPU_RESOURCE], "flavors": [
+                      {"name": "gb200", "resources": [{"name": L.GPU_RESOURCE,
+                                                       "nominalQuota": str(SMALL_FACTORY_GPUS)}
+                                                      ]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "default", "namespace": ns}, "spec": {"clusterQueue": cq}},
+    ]
+    docs = topo.output + "---\n" + yaml.safe_dump_all(objs)
+    kubectl(kubeconfig, "create", "namespace", "m2g-system", check=False)
+    kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=docs)
+    log = tmp_path_factory.mktemp("labels") / "m2g-run.log"
+    try:
+        with controller(kubeconfig, log, "--config", str(SITE_CONFIG), "--identity",
+                        "labels-e2e", "--policies", str(REPO / "policies"),
+                        "--resync-seconds", "2"):
+            wait_until(f"ClusterQueue {cq} to be Active", lambda: (
+                (c := condition(get_json(kubeconfig, f"clusterqueues.kueue.x-k8s.io/{cq}")
+                                or {}, "Active")) and c["status"] == "True"), timeout=90)
+            yield ns
+    finally:
+        kubectl(kubeconfig, "delete", "namespace", ns, "--wait=true", "--timeout=120s",
+                check=False)
+        kubectl(kubeconfig, "delete", f"clusterqueues.kueue.x-k8s.io/{cq}", check=False)
+

@@ -9,6 +9,7 @@ generator made (ResourceFlavor gb200, Topology nvl72) and anything else already 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import socket
 import subprocess
@@ -80,6 +81,12 @@ def ref(obj: Obj) -> list[str]:
 
 def exists(kubeconfig: Path, obj: Obj) -> bool:
     return kubectl(kubeconfig, "get", *ref(obj), "-o", "name", check=False).returncode == 0
+
+
+def get_json(kubeconfig: Path, *args: str) -> Any:
+    """``kubectl get ARGS -o json`` parsed, or None when kubectl fails (e.g. not found)."""
+    out = kubectl(kubeconfig, "get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
 
 
 def get(kubeconfig: Path, obj: Obj) -> Obj:

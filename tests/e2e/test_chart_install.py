@@ -6,9 +6,10 @@ ServiceAccount — as a local process (the factory's KWOK nodes, labelled as GFD
 label a GB300 cluster, run no real pods). It must lead, make m2g-policy Active so the tenant
 queues turn Active, answer a tenant job's check, read the PDUs' draw, answer a second
 AdmissionCheck of its controller with its own name, admit a job from every template that
-renders to a plain Job (``m2g submit``) on the first try, hold the queues when DCGM reports XID 79
-on most GPUs, show all of it in ``m2g status``, and never be refused by the API server (the
-chart's RBAC is the controller's).
+renders to a plain Job and a JobSet from every template that renders to one (``m2g submit``)
+on the first try, the JobSets' child Jobs running their pods where Kueue placed them, hold the
+queues when DCGM reports XID 79 on most GPUs, show all of it in ``m2g status``, and never be
+refused by the API server (the chart's RBAC is the controller's).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_helpers import REPO, condition, unique, wait_until
+from e2e_helpers import REPO, Cluster, condition, unique, wait_until
 from fake_prometheus import DCGM, KEYS, fake_prometheus
 from localcp.paths import binary
 from manifests_helpers import (
@@ -34,6 +35,7 @@ from manifests_helpers import (
     Applied,
     _free_port,
     denied_lines,
+    get_json,
     http_get,
     job,
     kubectl,
@@ -41,7 +43,7 @@ from manifests_helpers import (
     render,
     sa_kubeconfig,
 )
-from test_real_labels_e2e import JOB_TEMPLATES, SETS
+from template_runs import JOB_TEMPLATES, JOBSET_TEMPLATES, run_template
 from tests.image import oci
 
 pytestmark = pytest.mark.e2e
@@ -237,50 +239,18 @@ def _second_check_is_answered(kubeconfig: Path) -> None:
                 f"admissionchecks.kueue.x-k8s.io/{check}", "--wait=false", check=False)
 
 
-def _every_job_template_is_admitted_on_the_first_try(kubeconfig: Path) -> None:
-    """What a tenant does first: ``m2g submit`` each template that renders to a plain batch/v1
-    Job into kueue-config's research queue (template defaults: its priority class, its
-    clique/block levels), one at a time. Each is admitted without a requeue, with the
-    chart's controller answering m2g-policy Ready. (``scheduler=default``: the local control
+def _every_template_is_admitted_on_the_first_try(kubeconfig: Path, cluster: Cluster) -> None:
+    """What a tenant does first: ``m2g submit`` each template into kueue-config's research queue
+    (template defaults: its priority class, its clique/block levels), one at a time, as a plain
+    batch/v1 Job where it renders to one and as a JobSet where it renders to one. Each is
+    admitted without a requeue, with the chart's controller answering m2g-policy Ready, and
+    placed where it asks; a JobSet's child Jobs then run every pod on the hosts Kueue assigned
+    (the local control plane's JobSet controller). (``scheduler=default``: the local control
     plane runs no KAI scheduler; admission does not depend on it.)"""
-    for name in JOB_TEMPLATES:
-        job_name = unique(name[:30])
-        args = ["submit", name, "-n", "research", "--kubeconfig", str(kubeconfig),
-                "--set", f"name={job_name}", "--set", "api=Job", "--set", "scheduler=default"]
-        for item in SETS.get(name, []):
-            args += ["--set", item]
-        sub = subprocess.run([sys.executable, "-c", "from m2g_cli.app import main; main()",
-                              *args], capture_output=True, text=True, check=False, timeout=120)
-        assert sub.returncode == 0, (name, sub.stderr)
-        seen: list[dict[str, Any]] = []
-
-        def admitted(job_name: str = job_name, seen: list[dict[str, Any]] = seen
-                     ) -> dict[str, Any] | None:
-            mine = [w for w in (get_json(kubeconfig, "workloads.kueue.x-k8s.io", "-n",
-                                         "research") or {}).get("items", [])
-                    if any(o.get("name") == job_name
-                           for o in w["metadata"].get("ownerReferences", []))]
-            seen[:] = mine
-            ok = mine and (condition(mine[0], "Admitted") or {}).get("status") == "True"
-            return mine[0] if ok else None
-
-        try:
-            wl = wait_until(f"{name} to be admitted", admitted, timeout=120)
-            assert "requeueState" not in wl["status"], (name, wl["status"]["requeueState"])
-            checks = {c["name"]: c["state"] for c in wl["status"]["admissionChecks"]}
-            assert checks == {"m2g-policy": "Ready"}, (name, checks)
-        except pytest.fail.Exception as exc:
-            pytest.fail(f"{exc}; {name}'s workload: "
-                        f"{json.dumps((seen or [{}])[0].get('status'))[:1500]}", pytrace=False)
-        finally:
-            # the next template needs the quota and the cliques: its workload must be gone
-            kubectl(kubeconfig, "delete", "jobs.batch", job_name, "-n", "research",
-                    "--cascade=foreground", "--wait=true", "--timeout=90s", check=False)
-            wait_until(f"{name}'s workload to go", lambda job_name=job_name: not [
-                w for w in (get_json(kubeconfig, "workloads.kueue.x-k8s.io", "-n",
-                                     "research") or {}).get("items", [])
-                if any(o.get("name") == job_name
-                       for o in w["metadata"].get("ownerReferences", []))], timeout=90)
+    for api, names in (("Job", JOB_TEMPLATES), ("JobSet", JOBSET_TEMPLATES)):
+        for name in names:
+            run_template(kubeconfig, cluster, "research", name, api,
+                         "--set", "scheduler=default")
 
 
 def _xid_on_most_gpus_holds_the_queues(kubeconfig: Path, series: dict[str, dict[str, float]]
@@ -298,13 +268,9 @@ def _xid_on_most_gpus_holds_the_queues(kubeconfig: Path, series: dict[str, dict[
     assert wait_until("the tenant queues held for XID 79", held, timeout=90)
 
 
-def get_json(kubeconfig: Path, *args: str) -> Any:
-    out = kubectl(kubeconfig, "get", *args, "-o", "json", check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else None
-
-
 def test_the_chart_installs_and_its_controller_governs_the_queues(
-        kubeconfig: Path, chart: list[dict[str, Any]], port: int, tmp_path: Path) -> None:
+        kubeconfig: Path, cluster: Cluster, chart: list[dict[str, Any]], port: int,
+        tmp_path: Path) -> None:
     policies = sum(d["kind"] == "Policy" for d in chart)
     assert policies >= 10 and len(get_json(kubeconfig, "policies.m2g.io")["items"]) >= policies
     sa = sa_kubeconfig(kubeconfig, tmp_path / "sa.kubeconfig")
@@ -314,12 +280,12 @@ def test_the_chart_installs_and_its_controller_governs_the_queues(
     with contextlib.ExitStack() as stack:
         prom = stack.enter_context(fake_prometheus(series))
         cmd, env = deployment_command(chart, tmp_path / "config.yaml", sa, prom)
-        _govern(kubeconfig, chart, cmd, env, port, tmp_path, series, racks)
+        _govern(kubeconfig, cluster, chart, cmd, env, port, tmp_path, series, racks)
 
 
-def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: dict[str, str],
-            port: int, tmp_path: Path, series: dict[str, dict[str, float]], racks: int,
-            xid: bool = True) -> None:
+def _govern(kubeconfig: Path, cluster: Cluster, chart: list[dict[str, Any]], cmd: list[str],
+            env: dict[str, str], port: int, tmp_path: Path, series: dict[str, dict[str, float]],
+            racks: int, xid: bool = True) -> None:
     policies = sum(d["kind"] == "Policy" for d in chart)
     log = tmp_path / "m2g.log"
     url = f"http://127.0.0.1:{port}"
@@ -368,7 +334,7 @@ def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: 
         kubectl(kubeconfig, "delete", "job", name, "-n", "research", "--wait=true",
                 "--timeout=90s", check=False)
         _second_check_is_answered(kubeconfig)
-        _every_job_template_is_admitted_on_the_first_try(kubeconfig)
+        _every_template_is_admitted_on_the_first_try(kubeconfig, cluster)
         if xid:
             _xid_on_most_gpus_holds_the_queues(kubeconfig, series)
     finally:
@@ -387,7 +353,8 @@ def _govern(kubeconfig: Path, chart: list[dict[str, Any]], cmd: list[str], env: 
 
 @pytest.mark.image
 def test_the_image_runs_the_chart_s_controller_in_cluster(
-        kubeconfig: Path, chart: list[dict[str, Any]], port: int, tmp_path: Path) -> None:
+        kubeconfig: Path, cluster: Cluster, chart: list[dict[str, Any]], port: int,
+        tmp_path: Path) -> None:
     """The image of ``make image`` (``make image-test`` runs this; ``make test`` does not):
     its entry point with the Deployment's command, in-cluster credentials only, as user 65532
     in its own root filesystem — leads, answers both checks, reads the PDUs' draw."""
@@ -396,4 +363,4 @@ def test_the_image_runs_the_chart_s_controller_in_cluster(
     racks = len(series["facility_pdu_power_watts"])
     with fake_prometheus(series) as prom:
         cmd, env = image_command(chart, rootfs, kubeconfig, prom)
-        _govern(kubeconfig, chart, cmd, env, port, tmp_path, series, racks, xid=False)
+        _govern(kubeconfig, cluster, chart, cmd, env, port, tmp_path, series, racks, xid=False)

@@ -22,6 +22,7 @@ import yaml
 from e2e_helpers import REPO, Cluster, condition, unique, wait_until
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from template_runs import hosts_of
 from typer.testing import CliRunner
 
 from m2g.model import labels as L
@@ -200,29 +201,7 @@ def test_submitted_benchmark_is_admitted_into_one_rack(
 
     wl = wait_until("the benchmark to be admitted", admitted, timeout=90)
     assignment = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
-    hosts = _hosts(assignment)
+    hosts = hosts_of(assignment)
     assert sum(hosts.values()) == 18
     racks = {cluster.core.read_node(h).metadata.labels[L.RACK] for h in hosts}
     assert len(racks) == 1, racks
-
-
-def _hosts(assignment: dict[str, Any]) -> dict[str, int]:
-    """Pods per hostname in a v1beta2 TopologyAssignment (levels + compressed slices)."""
-    out: dict[str, int] = {}
-    index = assignment["levels"].index(L.HOSTNAME)
-    for s in assignment["slices"]:
-        n = s["domainCount"]
-        names = _values(s["valuesPerLevel"][index], n)
-        counts = s["podCounts"]
-        per = ([counts["universal"]] * n if "universal" in counts
-               else counts.get("individual") or counts["podCounts"])
-        for name, count in zip(names, per, strict=True):
-            out[name] = out.get(name, 0) + int(count)
-    return out
-
-
-def _values(level: dict[str, Any], n: int) -> list[str]:
-    if "universal" in level:
-        return [str(level["universal"])] * n
-    ind = level["individual"]
-    return [f"{ind.get('prefix', '')}{root}{ind.get('suffix', '')}" for root in ind["roots"]]

@@ -3,6 +3,7 @@ data, the entry points exist, the version has one source; optional extras fail c
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 import m2g
 from m2g.policy.errors import EngineUnavailable
 from m2g.policy.runtime import CEL_PYTHON, make_runtime
-from m2g.templates import loader
+from m2g.templates import WorkloadApi, loader, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,6 +86,27 @@ def test_installed_wheel_lists_and_renders_every_template_outside_the_checkout(
         dry = run(venv, "m2g", "submit", name, "--dry-run", "-o", "json", cwd=tmp_path)
         assert dry.returncode == 0, (name, dry.stderr)
         assert '"kind"' in dry.stdout and "Traceback" not in dry.stderr
+
+
+def test_installed_wheel_renders_every_jobset_template_outside_the_checkout(
+        venv: Path, tmp_path: Path) -> None:
+    """As the JobSet the e2e suite runs (``--set api=JobSet``): one JobSet, queued in Kueue,
+    whose replicated jobs hold every GPU the template asks for."""
+    templates = loader.load_all(ROOT / "templates")
+    names = sorted(n for n, t in templates.items() if WorkloadApi.JOBSET in t.spec.apis)
+    assert names  # a moved folder or a dropped API would make the loop below vacuous
+    for name in names:
+        dry = run(venv, "m2g", "submit", name, "--set", "api=JobSet", "--dry-run", "-o", "json",
+                  cwd=tmp_path)
+        assert dry.returncode == 0, (name, dry.stderr)
+        (obj,) = [o for o in json.loads(dry.stdout)["items"] if o["kind"] == "JobSet"]
+        assert obj["apiVersion"] == "jobset.x-k8s.io/v1alpha2", name
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], name
+        gpus = sum(int(r["replicas"]) * int(r["template"]["spec"].get("parallelism", 1))
+                   * sum(int(c["resources"]["limits"].get("nvidia.com/gpu", 0))
+                         for c in r["template"]["spec"]["template"]["spec"]["containers"])
+                   for r in obj["spec"]["replicatedJobs"])
+        assert gpus == render(templates[name], {"api": "JobSet"}).sizing.gpus, name
 
 
 def test_installed_wheel_runs_the_example_policy_tests(venv: Path, tmp_path: Path) -> None:
