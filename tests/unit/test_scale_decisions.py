@@ -70,7 +70,7 @@ def _diff(want: list[Any], got: list[Any], key: str) -> list[str]:
 def _plan(*, busy_health: bool, event_gate: bool = False,
           firm_gate: bool = False) -> dict[str, Any]:
     """The 100-rack plan with the shipped policies (``busy_health``: health-admission as the
-    fixture was recorded with; ``event_gate``: the flex-1 gate during events;
+    fixture was recorded with; ``event_gate``: the default flex-1 gate during events;
     ``firm_gate``: firm work held during events beyond what m2g can free, the default)."""
     texts = {p.name: p.read_text() for p in sorted((ROOT / "deploy" / "policies").glob("*.yaml"))}
     assert HEALTH in texts
@@ -80,9 +80,7 @@ def _plan(*, busy_health: bool, event_gate: bool = False,
     objs, readings = generate(100, 2000)
     snap = build_snapshot(objs, readings, NOW, labels=LABELS)
     # pauses only: the recording predates graded curtailment (issue 12; test_curtail.py)
-    # event_gate: the flex-1 gate (headroomEventMinTier 1, the default before 2026-12-05)
-    cfg = PlannerConfig(power_caps=False, headroom_event_min_tier=1,
-                        hold_firm_beyond_reach=firm_gate) if event_gate \
+    cfg = PlannerConfig(power_caps=False, hold_firm_beyond_reach=firm_gate) if event_gate \
         else PlannerConfig(power_caps=False, headroom_event_min_tier=3,
                            hold_firm_beyond_reach=firm_gate)
     plan = make_plan(snap, evaluator, cfg)
