@@ -88,10 +88,10 @@ RUNS: dict[str, RunKind] = {
                                "during an event)",
                                planner=(("preemptorHoldSeconds", 0),
                                         ("headroomEventMinTier", 3))),
-    "m2g-admit-firm": RunKind(True, "m2g admitting new firm work during a grid event against "
-                              "what pausing running flexible work can free "
-                              "(headroomEventMinTier: 1, the default before 2026-12-05)",
-                              planner=(("headroomEventMinTier", 1),)),
+    "m2g-hold-new": RunKind(True, "m2g holding all new work during a grid event "
+                            "(headroomEventMinTier: 0: firm work too waits for room, and the "
+                            "room jobs finishing free goes first to the work m2g paused)",
+                            planner=(("headroomEventMinTier", 0),)),
     "m2g-lead": RunKind(True, "m2g curtailing for the lowest limit starting within 30 s "
                         "(shedLeadSeconds: 30; off by default until measured)",
                         planner=(("shedLeadSeconds", 30),)),

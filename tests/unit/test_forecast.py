@@ -446,9 +446,8 @@ def test_firm_work_waits_in_an_event_for_room_m2g_can_make() -> None:
     """As m2g's firm gate (hold_firm_beyond_reach): during a grid event queued firm work
     starts while the limit plus what pausing the running flexible work saves covers it; a kW
     CapacityPlan alone does not hold firm work; new firm work counts in what m2g can hold
-    back during an event (the reach), not outside one (headroomEventMinTier 1: with the
-    default 0 new firm work waits for room like flexible work)."""
-    cfg = ForecastConfig(horizon_hours=1, planner=_fast(headroom_event_min_tier=1))
+    back during an event (the reach), not outside one."""
+    cfg = ForecastConfig(horizon_hours=1, planner=_fast())
     firm = wl("firm", Phase.PENDING, 36, 3600, tier=0)
     kw = 36 * KIND_KW_PER_GPU[WorkloadKind.UNSPECIFIED]
     assert forecast(snap(firm, f=factory(events=(_event(0, 7200, 10.0),))),
@@ -464,8 +463,7 @@ def test_firm_work_waits_in_an_event_for_room_m2g_can_make() -> None:
     assert forecast(snap(firm, fixed, f=ev), cfg).intervals[0].busy_gpus == pytest.approx(72)
     plan = (CapacityPlan("p", NOW, 7200, (10.0,), CapUnit.KW),)
     assert forecast(snap(firm, plans=plan), cfg).intervals[0].busy_gpus == pytest.approx(36)
-    off = ForecastConfig(horizon_hours=1, planner=_fast(hold_firm_beyond_reach=False,
-                                                        headroom_event_min_tier=1))
+    off = ForecastConfig(horizon_hours=1, planner=_fast(hold_firm_beyond_reach=False))
     assert forecast(snap(firm, f=factory(events=(_event(0, 7200, 10.0),))),
                     off).intervals[0].busy_gpus == pytest.approx(36)
 

@@ -17,10 +17,6 @@ from m2g.planner.headroom import POLICY, Headroom, min_tier, share
 from m2g.planner.shedding import saving_kw, workload_kw
 from tests.unit.test_curtail import CFG, NOW, factory, job
 
-#: The firm gate (headroomEventMinTier 1): new firm work admitted during an event against
-#: what m2g can free; the default (0) holds it like flexible work.
-FIRM = replace(CFG, headroom_event_min_tier=1)
-
 LIMIT = 300.0
 
 
@@ -71,30 +67,18 @@ def test_firm_tiers_are_never_held_but_spend_the_room_first() -> None:
 def test_during_an_event_new_flex1_work_starts_only_in_the_room() -> None:
     ws = [pending(f"f{i}", t, priority=3 - i) for i, t in enumerate((1, 1, 0, 1))]
     s = ClusterSnapshot(factory(room_for(1, ws[0]), LIMIT), tuple(ws))
-    out = share([ready(w) for w in ws], s, FIRM)
-    # with headroomEventMinTier 1, f2 (firm) is not gated and spends first; f0 (flex-1,
-    # priority 3) takes what is left
+    out = share([ready(w) for w in ws], s, CFG)
+    # f2 (firm) is never held and spends first; f0 (flex-1, priority 3) takes what is left
     assert [u.state for u in out] == [CheckState.RETRY, CheckState.RETRY, CheckState.READY,
                                       CheckState.RETRY]
-    assert min_tier(s, FIRM) == 1
+    assert min_tier(s, CFG) == 1
     over = replace(s.factory, grid_events=tuple(replace(e, end=NOW - timedelta(seconds=1))
                                                 for e in s.factory.grid_events))
     assert min_tier(replace(s, factory=over), CFG) == 2  # no event: flex-1 is not held
-    assert min_tier(s, CFG) == 0  # the default: all new work waits for room in an event
-    assert [u.state for u in share([ready(w) for w in ws], s, CFG)][:3] == [
+    every = replace(CFG, headroom_event_min_tier=0)
+    assert min_tier(s, every) == 0
+    assert [u.state for u in share([ready(w) for w in ws], s, every)][:3] == [
         CheckState.READY, CheckState.RETRY, CheckState.RETRY]
-
-
-def test_during_an_event_the_room_goes_to_paused_work_before_new_firm_work() -> None:
-    """The default (headroomEventMinTier 0): work m2g paused comes back into the room
-    before new firm work; with 1 the firm job spends the room first (twin, 2026-12-05)."""
-    back = replace(pending("back", 2), restored_at=NOW - timedelta(seconds=1))
-    firm = pending("firm", 0, priority=5)
-    s = ClusterSnapshot(factory(room_for(1, firm), LIMIT), (firm, back))
-    by_default = {u.name: u.state for u in share([ready(firm), ready(back)], s, CFG)}
-    assert by_default == {"firm": CheckState.RETRY, "back": CheckState.READY}
-    firm_first = {u.name: u.state for u in share([ready(firm), ready(back)], s, FIRM)}
-    assert firm_first["firm"] is CheckState.READY
 
 
 def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
@@ -103,9 +87,9 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
     every flexible job is paused it waits (Retry), as the grid commitment asks."""
     firm = [pending(f"f{i}", 0, priority=2 - i) for i in range(2)]
     # room for one and a half under the limit itself: firm work may use restore_margin
-    f = factory(LIMIT - 1.5 * workload_kw(firm[0], FIRM), LIMIT)
+    f = factory(LIMIT - 1.5 * workload_kw(firm[0], CFG), LIMIT)
 
-    def states(*running: WorkloadState, cfg: PlannerConfig = FIRM,
+    def states(*running: WorkloadState, cfg: PlannerConfig = CFG,
                fac: FactorySnapshot = f) -> list[CheckState]:
         s = ClusterSnapshot(fac, (*firm, *running),
                             placements={w.key: (f"n{i}",) for i, w in enumerate(running)})
@@ -113,10 +97,10 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
 
     assert states() == [CheckState.READY, CheckState.RETRY]  # nothing left to pause
     assert share([ready(firm[0])], ClusterSnapshot(factory(room_for(0, firm[0]), LIMIT),
-                                                   tuple(firm)), FIRM)[0].state \
+                                                   tuple(firm)), CFG)[0].state \
         is CheckState.READY  # within restore_margin of the limit: still under it
     flex = job("x", 2)  # running, drawing: pausing it frees saving_kw(x) >= a firm job's kW
-    assert saving_kw(flex, FIRM) >= workload_kw(firm[1], FIRM)
+    assert saving_kw(flex, CFG) >= workload_kw(firm[1], CFG)
     assert states(flex) == [CheckState.READY, CheckState.READY]
     assert states(job("y", 1)) == [CheckState.READY, CheckState.RETRY]  # flex-1: not paused
     shed = replace(flex, phase=Phase.INACTIVE, shed_by_m2g=True,
@@ -127,10 +111,10 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
     over = replace(f, grid_events=tuple(replace(e, end=NOW - timedelta(seconds=1))
                                         for e in f.grid_events))
     assert states(fac=over) == [CheckState.READY, CheckState.READY]  # no event: never held
-    off = replace(FIRM, hold_firm_beyond_reach=False)
+    off = replace(CFG, hold_firm_beyond_reach=False)
     assert states(cfg=off) == [CheckState.READY, CheckState.READY]
     s = ClusterSnapshot(f, tuple(firm))
-    held = share([ready(w) for w in firm], s, FIRM)[1]
+    held = share([ready(w) for w in firm], s, CFG)[1]
     assert "firm work waits for room m2g can make" in held.message
     assert "can free only 0 kW more" in held.message
 

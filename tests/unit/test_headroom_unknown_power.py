@@ -25,12 +25,7 @@ from m2g.planner.headroom import POLICY, RULE_UNKNOWN, Headroom, draw_bound_kw, 
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
 from m2g.policy import Evaluator, load_dir
-from tests.unit.test_curtail import CFG as _CFG
-from tests.unit.test_curtail import NOW, job
-
-#: The firm gate these tests are about: new firm work is admitted during an event against
-#: what m2g can free (headroomEventMinTier 1; the default 0 holds it like flexible work).
-CFG = replace(_CFG, headroom_event_min_tier=1)
+from tests.unit.test_curtail import CFG, NOW, job
 from tests.unit.test_headroom import pending, ready
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -67,14 +67,11 @@ class PlannerConfig:
     #: The lowest flex tier the headroom gate holds back (one lower from SIMPLE level 2 of an
     #: active grid event), as the shipped grid-demand-response policy does.
     headroom_min_tier: int = 2
-    #: ... and while a grid event is active, every tier from this one: new work starts only
-    #: in the room the running work leaves, and the room finishing jobs free goes first to
-    #: the work m2g paused (0, the default since 2026-12-05: firm new work too waits for the
-    #: room instead of flexible running work making it — in the 16-rack twin it kept
-    #: weighted performance 0.831 against 0.742 with 1, docs/benchmarks.md; 1: new firm
-    #: work is admitted against what m2g can still free, ``hold_firm_beyond_reach``; 3: as
-    #: outside events).
-    headroom_event_min_tier: int = 0
+    #: ... and while a grid event is active, every tier from this one: new flexible work
+    #: starts only in the room the running work leaves (0: firm work too — firm new work
+    #: then waits for the room instead of flexible running work making it; 3: as outside
+    #: events).
+    headroom_event_min_tier: int = 1
     #: ... and the tiers below it (firm work) during an active grid event only while the
     #: room plus what m2g can still free (sheds not in the meter yet, running flexible work
     #: not paused: m2g.planner.shedding.reach_kw) covers them: flexible work makes room for

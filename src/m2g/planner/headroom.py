@@ -15,13 +15,12 @@ policies:
   restored that is not admitted again yet);
 * the tiers that demand response holds back (the shipped grid-demand-response's: flex ≥ 2,
   or flex ≥ 1 from SIMPLE level 2 of an active event; ``headroom_min_tier``) are gated, and
-  during an active event every tier from ``headroom_event_min_tier`` (0, the default: all
-  new work, whatever the event's level — work admitted into an event's shortfall is paid for
-  by pausing running flexible work: a 16-rack twin event admitted 58 flex-1 and 72 flex-0
-  workloads, 250–490 kW, while its flex-2/3 work was paused 85–89 % of the event; with 1,
-  new firm work took the room finishing jobs freed while the paused work waited); tiers
-  below it (firm work, with 1 or more) spend the room first and are held back only during
-  an active event, when even pausing the running flexible work would not make room for them
+  during an active event every tier from ``headroom_event_min_tier`` (1: new flex-1 work too,
+  whatever the event's level — work admitted into an event's shortfall is paid for by pausing
+  running flexible work: a 16-rack twin event admitted 58 flex-1 and 72 flex-0 workloads,
+  250–490 kW, while its flex-2/3 work was paused 85–89 % of the event; 0 holds firm work
+  too); the others (firm work) spend the room first and are held back only during an
+  active event, when even pausing the running flexible work would not make room for them
   (``hold_firm_beyond_reach``, ``_firm_reach``);
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
