@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
-from m2g.model.factory import FactorySnapshot, Node, PowerDomain, Rack, Reading
+from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
 from m2g.model.inputs import WorkloadView
 from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
@@ -19,9 +19,11 @@ from m2g.planner.inputs import InputBuilder
 from m2g.planner.shedding import (
     _read_at,
     _settles,
+    drawing,
     in_flight_kw,
     last_action,
     not_drawing_yet,
+    reach_kw,
     restoring,
     saving_kw,
     settling_kw,
@@ -106,3 +108,24 @@ def test_the_selection_is_kept_per_snapshot_object() -> None:
     assert sparse.of(other) is not first
     assert sparse.of(other).workloads == snap.workloads[:1]
     assert snap == replace(snap)  # the memo is no field: equality is unchanged
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_firm_gates_reach_over_the_flexible_work_is_the_full_scan(seed: int) -> None:
+    """reach_kw reads ``flexible`` (admitted, flex >= 1, not shed): the same sum as over every
+    workload, exactly, at both tiers it starts from (SIMPLE level 3 of an event: flex 1)."""
+    snap = _snapshot(seed)
+    for lowest in (1, 2):
+        s = snap if lowest == 2 else replace(snap, factory=replace(
+            snap.factory, grid_events=(GridEvent("e", NOW - timedelta(minutes=1),
+                                                 NOW + timedelta(hours=1), level=3),)))
+        full = settling_kw(s, CFG) + sum(
+            saving_kw(w, CFG) for w in s.workloads
+            if w.phase is Phase.ADMITTED and w.view.flex_tier >= lowest and not w.shed_by_m2g
+            and drawing(w, s))
+        assert reach_kw(s, CFG) == full
+
+
+def test_the_random_snapshots_reach_the_flexible_subset() -> None:
+    snaps = [_snapshot(s) for s in range(60)]
+    assert sum(1 for s in snaps if reach_kw(s, CFG) > settling_kw(s, CFG)) > 10

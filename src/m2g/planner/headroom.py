@@ -142,37 +142,44 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     head = Headroom.of(snap, config) if config.share_headroom else None
     if head is None or not any(u.state is CheckState.READY for u in updates):
         return list(updates)
-    by_key = sparse.of(snap).by_key
-    ready = [(i, by_key[f"{u.namespace}/{u.name}"]) for i, u in enumerate(updates)
-             if u.state is CheckState.READY and f"{u.namespace}/{u.name}" in by_key]
-    tier = min_tier(snap, config)
-    back = {w.key for _, w in ready if restoring(w, snap, config)}  # their kW: in in_flight
-    ready.sort(key=lambda iw: (iw[1].view.flex_tier >= tier, iw[1].key not in back,
-                               -iw[1].view.priority, -iw[1].view.wait_seconds, iw[0]))
-    room, held, admitted = head.room - spent, dict[int, WorkloadState](), 0
-    reach = _firm_reach(snap, config, any(w.view.flex_tier < tier for _, w in ready),
-                        bool(head.unknown))
+    marked = sparse.of(snap)
+    by_key, tier = marked.by_key, min_tier(snap, config)
+    back = {w.key for w in marked.in_flight  # restored, not admitted again: kW in in_flight
+            if by_key.get(w.key) is w and restoring(w, snap, config)}
+    # (gated, not restored, -priority, -wait, index, workload): firm work first, then the
+    # restored, the highest priority, the longest waiting, the order of ``updates``
+    ready: list[tuple[bool, bool, int, int, int, WorkloadState]] = []
+    for i, u in enumerate(updates):
+        if u.state is CheckState.READY:
+            w = by_key.get(f"{u.namespace}/{u.name}")
+            if w is not None:
+                v = w.view
+                ready.append((v.flex_tier >= tier, w.key not in back, -v.priority,
+                              -v.wait_seconds, i, w))
+    ready.sort()  # the index is unique: the workloads themselves are never compared
+    room, admitted = head.room - spent, 0
+    held: list[tuple[int, WorkloadState, float, bool]] = []  # (index, workload, kW, firm)
+    reach = _firm_reach(snap, config, not ready[0][0] if ready else False, bool(head.unknown))
     margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
     firm_held = False  # a firm job held keeps the room: flexible work gets none before it
-    for i, w in ready:  # firm work first (the sort)
-        kw = 0.0 if w.key in back else workload_kw(w, config)
-        firm = w.view.flex_tier < tier
+    for gated, fresh, _, _, i, w in ready:  # firm work first (the sort)
+        full = workload_kw(w, config)
+        kw = full if fresh else 0.0
+        firm = not gated
         if (firm and (reach is None or kw <= room + margin + reach)) or (
                 not firm and not firm_held and kw <= room and room >= 0):
             room -= kw
             admitted += 1
         else:
-            held[i] = w
             firm_held = firm_held or firm
-    out: list[CheckUpdate] = []
-    for i, u in enumerate(updates):
-        h = held.get(i)
-        if h is None:
-            out.append(u)
-        elif h.check_state is not CheckState.RETRY:
-            out.append(_hold(h, u, head, admitted, config,
-                             reach if h.view.flex_tier < tier else None))
-    return out
+            held.append((i, w, full, firm))
+    if not held:
+        return list(updates)
+    out: list[CheckUpdate | None] = list(updates)
+    hold = _Holds(head, admitted, config, reach)
+    for i, w, kw, firm in held:  # already deferred by m2g: dropped (its Retry stands)
+        out[i] = None if w.check_state is CheckState.RETRY else hold.of(updates[i], kw, firm)
+    return [u for u in out if u is not None]
 
 
 def alone(snap: ClusterSnapshot, w: WorkloadState,
@@ -211,23 +218,43 @@ def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool,
     return 0.0 if unknown else reach_kw(snap, config)  # stale power: m2g never sheds
 
 
-def _hold(w: WorkloadState, u: CheckUpdate, head: Headroom, admitted: int,
-          config: PlannerConfig, reach: float | None = None) -> CheckUpdate:
-    """Retry for a workload the room does not hold (``reach``: what m2g can still free for
-    it, when it is firm work held during an event; else None)."""
-    wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
-    kw = workload_kw(w, config)
-    if head.unknown:
-        return _retry(u, wait, RULE_UNKNOWN, _unknown_why(kw, head, admitted, reach, wait))
-    freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
-                f"running flexible work can free only {reach:.0f} kW more"
-                if reach is not None else "")
-    why = (f"site headroom: {kw:.0f} kW does not fit in what is left of "
-           f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
-           f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
-           f"{admitted} workload(s) admitted before it in this reconcile){freeable}; asking "
-           f"again in {wait} s")
-    return _retry(u, wait, RULE, why)
+class _Holds:
+    """The Retries of the workloads the room does not hold, for one ``share``: what is the
+    same for all of them (the wait, the headroom's figures, the count admitted) worked out
+    once; a message differs only by the workload's kW and whether it is firm work (then
+    ``reach``, what m2g can still free for it during an event, is said; else not)."""
+
+    def __init__(self, head: Headroom, admitted: int, config: PlannerConfig,
+                 reach: float | None) -> None:
+        self.head, self.admitted, self.reach = head, admitted, reach
+        self.wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
+        self.rule = RULE_UNKNOWN if head.unknown else RULE
+        self._why: dict[tuple[str, bool], str] = {}  # by the kW as the message says it
+
+    def of(self, u: CheckUpdate, kw: float, firm: bool) -> CheckUpdate:
+        """The Retry for ``u``, its workload's kW ``kw`` (under its cap, restores' too)."""
+        key = (f"{kw:.0f}", firm)
+        why = self._why.get(key)
+        if why is None:
+            why = self._why[key] = self.why(kw, self.reach if firm else None)[:1024]
+        return CheckUpdate(namespace=u.namespace, name=u.name, check=u.check,
+                           state=CheckState.RETRY, message=why,
+                           requeue_after_seconds=self.wait, policy=POLICY, rule=self.rule)
+
+    def why(self, kw: float, reach: float | None) -> str:
+        """The message of a Retry for ``kw`` (``reach``: None unless firm work during an
+        event)."""
+        head, wait = self.head, self.wait
+        if head.unknown:
+            return _unknown_why(kw, head, self.admitted, reach, wait)
+        freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
+                    f"running flexible work can free only {reach:.0f} kW more"
+                    if reach is not None else "")
+        return (f"site headroom: {kw:.0f} kW does not fit in what is left of "
+                f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
+                f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
+                f"{self.admitted} workload(s) admitted before it in this reconcile)"
+                f"{freeable}; asking again in {wait} s")
 
 
 def _unknown_why(kw: float, head: Headroom, admitted: int, reach: float | None,
@@ -245,9 +272,3 @@ def _unknown_why(kw: float, head: Headroom, admitted: int, reach: float | None,
             f"{head.in_flight:.0f} kW admitted and not drawing yet, {admitted} workload(s) "
             f"admitted before it in this reconcile){firm}; new work waits for a fresh "
             f"reading; asking again in {wait} s")
-
-
-def _retry(u: CheckUpdate, wait: int, rule: str, why: str) -> CheckUpdate:
-    return CheckUpdate(namespace=u.namespace, name=u.name, check=u.check,
-                       state=CheckState.RETRY, message=why[:1024], requeue_after_seconds=wait,
-                       policy=POLICY, rule=rule)

@@ -166,10 +166,11 @@ def reach_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     that work makes this an overestimate — firm work is then admitted as it was before."""
     event = snap.factory.grid_event()
     lowest = 1 if event is not None and event.level >= 3 else 2
+    live, fraction = snap.live_pods, config.shed_saving_fraction  # (``drawing``, ``saving_kw``)
     return settling_kw(snap, config) + sum(
-        saving_kw(w, config) for w in snap.workloads
+        workload_kw(w, config) * fraction for w in sparse.of(snap).flexible
         if w.phase is Phase.ADMITTED and w.view.flex_tier >= lowest and not w.shed_by_m2g
-        and drawing(w, snap))
+        and (live is None or w.key in live))
 
 
 def _read_at(snap: ClusterSnapshot) -> datetime | None:

@@ -3,11 +3,13 @@
 The settling, in-flight, ramp and cap-lift sums each read only workloads carrying one of a few
 marks (m2g shed it, capped it, stamped it, or admitted it without a bound pod yet); at 1,400
 racks those are a few hundred of 100,000, and every reconcile scanned all 100,000 for each
-sum, five to seven times (docs/benchmarks.md, "Sixteenth session"). ``of(snap)`` selects them
-in one pass, in the snapshot's order (so every sum adds the same terms in the same order as
-the full scan: the same floats), and keeps the selection on the snapshot it was computed from
-(a ``ClusterSnapshot`` is frozen: its workloads, placements and pods never change under it;
-``dataclasses.replace`` makes a new snapshot, which selects again).
+sum, five to seven times (docs/benchmarks.md, "Sixteenth session"). The firm gate's reach
+reads the running flexible work m2g has not paused (~23,000 of 100,000 there; "Eighteenth
+session"). ``of(snap)`` selects them in one pass, in the snapshot's order (so every sum adds
+the same terms in the same order as the full scan: the same floats), and keeps the selection
+on the snapshot it was computed from (a ``ClusterSnapshot`` is frozen: its workloads,
+placements and pods never change under it; ``dataclasses.replace`` makes a new snapshot,
+which selects again).
 
 Every subset is a superset of what its reader selects: the readers keep their own predicates
 (time-dependent ones included), the subset only spares them the workloads that cannot match.
@@ -37,6 +39,9 @@ class Sparse:
     #: admitted with an admission time and no bound pod (``not_drawing_yet`` before its time
     #: test), or restored by m2g (``restoring`` before its phase and time tests): in flight
     in_flight: tuple[WorkloadState, ...]
+    #: admitted, flex tier 1 and up and not shed by m2g: the running flexible work pausing
+    #: could still free kW from (``reach_kw`` before its tier and ``drawing`` tests)
+    flexible: tuple[WorkloadState, ...]
 
     @cached_property
     def by_key(self) -> dict[str, WorkloadState]:
@@ -61,10 +66,13 @@ def select(snap: ClusterSnapshot) -> Sparse:
     capped: list[WorkloadState] = []
     stamped: list[WorkloadState] = []
     flight: list[WorkloadState] = []
+    flexible: list[WorkloadState] = []
     admitted = Phase.ADMITTED
     for w in snap.workloads:
         if w.shed_by_m2g:
             shed.append(w)
+        elif w.phase is admitted and w.view.flex_tier >= 1:
+            flexible.append(w)
         if w.power_cap < 1.0:
             capped.append(w)
         if w.shed_at is not None or w.restored_at is not None or w.power_cap_at is not None:
@@ -72,4 +80,5 @@ def select(snap: ClusterSnapshot) -> Sparse:
         if w.restored_at is not None or (
                 w.phase is admitted and w.admitted_at is not None and w.key not in bound):
             flight.append(w)
-    return Sparse(snap.workloads, tuple(shed), tuple(capped), tuple(stamped), tuple(flight))
+    return Sparse(snap.workloads, tuple(shed), tuple(capped), tuple(stamped), tuple(flight),
+                  tuple(flexible))
