@@ -121,6 +121,7 @@ def plan_levers(builder: InputBuilder, config: PlannerConfig, shortfall: float, 
     covered = 0.0
     while heap and covered < shortfall:
         cost, lever, key, to, kw = heapq.heappop(heap)
+        kw = _combined(key, lever, kw, caps, shrinks, by_key)
         if covered + kw > step:
             continue
         if lever == 0:
@@ -151,6 +152,20 @@ def plan_levers(builder: InputBuilder, config: PlannerConfig, shortfall: float, 
         f"{r[0]:.2f} throughput/kW, for a {shortfall:.0f} kW shortfall"))
         for k, r in sorted(shrinks.items())]
     return cap_out, resize_out
+
+
+def _combined(key: str, lever: int, kw: float, caps: dict[str, tuple[float, float, float]],
+              shrinks: dict[str, tuple[float, int, float]], by_key: dict[str, Shrinkable]
+              ) -> float:
+    """A step's kW when the job also has a step of the other lever in this plan: a cap
+    saves on the replicas left, a replica removed saves its draw under the new cap."""
+    if lever == 0 and key in shrinks:
+        w = by_key[key].w
+        return kw * shrinks[key][1] / w.parallelism
+    if lever == 1 and key in caps:
+        c = curve_of(by_key[key].w)
+        return kw * c.power(caps[key][1]) / c.power(by_key[key].w.power_cap)
+    return kw
 
 
 def _resize(w: WorkloadState, to: int, kw: float, reason: str) -> ResizeAction:
