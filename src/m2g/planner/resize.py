@@ -20,8 +20,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from m2g.model.cluster import Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CapAction, ResizeAction
+from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import (
     Ladders,
@@ -152,6 +153,15 @@ def plan_levers(builder: InputBuilder, config: PlannerConfig, shortfall: float, 
         f"{r[0]:.2f} throughput/kW, for a {shortfall:.0f} kW shortfall"))
         for k, r in sorted(shrinks.items())]
     return cap_out, resize_out
+
+
+def settling_shrink_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
+    """kW of shrinks the meter may not show yet: elastic Jobs shrunk within
+    ``settle_seconds`` (their removed replicas' draw; the pods take seconds to stop)."""
+    return sum((w.full_parallelism - w.parallelism) * replica_kw(w, config)
+               for w in sparse.of(snap).stamped
+               if w.resized_at is not None and w.elastic_job and w.phase is Phase.ADMITTED
+               and (snap.now - w.resized_at).total_seconds() < config.settle_seconds)
 
 
 def _combined(key: str, lever: int, kw: float, caps: dict[str, tuple[float, float, float]],

@@ -37,7 +37,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders, lift_caps, settling_cap_kw
 from m2g.planner.curves import curve_of
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.resize import grow_back, plan_levers, shrinkable
+from m2g.planner.resize import grow_back, plan_levers, settling_shrink_kw, shrinkable
 from m2g.planner.resize import potential_kw as shrink_potential_kw
 from m2g.policy import Evaluator, PreemptionResult
 
@@ -157,7 +157,7 @@ def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     return sum(saving_kw(w, config) for w in sparse.of(snap).shed
                if w.shed_by_m2g and w.shed_at is not None
                and _settles(w, snap, config, read_at)) \
-        + settling_cap_kw(snap, config)
+        + settling_cap_kw(snap, config) + settling_shrink_kw(snap, config)
 
 
 def reach_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
@@ -198,7 +198,8 @@ def last_action(builder: InputBuilder) -> datetime | None:
     """The last shed, restore or cap change (the ramp counts from it; a restore's time is
     its ``restored_at``: restoring removes ``shed_at``)."""
     times = [t for w in sparse.of(builder.snap).stamped
-             for t in (w.shed_at, w.restored_at, w.power_cap_at) if t is not None]
+             for t in (w.shed_at, w.restored_at, w.power_cap_at, w.resized_at)
+             if t is not None]
     return max(times) if times else None
 
 
