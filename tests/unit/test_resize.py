@@ -8,17 +8,19 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from m2g.k8s.annotations import RESIZED_AT, RESIZED_FROM
+from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.client import JOBS, WORKLOADS, Kube
 from m2g.k8s.convert import workload
-from m2g.k8s.resize import job_patch, record_annotations
+from m2g.k8s.resize import apply_resizes, job_patch, record_annotations
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
 from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
-from m2g.model.plan import ResizeAction
+from m2g.model.plan import Plan, ResizeAction
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders
 from m2g.planner.inputs import InputBuilder
@@ -26,6 +28,7 @@ from m2g.planner.plan import make_plan
 from m2g.planner.resize import floor_of, plan_levers, replica_kw, shrinkable
 from m2g.planner.shedding import workload_kw
 from m2g.policy import Evaluator
+from m2g.testing.kube import FakeKube
 from tests.unit.policy_helpers import evaluator, policy
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -200,3 +203,36 @@ def test_the_job_patch_is_idempotent_and_restores() -> None:
     assert record_annotations(grow, done["metadata"]["annotations"], now) == {
         RESIZED_FROM: None, RESIZED_AT: None}
     assert record_annotations(grow, {}, now) == {}
+
+
+async def test_the_applier_patches_an_elastic_job_and_leaves_others_alone() -> None:
+    kube = FakeKube()
+    for name, elastic_notes in (("a", {"kueue.x-k8s.io/elastic-job": "true"}), ("b", {})):
+        kube.put(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": name, "namespace": "t", "uid": f"j-{name}", "resourceVersion": "1",
+            "annotations": elastic_notes}, "spec": {"parallelism": 8}})
+        kube.put(WORKLOADS, {"metadata": {"name": f"job-{name}", "namespace": "t",
+                                          "uid": f"w-{name}"}})
+    ap = Applier(cast(Kube, kube), clock=lambda: NOW)
+    plan = Plan(resizes=(ResizeAction("t", "job-a", "a", 6, 8, 5.0, "grid event"),
+                         ResizeAction("t", "job-b", "b", 6, 8, 5.0, "grid event")))
+    result = ApplyResult()
+    await apply_resizes(ap, plan, result)
+    assert not result.errors
+    a, b = kube.stored(JOBS, "a", "t"), kube.stored(JOBS, "b", "t")
+    assert a["spec"]["parallelism"] == 6 and a["metadata"]["annotations"][RESIZED_FROM] == "8"
+    assert b["spec"]["parallelism"] == 8  # not elastic: left alone
+    wl = kube.stored(WORKLOADS, "job-a", "t")
+    assert wl["metadata"]["annotations"][RESIZED_FROM] == "8"
+    assert [r.written for r in result.records if r.target == "t/a"] == [True]
+    # again: nothing more to write
+    again = ApplyResult()
+    await apply_resizes(ap, plan, again)
+    assert [r.written for r in again.records if r.target == "t/a"] == [False]
+    # grown back: the full size, the records gone
+    grow = Plan(resizes=(ResizeAction("t", "job-a", "a", 8, 8, -5.0, "event over"),))
+    await apply_resizes(ap, grow, ApplyResult())
+    a = kube.stored(JOBS, "a", "t")
+    assert a["spec"]["parallelism"] == 8 and RESIZED_FROM not in a["metadata"]["annotations"]
+    assert RESIZED_FROM not in kube.stored(WORKLOADS, "job-a", "t")["metadata"].get(
+        "annotations", {})
