@@ -195,12 +195,12 @@ def test_the_job_patch_is_idempotent_and_restores() -> None:
     body = job_patch(shrink, job_obj, now)
     assert body == {"metadata": {"annotations": {RESIZED_FROM: "8", RESIZED_AT: now},
                                  "resourceVersion": "7"}, "spec": {"parallelism": 4}}
-    done = {"metadata": {"annotations": {RESIZED_FROM: "8", RESIZED_AT: now}},
-            "spec": {"parallelism": 4}}
+    notes = {RESIZED_FROM: "8", RESIZED_AT: now}
+    done: dict[str, Any] = {"metadata": {"annotations": notes}, "spec": {"parallelism": 4}}
     assert job_patch(shrink, done, "2026-12-01T10:01:00Z") == {}  # already so
     grow = replace(shrink, parallelism=8, kw=-10.0)
     assert job_patch(grow, done, now)["spec"] == {"parallelism": 8}
-    assert record_annotations(grow, done["metadata"]["annotations"], now) == {
+    assert record_annotations(grow, dict(notes), now) == {
         RESIZED_FROM: None, RESIZED_AT: None}
     assert record_annotations(grow, {}, now) == {}
 
