@@ -128,6 +128,9 @@ def decision_rows(snap: ClusterSnapshot, plan: Plan) -> list[Row]:
     for cap in plan.caps:
         add("Preemption", "Workload", f"{cap.namespace}/{cap.name}",
             "LiftCap" if cap.fraction >= 1.0 else "Cap", cap.reason, cap.fraction)
+    for rs in plan.resizes:
+        add("Preemption", "Job", f"{rs.namespace}/{rs.job}",
+            "Grow" if rs.parallelism >= rs.full else "Shrink", rs.reason, rs.parallelism)
     for q in plan.quotas:
         add("Capacity", "ClusterQueue", q.cluster_queue, "Quota",
             f"{q.flavor} {q.resource} {q.nominal} of {q.base}: {q.reason}", q.nominal)

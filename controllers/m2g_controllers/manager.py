@@ -328,6 +328,8 @@ class Manager:
             m.shed_actions.labels("restore" if s.active else ("drain" if s.drain else "shed")).inc()
         for cap in plan.caps:
             m.power_cap_actions.labels("lift" if cap.fraction >= 1.0 else "cap").inc()
+        for rs in plan.resizes:
+            m.resize_actions.labels("grow" if rs.parallelism >= rs.full else "shrink").inc()
         for t in plan.taints:
             m.taint_changes.labels(t.key, "add" if t.add else "remove").inc()
         for kt in plan.kai_topologies:

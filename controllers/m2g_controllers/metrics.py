@@ -42,6 +42,10 @@ class Metrics:
             "m2g_power_cap_actions_total",
             "Per-GPU power caps decided on workloads (cap) or lifted (lift)", ["action"],
             registry=r)
+        self.resize_actions = Counter(
+            "m2g_resize_actions_total",
+            "Elastic Jobs shrunk (shrink) or grown back (grow) under grid events", ["action"],
+            registry=r)
         self.capped_gpus = Gauge(
             "m2g_capped_gpus", "GPUs of running workloads under an m2g power cap", registry=r)
         self.taint_changes = Counter(

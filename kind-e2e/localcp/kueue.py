@@ -57,6 +57,11 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
         "integrations": {"frameworks": ["batch/job", jobset.KUEUE_FRAMEWORK]},
         # the shipped Configuration's fair sharing, so ClusterQueue weights act here as on a site
         "fairSharing": shipped_config()["fairSharing"],
+        # elastic Jobs (m2g's right-sizing, docs/curtailment.md) on the factory's TAS flavor:
+        # ElasticJobsViaWorkloadSlices is Beta and on in v0.19; with TAS it also needs this
+        # alpha gate (Kueue's flavor assigner and TAS snapshot only read it for elastic
+        # workloads: every other workload is placed as before)
+        "featureGates": {"ElasticJobsViaWorkloadSlicesWithTAS": True},
     }
     path = run_root / "kueue.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -61,6 +61,7 @@ ALLOWED = [
     ("patch", "nodes", None),  # m2g's own maintenance and thermal taints
     *[(v, "workloads.kueue.x-k8s.io", "default") for v in ("get", "list", "watch", "patch")],
     ("patch", "workloads.kueue.x-k8s.io/status", "default"),
+    *[(v, "jobs.batch", "default") for v in ("get", "patch")],  # right-sizing elastic Jobs
     *[(v, "clusterqueues.kueue.x-k8s.io", None)
       for v in ("get", "list", "watch", "patch", "update")],
     *[(v, f"{r}.kueue.x-k8s.io", None) for v in ("get", "list", "watch")
@@ -104,6 +105,8 @@ DENIED = [
     ("create", "policies.m2g.io", None), ("patch", "policies.m2g.io", None),
     ("create", "tenantpolicies.m2g.io", "default"), ("patch", "tenantpolicies.m2g.io", "default"),
     ("delete", "gridevents.m2g.io", None),
+    ("create", "jobs.batch", "default"), ("delete", "jobs.batch", "default"),
+    ("list", "jobs.batch", "default"),
     ("create", "leases.coordination.k8s.io", "default"),
     ("get", "leases.coordination.k8s.io/kube-scheduler", "kube-system"),
     ("update", "leases.coordination.k8s.io/someone-else", NS),

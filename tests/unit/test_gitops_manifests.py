@@ -294,6 +294,7 @@ def test_rbac_is_exactly_the_controllers_needs() -> None:
     want = {
         ("", "nodes"): read | {"patch"}, ("", "pods"): read, ("", "events"): {"create"},
         ("kueue.x-k8s.io", "workloads"): read | {"patch"},
+        ("batch", "jobs"): {"get", "patch"},  # right-sizing elastic Jobs
         ("kueue.x-k8s.io", "workloads/status"): {"patch"},
         ("kueue.x-k8s.io", "clusterqueues"): read | {"patch", "update"},
         ("kueue.x-k8s.io", "resourceflavors"): read, ("kueue.x-k8s.io", "localqueues"): read,

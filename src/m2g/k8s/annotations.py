@@ -7,6 +7,7 @@ writes ``m2g.io/restored-at`` instead (removed by the next shed): the ramp count
 restore too, and a restore erased its shed's time — so without it the next restore (by this
 replica or by a successor after a failover) was not paced.
 A power cap: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``.
+A shrunk elastic Job: ``m2g.io/resized-from``, ``m2g.io/resized-at`` (Workload and Job).
 
 Values m2g lowers and gives back — a ClusterQueue flavor's ``nominalQuota`` (``owned_quota``)
 and a KAI Queue's ``spec.resources.gpu.limit`` (``GPU_LIMIT``) — are ``Owned``: three
@@ -42,6 +43,11 @@ RESTORED_AT = "m2g.io/restored-at"  # when m2g last restored it (the restore ram
 POWER_CAP = "m2g.io/power-cap"
 POWER_CAP_AT = "m2g.io/power-cap-at"
 FLEX_USED = "m2g.io/flex-used-seconds"
+# Right-sizing: the parallelism an elastic Job had before m2g shrank it, and when (on the
+# Workload, which Kueue keeps on a scale-down, and on the Job, for people); a grow back to it
+# removes both (Kueue admits the larger size as a new Workload slice).
+RESIZED_FROM = "m2g.io/resized-from"
+RESIZED_AT = "m2g.io/resized-at"
 BASE_QUOTA_PREFIX = "m2g.io/base-quota."
 SET_QUOTA_PREFIX = "m2g.io/quota-set."  # the nominalQuota m2g itself last wrote
 QUOTA_CHANGED_AT = "m2g.io/quota-changed-at"

@@ -452,6 +452,9 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
         # kept as the snapshot has it: a running workload's aged copy is not held twice
         # (the next snapshot ages it again from the same report and start times)
         ws = with_pod_checkpoint(ws, pod_reports.get(ws.key), now)
+        if ws.resize_note:  # a tenant's m2g.io/min-parallelism m2g cannot honour
+            iso.rejected.append(Rejected("Workload", ws.key, ws.resize_note,
+                                         part=f"annotation {L.MIN_PARALLELISM}"))
         if wkey[0]:
             kept[wname] = (wkey, ws, created)
         states.append(ws)

@@ -106,6 +106,7 @@ M2G = "m2g.io"
 NODES = Resource("", "v1", "nodes", "Node", False)
 PODS = Resource("", "v1", "pods", "Pod", True)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+JOBS = Resource("batch", "v1", "jobs", "Job", True)
 WORKLOADS = Resource(KUEUE, "v1beta2", "workloads", "Workload", True)
 LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue", True)
 CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", False)

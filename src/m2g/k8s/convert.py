@@ -65,6 +65,8 @@ from m2g.k8s.annotations import (
     POWER_CAP,
     POWER_CAP_AT,
     QUOTA_CHANGED_AT,
+    RESIZED_AT,
+    RESIZED_FROM,
     RESTORED_AT,
     SHED_AT,
     quota_base,
@@ -723,7 +725,38 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         owners=tuple(str(r.get("name")) for r in meta.get("ownerReferences") or []
                      if isinstance(r, Mapping) and r.get("name")),
         uid=str(meta.get("uid") or ""), reserved_at=reserved_at, preempted_by=preemptor(wl),
-        released_at=_released(wl, now))
+        released_at=_released(wl, now), **elastic_range(wl, own, fact(L.MIN_PARALLELISM), now))
+
+
+def elastic_range(wl: Obj, own: Mapping[str, str], declared: str | None, now: datetime
+                  ) -> dict[str, Any]:
+    """The right-sizing fields of a Workload (``WorkloadState.elastic_job`` …): set when Kueue
+    marks it elastic, a batch/v1 Job owns it, it has one pod set and the tenant's
+    ``m2g.io/min-parallelism`` is an integer from 1 to its full parallelism; a declared
+    minimum that is not says why in ``resize_note`` (reported, then ignored)."""
+    if declared is None:
+        return {}
+    meta, pod_sets = _meta(wl), _spec(wl).get("podSets") or []
+    job = next((str(r.get("name", "")) for r in meta.get("ownerReferences") or []
+                if isinstance(r, Mapping) and r.get("kind") == "Job"
+                and r.get("apiVersion") == "batch/v1"), "")
+    count = nonneg_int(pod_sets[0].get("count", 1)) if len(pod_sets) == 1 else 0
+    recorded = nonneg_int(own.get(RESIZED_FROM))
+    full = recorded if recorded > count else count
+    raw = str(declared).strip()[:32]
+    why = ""
+    if (meta.get("annotations") or {}).get(L.ELASTIC_JOB) != "true" or not job:
+        why = (f"{L.MIN_PARALLELISM} {raw!r} ignored: only an elastic batch/v1 Job "
+               f"({L.ELASTIC_JOB}: \"true\") can be resized")
+    elif len(pod_sets) != 1:
+        why = f"{L.MIN_PARALLELISM} {raw!r} ignored: the workload has {len(pod_sets)} pod sets"
+    elif not raw.isdigit() or not 1 <= int(raw) <= full:
+        why = f"{L.MIN_PARALLELISM} {raw!r} ignored: not an integer from 1 to {full}"
+    if why:
+        return {"resize_note": why}
+    at = parse_time(own.get(RESIZED_AT)) if full > count else None
+    return {"elastic_job": job, "parallelism": count, "min_parallelism": int(raw),
+            "full_parallelism": full, "resized_at": min(at, now) if at else None}
 
 
 def _released(wl: Obj, now: datetime) -> datetime | None:

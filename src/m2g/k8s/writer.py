@@ -3,7 +3,8 @@ the admission answers.
 
 ``apply_plan`` runs, in order: the Kueue and Node writes (``Applier.apply_core``: quotas, stops,
 taints, sheds, checks, weights), the power caps (``m2g.k8s.caps``: Workload records, node
-GPUPowerLimits) — the caps first when the plan lowers a GPU's limit (``lowers_power``) —, the
+GPUPowerLimits) and the resizes of elastic Jobs (``m2g.k8s.resize``) — these first when the
+plan lowers a GPU's limit or shrinks a Job (``lowers_power``) —, the
 KAI writes (``KaiApplier``: Topologies, Queue limits), and
 one Event per AdmissionCheck answer written (in dry-run/shadow mode: per answer decided), on its
 Workload. Errors of one write never stop the others: they are in ``ApplyResult.errors``.
@@ -19,6 +20,7 @@ from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.caps import apply_caps
 from m2g.k8s.client import WORKLOADS, KubeError, Obj
 from m2g.k8s.kai import KaiApplier
+from m2g.k8s.resize import apply_resizes
 from m2g.model.cluster import CheckState
 from m2g.model.plan import CheckUpdate, Plan
 
@@ -38,12 +40,14 @@ async def apply_plan(applier: Applier, plan: Plan, *, known: Known | None = None
     if lowers_power(plan):  # a shortfall: the grid commitment goes before the answers
         result = ApplyResult()
         await apply_caps(applier, plan, result, known)
+        await apply_resizes(applier, plan, result)
         core = await applier.apply_core(plan, known=known)
         result.records += core.records
         result.errors += core.errors
     else:
         result = await applier.apply_core(plan, known=known)
         await apply_caps(applier, plan, result, known)
+        await apply_resizes(applier, plan, result)
     await KaiApplier(applier).apply(plan, result)
     await check_events(applier, plan, result, known)
     return result
@@ -54,6 +58,7 @@ def lowers_power(plan: Plan) -> bool:
     admission answers and sheds (a 16-rack twin event's reconcile wrote ~100 answers before its
     ~150 node limits, at ~4 writes a second on a loaded API server)."""
     return any(c.fraction < 1.0 for c in plan.caps) or any(
+        r.parallelism < r.full for r in plan.resizes) or any(
         u.fraction is not None and u.fraction < 1.0 for u in plan.node_limits)
 
 

@@ -88,6 +88,17 @@ class WorkloadState:
     #: The UID of the workload Kueue preempted it for, while its Preempted condition is True
     #: ("Preempted to accommodate a workload (UID: …"; "" otherwise).
     preempted_by: str = ""
+    #: Right-sizing (docs/curtailment.md): the name of its batch/v1 Job when Kueue marks it
+    #: elastic (``kueue.x-k8s.io/elastic-job``) and the tenant declared a valid
+    #: ``m2g.io/min-parallelism`` ("" otherwise); its replicas now (the pod set's count), the
+    #: fewest allowed, the count before m2g shrank it (``m2g.io/resized-from``, else now's)
+    #: and when m2g shrank it; ``resize_note``: why a declared minimum was ignored.
+    elastic_job: str = ""
+    parallelism: int = 0
+    min_parallelism: int = 0
+    full_parallelism: int = 0
+    resized_at: datetime | None = None
+    resize_note: str = ""
 
     @cached_property
     def key(self) -> str:

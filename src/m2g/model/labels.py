@@ -84,9 +84,14 @@ TEMPLATE: Final = "m2g.io/template"  # label: the WorkloadTemplate a workload wa
 TEMPLATE_VALUES: Final = "m2g.io/template-values"  # annotation: its resolved parameters (JSON)
 #: annotation: throughput at per-GPU power caps, "cap:throughput,..." (the template's capCurve)
 POWER_CURVE: Final = "m2g.io/power-curve"
+#: pod-template annotation of an elastic batch/v1 Job: the fewest replicas (``parallelism``) it
+#: may be shrunk to under a grid event (docs/curtailment.md, right-sizing)
+MIN_PARALLELISM: Final = "m2g.io/min-parallelism"
 
 # Kueue
 QUEUE_NAME: Final = "kueue.x-k8s.io/queue-name"
+#: Kueue copies it from an elastic Job onto its Workload (ElasticJobsViaWorkloadSlices)
+ELASTIC_JOB: Final = "kueue.x-k8s.io/elastic-job"
 PRIORITY_CLASS: Final = "kueue.x-k8s.io/priority-class"
 TAS_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
 TAS_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"

@@ -144,6 +144,22 @@ class CapAction:
 
 
 @dataclass(frozen=True)
+class ResizeAction:
+    """Shrink an elastic batch/v1 Job ``job`` (its Workload: ``name``) to ``parallelism``
+    replicas, or grow it back (``parallelism`` == ``full``): a merge patch of the Job's
+    ``spec.parallelism`` and m2g's record (``m2g.io/resized-from``, ``-at``) on the Workload
+    and the Job. ``kw``: the draw it saves (negative: adds)."""
+
+    namespace: str
+    name: str
+    job: str
+    parallelism: int
+    full: int
+    kw: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class NodeLimitUpdate:
     """Server-side apply the spec of a node's GPUPowerLimit (``fraction`` < 1, with a lease
     until ``expires_at``), or delete it (``fraction`` None: released)."""
@@ -182,9 +198,10 @@ class Plan:
     wake_at: datetime | None = None
     caps: tuple[CapAction, ...] = ()
     node_limits: tuple[NodeLimitUpdate, ...] = ()
+    resizes: tuple[ResizeAction, ...] = ()
 
     def empty(self) -> bool:
         return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
                     or self.kai_topologies or self.kai_queues or self.taints
                     or self.event_statuses or self.caps or self.node_limits
-                    or self.reservation_statuses)
+                    or self.reservation_statuses or self.resizes)

@@ -96,7 +96,7 @@ def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
 _Step = tuple[float, str, float, float]
 
 
-def _pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float) -> float:
+def pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float) -> float:
     """Throughput per kW of pausing it instead: all its throughput, plus the work since its
     last checkpoint spread over the horizon."""
     curve = curve_of(w)
@@ -196,7 +196,7 @@ class Ladders:
             first = _step_of(w.key, ladder[0], ladder[1], ladder[2], w.power_cap, ladder[3],
                              ladder[4])
             if first is not None:
-                self.jobs.append(_Job(w, ok, first, _pause_cost(w, config, self.horizon),
+                self.jobs.append(_Job(w, ok, first, pause_cost(w, config, self.horizon),
                                       ladder))
         self.by_key = {j.w.key: j for j in self.jobs}
         self._alone_kw: list[tuple[str, float]] | None = None
@@ -246,12 +246,13 @@ def plan_caps(builder: InputBuilder, config: PlannerConfig, shortfall: float, st
         nxt = lad.next_step(job, s[2])
         if nxt is not None:
             heapq.heappush(heap, nxt)
-    return [_cap(lad.by_key[k].w, s[2], s[3], lad.now, f"cap to {s[2]:g} of the default "
+    return [cap_action(lad.by_key[k].w, s[2], s[3], lad.now, f"cap to {s[2]:g} of the default "
                  f"limit: {s[3]:.0f} kW at {s[0]:.2f} throughput/kW, for a {shortfall:.0f} kW "
                  "shortfall") for k, s in sorted(chosen.items())]
 
 
-def _cap(w: WorkloadState, to: float, kw: float, now: datetime, reason: str) -> CapAction:
+def cap_action(w: WorkloadState, to: float, kw: float, now: datetime, reason: str
+               ) -> CapAction:
     return CapAction(w.namespace, w.name, to, kw, reason, round(flex_used(w, now), 1),
                      round(curve_of(w).throughput(to), 4))
 
@@ -272,7 +273,7 @@ def lift_caps(builder: InputBuilder, config: PlannerConfig, room: float, limit: 
         if running and (used + add > room - margin or used + add > step):
             break
         used += add
-        out.append(_cap(w, 1.0, kw, snap.now,
+        out.append(cap_action(w, 1.0, kw, snap.now,
                         f"lift the {w.power_cap:g} cap: {add:.0f} kW back, "
                         f"{room - used:.0f} kW headroom remains"))
     return out

@@ -31,12 +31,14 @@ from datetime import datetime, timedelta
 
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot
-from m2g.model.plan import CapAction, ShedAction
+from m2g.model.plan import CapAction, ResizeAction, ShedAction
 from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
-from m2g.planner.curtail import Ladders, lift_caps, plan_caps, settling_cap_kw
+from m2g.planner.curtail import Ladders, lift_caps, settling_cap_kw
 from m2g.planner.curves import curve_of
 from m2g.planner.inputs import InputBuilder
+from m2g.planner.resize import grow_back, plan_levers, settling_shrink_kw, shrinkable
+from m2g.planner.resize import potential_kw as shrink_potential_kw
 from m2g.policy import Evaluator, PreemptionResult
 
 #: Rounds of "pause for what the caps cannot cover" per reconcile (each pause removes that
@@ -155,7 +157,7 @@ def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     return sum(saving_kw(w, config) for w in sparse.of(snap).shed
                if w.shed_by_m2g and w.shed_at is not None
                and _settles(w, snap, config, read_at)) \
-        + settling_cap_kw(snap, config)
+        + settling_cap_kw(snap, config) + settling_shrink_kw(snap, config)
 
 
 def reach_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
@@ -197,7 +199,8 @@ def last_action(builder: InputBuilder) -> datetime | None:
     """The last shed, restore or cap change (the ramp counts from it; a restore's time is
     its ``restored_at``: restoring removes ``shed_at``)."""
     times = [t for w in sparse.of(builder.snap).stamped
-             for t in (w.shed_at, w.restored_at, w.power_cap_at) if t is not None]
+             for t in (w.shed_at, w.restored_at, w.power_cap_at, w.resized_at)
+             if t is not None]
     return max(times) if times else None
 
 
@@ -205,22 +208,24 @@ def shed_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCon
                  last: datetime | None = None) -> tuple[list[ShedAction], str]:
     """Sheds or restores for this reconcile, and a one-line account of why (the caps of
     ``power_actions`` left out)."""
-    sheds, _, why = power_actions(evaluator, builder, config, last)
+    sheds, _, _, why = power_actions(evaluator, builder, config, last)
     return sheds, why
 
 
 def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
                   last: datetime | None = None
-                  ) -> tuple[list[ShedAction], list[CapAction], str]:
-    """Sheds, restores, caps and cap lifts for this reconcile (m2g.planner.curtail: caps
-    first, pauses for the rest; restores in the reverse order), and why, in one line."""
+                  ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction], str]:
+    """Sheds, restores, caps and cap lifts, shrinks and grows of elastic Jobs for this
+    reconcile (m2g.planner.curtail, m2g.planner.resize: caps and shrinks first, cheapest
+    throughput per kW, pauses for the rest; restores in the reverse order), and why, in one
+    line."""
     factory = builder.snap.factory
     draw = factory.site_draw_kw()
     limit = factory.limit_ahead_kw(config.shed_lead_seconds)
     if draw.stale or draw.value is None:
-        return [], [], "site power is stale or missing: no shedding or restoring on stale data"
+        return [], [], [], "site power is stale or missing: no shedding or restoring on stale data"
     if limit <= 0:
-        return [], [], "no site budget or grid limit known"
+        return [], [], [], "no site budget or grid limit known"
     last = last if last is not None else last_action(builder)
     step = _budget_kw(builder, config, last)
     unseen = settling_kw(builder.snap, config)  # shed or capped, not in the meter yet
@@ -228,14 +233,16 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     if shortfall > 0:
         why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit"
                f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW")
-        sheds, caps = _curtail(evaluator, builder, config, shortfall, step)
+        sheds, caps, resizes = _curtail(evaluator, builder, config, shortfall, step)
         if caps:
             why += f": {len(caps)} cap(s) save {sum(c.kw for c in caps):.0f} kW"
-        return sheds, caps, why
+        if resizes:
+            why += f"; {len(resizes)} shrink(s) save {sum(r.kw for r in resizes):.0f} kW"
+        return sheds, caps, resizes, why
     event = factory.grid_event()
     active = event is not None and event.active(factory.now)
     if active and event is not None and not config.restore_during_events:
-        return [], [], f"grid event {event.id} is active: shed work returns after it ends"
+        return [], [], [], f"grid event {event.id} is active: shed work returns after it ends"
     # the room less what restores and admissions not drawing yet will take (during an event
     # the kW freed by finished jobs go back to the paused work, restored in shed order)
     room = limit - draw.value - in_flight_kw(builder.snap, config)
@@ -250,14 +257,18 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     waiting = sum(workload_kw(w, config) for w in sparse.of(builder.snap).shed
                   if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
                   and w.key not in back)
-    lifts = lift_caps(builder, config, room - restored - waiting, limit, step - restored)
+    grows = grow_back(builder, config, room - restored - waiting, limit, step - restored)
+    grown = -sum(g.kw for g in grows)
+    lifts = lift_caps(builder, config, room - restored - waiting - grown, limit,
+                      step - restored - grown)
     during = f" during grid event {event.id}" if active and event is not None else ""
     if draw.value > limit:  # under it only by what the meter does not show yet
-        return restores, lifts, (
+        return restores, lifts, grows, (
             f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit{during} by "
             f"{draw.value - limit:.0f} kW, all of it settling ({unseen:.0f} kW shed or "
             "capped, not in the meter yet)")
-    return restores, lifts, f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}"
+    return restores, lifts, grows, (
+        f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}")
 
 
 def _ahead(factory: FactorySnapshot, limit: float, config: PlannerConfig) -> str:
@@ -277,7 +288,8 @@ def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, Preemp
 
 
 def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
-             shortfall: float, step: float) -> tuple[list[ShedAction], list[CapAction]]:
+             shortfall: float, step: float
+             ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction]]:
     """Caps first; pauses only for what the allowed caps of the jobs left running cannot
     cover (a paused job's cap no longer counts: a few rounds, each pausing in the Preemption
     stage's order for the rest), then the caps on the jobs not paused for what is left.
@@ -287,16 +299,17 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
               if w.key in results and drawing(w, builder.snap)}
     groups = candidates(config, results, by_key)  # once: the rounds differ only in `paused`
     if not config.power_caps:
-        return _shed(config, shortfall, step, groups, by_key), []
+        return _shed(config, shortfall, step, groups, by_key), [], []
     min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
     ladders = Ladders(builder, config, min_caps)  # once: the rounds differ only in `paused`
+    elastic = shrinkable(builder, config, ladders.horizon)
     # what the event needs paused, whatever the ramp: (candidate, the round's shortfall),
     # the actions built only for those the ramp lets go (a 30 % cut at 1,400 racks pauses
     # all 23,000 candidates here, of which 385 fit: 0.1 s of messages, 2026-12-04)
     pauses: list[tuple[Candidate, float]] = []
     paused: frozenset[str] = frozenset()
     for _ in range(MAX_PAUSE_ROUNDS):
-        potential = ladders.potential_kw(paused)
+        potential = ladders.potential_kw(paused) + shrink_potential_kw(elastic, paused)
         need = shortfall - sum(c.kw for c, _ in pauses) - potential
         if need <= 0:
             break
@@ -306,17 +319,18 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
         pauses += [(c, need) for c in more]
         paused |= {c.key for c in more}
     left = shortfall - sum(c.kw for c, _ in pauses)
-    caps = plan_caps(builder, config, left, step, min_caps, exclude=paused,
-                     ladders=ladders) if left > 0 else []
+    caps, resizes = plan_levers(builder, config, left, step, ladders, elastic,
+                                exclude=paused) if left > 0 else ([], [])
     # the ramp: this reconcile's kW go to the caps first (fast, cheap, reversible), then to
     # the pauses in the Preemption stage's order
-    used, sheds = sum(c.kw for c in caps), list[ShedAction]()
+    used = sum(c.kw for c in caps) + sum(r.kw for r in resizes)
+    sheds = list[ShedAction]()
     for c, need in pauses:
-        if not _fits(used + c.kw, step, bool(sheds) or bool(caps), config):
+        if not _fits(used + c.kw, step, bool(sheds) or bool(caps) or bool(resizes), config):
             break
         used += c.kw
         sheds.append(_pause(c, need, by_key))
-    return sheds, caps
+    return sheds, caps, resizes
 
 
 def _fits(total: float, step: float, has_any: bool, config: PlannerConfig) -> bool:

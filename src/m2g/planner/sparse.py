@@ -75,7 +75,8 @@ def select(snap: ClusterSnapshot) -> Sparse:
             flexible.append(w)
         if w.power_cap < 1.0:
             capped.append(w)
-        if w.shed_at is not None or w.restored_at is not None or w.power_cap_at is not None:
+        if w.shed_at is not None or w.restored_at is not None or w.power_cap_at is not None \
+                or w.resized_at is not None:
             stamped.append(w)
         if w.restored_at is not None or (
                 w.phase is admitted and w.admitted_at is not None and w.key not in bound):

@@ -1,0 +1,238 @@
+"""Right-sizing (m2g.planner.resize, m2g.k8s.convert.elastic_range, m2g.k8s.resize): an
+elastic Job is shrunk by whole replicas, ranked with the cap steps by throughput lost per kW,
+before any job is paused; never below its declared minimum nor its flex allowance; grown back
+after paused work is back and before the caps are lifted; the tenant's declaration checked."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from m2g.k8s.annotations import RESIZED_AT, RESIZED_FROM
+from m2g.k8s.apply import Applier, ApplyResult
+from m2g.k8s.client import JOBS, WORKLOADS, Kube
+from m2g.k8s.convert import workload
+from m2g.k8s.resize import apply_resizes, job_patch, record_annotations
+from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
+from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
+from m2g.model.plan import Plan, ResizeAction
+from m2g.planner.config import PlannerConfig
+from m2g.planner.curtail import Ladders
+from m2g.planner.inputs import InputBuilder
+from m2g.planner.plan import make_plan
+from m2g.planner.resize import floor_of, plan_levers, replica_kw, shrinkable
+from m2g.planner.shedding import workload_kw
+from m2g.policy import Evaluator
+from m2g.testing.kube import FakeKube
+from tests.unit.policy_helpers import evaluator, policy
+
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+CFG = PlannerConfig(check_name="m2g", ramp_kw_per_second=100.0, max_step_kw=1000.0)
+POLICIES = {"shed.yaml": policy("shed", "Preemption", """
+        - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
+    """)}
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory: pytest.TempPathFactory) -> Evaluator:
+    return evaluator(Path(tmp_path_factory.mktemp("p")), "cel-expr-python", POLICIES)
+
+
+def factory(draw_kw: float, limit_kw: float = 300.0, event_minutes: int = 60) -> FactorySnapshot:
+    nodes = tuple(Node(f"n{i}", "rack-0") for i in range(18))
+    racks = (Rack("rack-0", "b0", "pd-0", power_kw=Reading(draw_kw, 5.0), cap_kw=1000.0),)
+    events = (GridEvent("dr", NOW - timedelta(minutes=1),
+                        NOW + timedelta(minutes=event_minutes), target_kw=limit_kw),)
+    return FactorySnapshot(now=NOW, site_budget_kw=1000.0, power_domains=(PowerDomain("pd-0"),),
+                           racks=racks, nodes=nodes, grid_events=events)
+
+
+def job(name: str, tier: int = 2, replicas: int = 8, gpus_per: int = 2, **kw: Any
+        ) -> WorkloadState:
+    view = WorkloadView(name=name, namespace="t", flex_tier=tier, gpus=replicas * gpus_per,
+                        kind=WorkloadKind.TRAINING, estimated_kw=replicas * gpus_per * 1.34,
+                        expected_runtime_seconds=4 * 3600,
+                        pod_sets=(PodSetView(name="main", count=replicas,
+                                             gpus_per_pod=gpus_per),),
+                        checkpoint=Checkpoint(last_age_seconds=600))
+    return WorkloadState("t", name, view, Phase.ADMITTED, admitted_at=NOW - timedelta(hours=1),
+                         **kw)
+
+
+def elastic(name: str, replicas: int = 8, minimum: int = 2, **kw: Any) -> WorkloadState:
+    return job(name, replicas=replicas, elastic_job=name, parallelism=replicas,
+               min_parallelism=minimum, full_parallelism=replicas, **kw)
+
+
+def snap(f: FactorySnapshot, *ws: WorkloadState) -> ClusterSnapshot:
+    placements = {w.key: tuple(f"n{i}" for i in range(j * 4, j * 4 + 4))
+                  for j, w in enumerate(ws)}
+    return ClusterSnapshot(f, ws, placements=placements)
+
+
+def levers(s: ClusterSnapshot, shortfall: float) -> tuple[list[Any], list[ResizeAction]]:
+    b = InputBuilder(s)
+    lad = Ladders(b, CFG, {})
+    return plan_levers(b, CFG, shortfall, 1000.0, lad, shrinkable(b, CFG, lad.horizon))
+
+
+def test_a_replica_costs_the_same_per_kw_and_less_than_pausing() -> None:
+    a = elastic("a")
+    [s] = shrinkable(InputBuilder(snap(factory(310.0), a)), CFG, 3600.0)
+    assert s.kw == pytest.approx(2 * 1.34) == replica_kw(a, CFG)
+    assert s.cost == pytest.approx(2 / (2 * 1.34))
+    assert s.cost < s.pause and s.floor == 2
+
+
+def test_the_first_kilowatts_come_from_a_cap_then_replicas() -> None:
+    """The first cap step is cheaper per kW than a replica (GPU power vs throughput is far
+    from linear); a larger shortfall takes replicas before the dearer cap steps."""
+    small_caps, small_rs = levers(snap(factory(310.0), elastic("a")), 1.0)
+    assert [c.fraction for c in small_caps] == [0.875] and small_rs == []
+    caps, rs = levers(snap(factory(320.0), elastic("a")), 12.0)
+    assert rs and rs[0].parallelism < 8 and rs[0].job == "a" and rs[0].full == 8
+    assert sum(c.kw for c in caps) + sum(r.kw for r in rs) >= 12.0
+    assert min(c.fraction for c in caps) > 0.5  # the deepest cap step costs more than a replica
+
+
+def test_never_below_the_declared_minimum() -> None:
+    _, [r] = levers(snap(factory(400.0), elastic("a", minimum=6)), 100.0)
+    assert r.parallelism == 6
+
+
+def test_a_grid_event_shrinks_before_it_pauses(ev: Evaluator) -> None:
+    """Caps and replicas first; a job is paused only for what they cannot cover."""
+    a, b = elastic("a"), job("b", tier=3)
+    plan = make_plan(snap(factory(320.0), a, b), ev, CFG)
+    assert plan.sheds == ()
+    assert [r.name for r in plan.resizes] == ["a"] and plan.resizes[0].parallelism < 8
+    assert "shrink" in plan.notes[0]
+    assert sum(c.kw for c in plan.caps) + sum(r.kw for r in plan.resizes) >= 20.0
+    plan = make_plan(snap(factory(330.0), a, b), ev, CFG)
+    assert plan.sheds == () and [(r.name, r.parallelism) for r in plan.resizes] == [("a", 2)]
+
+
+def test_the_flex_allowance_bounds_the_shrink() -> None:
+    """Flex 1 (10 %) on a 4 h job that has spent 1,400 of its 1,440 s: only 40 s left over
+    the hour (rate 0.011): not one replica of 8 (a loss of 0.125)."""
+    spent = replace(job("a", tier=1, elastic_job="a", parallelism=8, min_parallelism=1,
+                        full_parallelism=8), flex_used_seconds=1400.0)
+    assert floor_of(spent, NOW, 3600.0, CFG) == 8
+    assert shrinkable(InputBuilder(snap(factory(330.0), spent)), CFG, 3600.0) == []
+    # a firm job (flex 0) is never shrunk, whatever it declares
+    firm = job("f", tier=0, elastic_job="f", parallelism=8, min_parallelism=1,
+               full_parallelism=8)
+    assert shrinkable(InputBuilder(snap(factory(330.0), firm)), CFG, 3600.0) == []
+
+
+def test_grow_back_after_paused_work_and_before_cap_lifts(ev: Evaluator) -> None:
+    shrunk = replace(elastic("a"), parallelism=4, resized_at=NOW - timedelta(minutes=9))
+    capped = job("c", power_cap=0.75, power_cap_at=NOW - timedelta(minutes=5))
+    paused = replace(job("p"), phase=Phase.INACTIVE, shed_by_m2g=True,
+                     shed_at=NOW - timedelta(minutes=25))
+    over = replace(factory(200.0, event_minutes=-1), grid_events=())
+    grow_kw = 4 * replica_kw(shrunk, CFG)
+    # room for the paused job only: it comes back, the job stays small
+    p_kw = workload_kw(paused, CFG)
+    just = replace(over, racks=(replace(over.racks[0], power_kw=Reading(
+        1000.0 - CFG.restore_margin * 1000.0 - p_kw - 0.5, 5.0)),))
+    plan = make_plan(snap(just, shrunk, capped, paused), ev, CFG)
+    assert [a.name for a in plan.sheds] == ["p"] and plan.resizes == () and plan.caps == ()
+    # nothing paused; room for the growth only: it goes before the cap lift
+    room = replace(over, racks=(replace(over.racks[0], power_kw=Reading(
+        1000.0 - CFG.restore_margin * 1000.0 - grow_kw - 0.5, 5.0)),))
+    plan = make_plan(snap(room, shrunk, capped), ev, CFG)
+    assert [(r.name, r.parallelism) for r in plan.resizes] == [("a", 8)] and plan.caps == ()
+    assert plan.resizes[0].kw == pytest.approx(-grow_kw)
+
+
+def wl(annotations: dict[str, str] | None = None, count: int = 8,
+       template_min: str | None = "2", owner_kind: str = "Job") -> dict[str, Any]:
+    tmpl: dict[str, Any] = {"spec": {"containers": [{"name": "c", "resources": {
+        "limits": {"nvidia.com/gpu": "2"}}}]}}
+    if template_min is not None:
+        tmpl["metadata"] = {"annotations": {"m2g.io/min-parallelism": template_min}}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "job-a-1", "namespace": "t",
+                         "annotations": {"kueue.x-k8s.io/elastic-job": "true",
+                                         **(annotations or {})},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": owner_kind,
+                                              "name": "a", "uid": "u1"}]},
+            "spec": {"queueName": "q", "podSets": [{"name": "main", "count": count,
+                                                    "template": tmpl}]}}
+
+
+def test_the_declared_range_is_read_and_checked() -> None:
+    ok = workload(wl(), NOW)
+    assert (ok.elastic_job, ok.parallelism, ok.min_parallelism, ok.full_parallelism) == (
+        "a", 8, 2, 8)
+    shrunk = workload(wl({RESIZED_FROM: "8", RESIZED_AT: "2026-12-01T09:55:00Z"}, count=4),
+                      NOW)
+    assert (shrunk.parallelism, shrunk.full_parallelism) == (4, 8)
+    assert shrunk.resized_at == NOW - timedelta(minutes=5)
+    assert workload(wl(template_min=None), NOW).elastic_job == ""
+    assert workload(wl(template_min=None), NOW).resize_note == ""
+    for bad, why in (("0", "not an integer from 1 to 8"), ("9", "not an integer from 1 to 8"),
+                     ("two", "not an integer from 1 to 8")):
+        got = workload(wl(template_min=bad), NOW)
+        assert got.elastic_job == "" and why in got.resize_note and repr(bad) in got.resize_note
+    not_elastic = wl(template_min="2")
+    del not_elastic["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"]
+    assert "only an elastic batch/v1 Job" in workload(not_elastic, NOW).resize_note
+    assert "only an elastic" in workload(wl(owner_kind="JobSet"), NOW).resize_note
+
+
+def test_the_job_patch_is_idempotent_and_restores() -> None:
+    shrink = ResizeAction("t", "job-a-1", "a", 4, 8, 10.0, "r")
+    now = "2026-12-01T10:00:00Z"
+    job_obj = {"metadata": {"resourceVersion": "7", "annotations": {}},
+               "spec": {"parallelism": 8}}
+    body = job_patch(shrink, job_obj, now)
+    assert body == {"metadata": {"annotations": {RESIZED_FROM: "8", RESIZED_AT: now},
+                                 "resourceVersion": "7"}, "spec": {"parallelism": 4}}
+    notes = {RESIZED_FROM: "8", RESIZED_AT: now}
+    done: dict[str, Any] = {"metadata": {"annotations": notes}, "spec": {"parallelism": 4}}
+    assert job_patch(shrink, done, "2026-12-01T10:01:00Z") == {}  # already so
+    grow = replace(shrink, parallelism=8, kw=-10.0)
+    assert job_patch(grow, done, now)["spec"] == {"parallelism": 8}
+    assert record_annotations(grow, dict(notes), now) == {
+        RESIZED_FROM: None, RESIZED_AT: None}
+    assert record_annotations(grow, {}, now) == {}
+
+
+async def test_the_applier_patches_an_elastic_job_and_leaves_others_alone() -> None:
+    kube = FakeKube()
+    for name, elastic_notes in (("a", {"kueue.x-k8s.io/elastic-job": "true"}), ("b", {})):
+        kube.put(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": name, "namespace": "t", "uid": f"j-{name}", "resourceVersion": "1",
+            "annotations": elastic_notes}, "spec": {"parallelism": 8}})
+        kube.put(WORKLOADS, {"metadata": {"name": f"job-{name}", "namespace": "t",
+                                          "uid": f"w-{name}"}})
+    ap = Applier(cast(Kube, kube), clock=lambda: NOW)
+    plan = Plan(resizes=(ResizeAction("t", "job-a", "a", 6, 8, 5.0, "grid event"),
+                         ResizeAction("t", "job-b", "b", 6, 8, 5.0, "grid event")))
+    result = ApplyResult()
+    await apply_resizes(ap, plan, result)
+    assert not result.errors
+    a, b = kube.stored(JOBS, "a", "t"), kube.stored(JOBS, "b", "t")
+    assert a["spec"]["parallelism"] == 6 and a["metadata"]["annotations"][RESIZED_FROM] == "8"
+    assert b["spec"]["parallelism"] == 8  # not elastic: left alone
+    wl = kube.stored(WORKLOADS, "job-a", "t")
+    assert wl["metadata"]["annotations"][RESIZED_FROM] == "8"
+    assert [r.written for r in result.records if r.target == "t/a"] == [True]
+    # again: nothing more to write
+    again = ApplyResult()
+    await apply_resizes(ap, plan, again)
+    assert [r.written for r in again.records if r.target == "t/a"] == [False]
+    # grown back: the full size, the records gone
+    grow = Plan(resizes=(ResizeAction("t", "job-a", "a", 8, 8, -5.0, "event over"),))
+    await apply_resizes(ap, grow, ApplyResult())
+    a = kube.stored(JOBS, "a", "t")
+    assert a["spec"]["parallelism"] == 8 and RESIZED_FROM not in a["metadata"]["annotations"]
+    assert RESIZED_FROM not in kube.stored(WORKLOADS, "job-a", "t")["metadata"].get(
+        "annotations", {})
