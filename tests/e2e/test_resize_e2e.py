@@ -65,6 +65,16 @@ def count(wl: Obj | None) -> int:
     return int((wl or {}).get("spec", {}).get("podSets", [{}])[0].get("count", 0))
 
 
+def describe(cluster: Cluster, namespace: str) -> str:
+    """The namespace's Workloads in one line each (what a failed check saw)."""
+    return "; ".join(
+        f"{w['metadata']['name']} owner="
+        f"{[o.get('name') for o in w['metadata'].get('ownerReferences') or []]} "
+        f"active={w['spec'].get('active', True)} count={count(w)} "
+        f"conditions={[(c['type'], c['status'], c.get('reason')) for c in (w.get('status') or {}).get('conditions') or []]}"
+        for w in cluster.workloads(namespace))
+
+
 def parallelism(cluster: Cluster, namespace: str, name: str) -> int:
     return int(cluster.batch.read_namespaced_job(name, namespace).spec.parallelism)
 
@@ -98,7 +108,8 @@ async def test_a_grid_event_shrinks_an_elastic_job_before_pausing_and_grows_it_b
         assert job_notes["m2g.io/resized-from"] == "8"
         # nothing is paused during the event
         while time.monotonic() - t0 < ends_in - 5:
-            assert active(cluster, namespace, "flex2") and active(cluster, namespace, "firm")
+            assert active(cluster, namespace, "flex2") and active(cluster, namespace, "firm"), \
+                describe(cluster, namespace)
             still = admitted_slice(cluster, namespace, "flex2")
             assert still is not None and still["metadata"]["uid"] == first["metadata"]["uid"]
             await asyncio.sleep(2)
