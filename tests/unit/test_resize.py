@@ -17,7 +17,7 @@ from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.client import JOBS, WORKLOADS, Kube
 from m2g.k8s.convert import workload
 from m2g.k8s.resize import apply_resizes, job_patch, record_annotations
-from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
 from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
 from m2g.model.plan import Plan, ResizeAction
@@ -25,7 +25,13 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.plan import make_plan
-from m2g.planner.resize import floor_of, plan_levers, replica_kw, shrinkable
+from m2g.planner.resize import (
+    floor_of,
+    plan_levers,
+    replica_kw,
+    settling_shrink_kw,
+    shrinkable,
+)
 from m2g.planner.shedding import workload_kw
 from m2g.policy import Evaluator
 from m2g.testing.kube import FakeKube
@@ -236,3 +242,27 @@ async def test_the_applier_patches_an_elastic_job_and_leaves_others_alone() -> N
     assert a["spec"]["parallelism"] == 8 and RESIZED_FROM not in a["metadata"]["annotations"]
     assert RESIZED_FROM not in kube.stored(WORKLOADS, "job-a", "t")["metadata"].get(
         "annotations", {})
+
+
+def test_a_shrink_kueue_applied_late_settles_while_its_removed_pods_run() -> None:
+    """Past ``settle_seconds`` a shrink still counts while the Job has more pods than its
+    new parallelism (Kueue applied it late, the removed pods still stop), up to
+    ``settle_max_seconds``; with the pods gone, or not read, the meter has it."""
+    f = factory(320.0)
+    kw = replica_kw(elastic("a"), CFG)
+
+    def settling(age: float, running: int | None, read: bool = True) -> float:
+        a = replace(elastic("a"), parallelism=6, resized_at=NOW - timedelta(seconds=age))
+        pods = {a.key: LivePods(running)} if running is not None else {}
+        return settling_shrink_kw(ClusterSnapshot(
+            f, (a,), placements={a.key: ("n0",)}, live_pods=pods if read else None), CFG)
+
+    within = CFG.settle_seconds / 2
+    late = CFG.settle_seconds + 20
+    assert settling(within, 6) == pytest.approx(2 * kw)  # the meter may lag the pods
+    assert settling(within, None, read=False) == pytest.approx(2 * kw)
+    assert settling(late, 8) == pytest.approx(2 * kw)  # both removed pods still run
+    assert settling(late, 7) == pytest.approx(kw)
+    assert settling(late, 6) == 0.0 and settling(late, None) == 0.0
+    assert settling(late, 8, read=False) == 0.0
+    assert settling(CFG.settle_max_seconds + 1, 8) == 0.0

@@ -156,12 +156,27 @@ def plan_levers(builder: InputBuilder, config: PlannerConfig, shortfall: float, 
 
 
 def settling_shrink_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
-    """kW of shrinks the meter may not show yet: elastic Jobs shrunk within
-    ``settle_seconds`` (their removed replicas' draw; the pods take seconds to stop)."""
-    return sum((w.full_parallelism - w.parallelism) * replica_kw(w, config)
+    """kW of shrinks the meter may not show yet: the removed replicas' draw of elastic Jobs
+    shrunk within ``settle_seconds``, and after that, within ``settle_max_seconds``, of the
+    removed pods that still run (Kueue applied the shrink late: under load, the Workload's
+    new size can come tens of seconds after m2g's record, and the pods stop after it)."""
+    return sum(_settling_replicas(w, w.resized_at, snap, config) * replica_kw(w, config)
                for w in sparse.of(snap).stamped
-               if w.resized_at is not None and w.elastic_job and w.phase is Phase.ADMITTED
-               and (snap.now - w.resized_at).total_seconds() < config.settle_seconds)
+               if w.resized_at is not None and w.elastic_job and w.phase is Phase.ADMITTED)
+
+
+def _settling_replicas(w: WorkloadState, at: datetime, snap: ClusterSnapshot,
+                       config: PlannerConfig) -> int:
+    """How many of the replicas ``w``'s shrink (recorded ``at``) removed the meter may still
+    not show."""
+    age = (snap.now - at).total_seconds()
+    if age < config.settle_seconds:
+        return w.full_parallelism - w.parallelism
+    if age >= config.settle_max_seconds or snap.live_pods is None:
+        return 0
+    pods = snap.live_pods.get(w.key)
+    running = min(w.full_parallelism, pods.running if pods else 0)
+    return max(0, running - w.parallelism)
 
 
 def _combined(key: str, lever: int, kw: float, caps: dict[str, tuple[float, float, float]],
