@@ -6,7 +6,7 @@ after paused work is back and before the caps are lifted; the tenant's declarati
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,10 +18,9 @@ from m2g.k8s.client import JOBS, WORKLOADS, Kube
 from m2g.k8s.convert import workload
 from m2g.k8s.resize import apply_resizes, job_patch, record_annotations
 from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
-from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
+from m2g.model.factory import FactorySnapshot, Reading
 from m2g.model.inputs import Checkpoint, PodSetView, WorkloadKind, WorkloadView
 from m2g.model.plan import Plan, ResizeAction
-from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.plan import make_plan
@@ -35,27 +34,13 @@ from m2g.planner.resize import (
 from m2g.planner.shedding import workload_kw
 from m2g.policy import Evaluator
 from m2g.testing.kube import FakeKube
-from tests.unit.policy_helpers import evaluator, policy
-
-NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-CFG = PlannerConfig(check_name="m2g", ramp_kw_per_second=100.0, max_step_kw=1000.0)
-POLICIES = {"shed.yaml": policy("shed", "Preemption", """
-        - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
-    """)}
+from tests.unit.policy_helpers import evaluator
+from tests.unit.test_curtail import CFG, NOW, POLICIES, factory
 
 
 @pytest.fixture(scope="module")
 def ev(tmp_path_factory: pytest.TempPathFactory) -> Evaluator:
     return evaluator(Path(tmp_path_factory.mktemp("p")), "cel-expr-python", POLICIES)
-
-
-def factory(draw_kw: float, limit_kw: float = 300.0, event_minutes: int = 60) -> FactorySnapshot:
-    nodes = tuple(Node(f"n{i}", "rack-0") for i in range(18))
-    racks = (Rack("rack-0", "b0", "pd-0", power_kw=Reading(draw_kw, 5.0), cap_kw=1000.0),)
-    events = (GridEvent("dr", NOW - timedelta(minutes=1),
-                        NOW + timedelta(minutes=event_minutes), target_kw=limit_kw),)
-    return FactorySnapshot(now=NOW, site_budget_kw=1000.0, power_domains=(PowerDomain("pd-0"),),
-                           racks=racks, nodes=nodes, grid_events=events)
 
 
 def job(name: str, tier: int = 2, replicas: int = 8, gpus_per: int = 2, **kw: Any

@@ -293,6 +293,19 @@ class Applier:
         await asyncio.gather(*(worker() for _ in range(max(1, min(self.parallel,
                                                                     len(changes))))))
 
+    async def bounded_recorded(self, result: ApplyResult,
+                               changes: list[tuple[str, Callable[[], Awaitable[bool]]]]
+                               ) -> None:
+        """``_bounded`` with each failure recorded in ``result`` (one failure never stops
+        the others)."""
+        async def step(what: str, change: Awaitable[bool]) -> None:
+            try:
+                await change
+            except KubeError as exc:
+                result.errors.append((what, exc))
+
+        await self._bounded(step, changes)
+
     # ---- admission checks ------------------------------------------------------------
 
     async def apply_check(self, u: CheckUpdate, result: ApplyResult | None = None,

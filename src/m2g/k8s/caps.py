@@ -103,14 +103,8 @@ async def apply_caps(applier: Applier, plan: Plan, result: ApplyResult,
     16-rack twin event capped 74 workloads on ~200 nodes: one write after the other held the
     reconcile — and every other answer — for tens of seconds); one failure never stops the
     others."""
-    async def step(what: str, change: Any) -> None:
-        try:
-            await change
-        except KubeError as exc:
-            result.errors.append((what, exc))
-
-    await applier._bounded(step, [(f"cap {a.namespace}/{a.name}", partial(
+    await applier.bounded_recorded(result, [(f"cap {a.namespace}/{a.name}", partial(
         apply_cap, applier, a, result,
         known(a.namespace, a.name) if known is not None else None)) for a in plan.caps])
-    await applier._bounded(step, [(f"gpu-limit {u.node}", partial(
+    await applier.bounded_recorded(result, [(f"gpu-limit {u.node}", partial(
         apply_node_limit, applier, u, result)) for u in plan.node_limits])

@@ -104,11 +104,5 @@ async def _apply_resize(applier: Applier, a: ResizeAction, result: ApplyResult) 
 
 async def apply_resizes(applier: Applier, plan: Plan, result: ApplyResult) -> None:
     """Every resize, up to ``applier.parallel`` at once; one failure never stops the others."""
-    async def step(what: str, change: Any) -> None:
-        try:
-            await change
-        except KubeError as exc:
-            result.errors.append((what, exc))
-
-    await applier._bounded(step, [(f"resize {a.namespace}/{a.job}", partial(
+    await applier.bounded_recorded(result, [(f"resize {a.namespace}/{a.job}", partial(
         apply_resize, applier, a, result)) for a in plan.resizes])
