@@ -855,6 +855,14 @@ def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, 
 def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
                         now: datetime) -> WorkloadState:
     """``w`` with its checkpoint age at ``now``, counting its pods' report as well."""
+    ckpt = checkpoint_now(w, pod_report, now)
+    return w if ckpt is None else w.with_view(shallow_copy(w.view, checkpoint=ckpt))
+
+
+def checkpoint_now(w: WorkloadState, pod_report: datetime | None,
+                   now: datetime) -> Checkpoint | None:
+    """The Checkpoint ``with_pod_checkpoint`` gives ``w`` at ``now``; None when it is the one
+    ``w`` has (the same interval, age and reported flag)."""
     reported = w.checkpoint_reported_at
     if pod_report is not None and (reported is None or pod_report > reported):
         reported = pod_report  # the newer of the two (max: the first of equals)
@@ -863,16 +871,16 @@ def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
         ckpt = checkpoint(had.interval_seconds, reported, None, now)
         if (ckpt.interval_seconds, ckpt.last_age_seconds, ckpt.reported) == (
                 had.interval_seconds, had.last_age_seconds, had.reported):
-            return w
-        return w.with_view(shallow_copy(w.view, checkpoint=ckpt))
+            return None
+        return ckpt
     # running, as ``checkpoint`` works it out: every snapshot of a running workload moves
     # its age, so the Checkpoint is copied from the one it had instead of validated anew
     fresh = reported is not None and reported >= w.admitted_at
     anchor = reported if reported is not None and fresh else w.admitted_at
     age = max(0, int((now - anchor).total_seconds()))
     if age == had.last_age_seconds and fresh is had.reported:
-        return w
-    return w.with_view(shallow_copy(w.view, checkpoint=_aged(had, age, fresh)))
+        return None
+    return _aged(had, age, fresh)
 
 
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:

@@ -108,9 +108,10 @@ class WorkloadState:
     def with_view(self, view: WorkloadView) -> WorkloadState:
         """A copy with ``view`` (``dataclasses.replace`` re-runs ``__init__`` over every field:
         five times the cost, for the view of every running workload on every snapshot)."""
+        fields = self.__dict__.copy()  # one copy, not an update of an empty dict (resizes)
+        fields["view"] = view
         copied = object.__new__(WorkloadState)
-        copied.__dict__.update(self.__dict__)
-        copied.__dict__["view"] = view
+        object.__setattr__(copied, "__dict__", fields)
         return copied
 
     def names(self) -> frozenset[str]:
