@@ -207,3 +207,21 @@ def test_report_files_and_options_that_cannot_be_used_are_one_line(tmp_path: Pat
     res = runner.invoke(app, ["report", str(odd)])
     assert res.exit_code == 1 and "decisions.csv: not a regular file" in res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_a_value_outside_its_column_never_stops_the_log_or_a_reconcile(tmp_path: Path) -> None:
+    """A pending Workload of 2^34 GPUs (a Job of an int32 parallelism × 8 GPUs) does not fit
+    the int32 ``gpus`` column: ``flush`` raised ArrowInvalid out of ``record`` — out of every
+    reconcile of ``m2g run --decision-log`` — and kept the rows for ever."""
+    view = WorkloadView(name="a", namespace="t", flex_tier=3, gpus=2**34, estimated_kw=10.0,
+                        cluster_queue="cq")
+    state = WorkloadState("t", "a", view, Phase.PENDING, cluster_queue="cq", check="m2g")
+    dl = DecisionLog(tmp_path, flush_seconds=0.0)
+    plan = Plan(checks=(CheckUpdate("t", "a", "m2g", CheckState.RETRY, "wait", policy="p",
+                                    rule="r"),))
+    for _ in range(2):
+        dl.record(ClusterSnapshot(factory(T0, 120.0), (state,)), plan, policy_set="x",
+                  applied=True)
+    dl.close()
+    rows = [r for r in read_table(tmp_path, "decisions") if r["stage"] == "Admission"]
+    assert len(rows) == 2 and rows[0]["gpus"] is None and rows[0]["outcome"] == "Retry"
