@@ -332,3 +332,21 @@ def test_only_m2g_may_write_the_right_sizing_record() -> None:
         for key in (A.SHED_AT, A.SHED_REASON, A.DRAINED_FOR, A.RESTORED_AT, A.POWER_CAP,
                     A.POWER_CAP_AT, A.FLEX_USED, A.RESIZED_FROM, A.RESIZED_AT):
             assert f"'{key}'" in touched, (path, key)
+
+
+def test_a_shortfall_left_by_a_failing_preemption_policy_says_why(
+        tmp_path: Path) -> None:
+    """A Preemption ``score`` that errors for some workloads vetoes them (m2g never sheds on
+    an error); with it erroring for every drawing workload nothing was shed or capped and the
+    plan said only "over the limit by 600 kW"."""
+    ev_err = evaluator(tmp_path, "cel-expr-python", {"shed.yaml": policy("shed", "Preemption", """
+        - {name: odd, when: "true", score: "double(100 / (workload.gpus - workload.gpus))"}
+    """)})
+    s = snap(factory(900.0), job("a"), job("b"))
+    plan = make_plan(s, ev_err, CFG)
+    assert not plan.sheds and not plan.caps
+    note = next(n for n in plan.notes if "over the" in n)
+    assert "2 drawing workload(s) never shed or capped: a Preemption policy failed on them " \
+           "(first t/a: shed/odd: score:" in note
+    ok = make_plan(s, evaluator(tmp_path / "ok", "cel-expr-python", POLICIES), CFG)
+    assert "failed on them" not in " ".join(ok.notes)
