@@ -18,6 +18,9 @@ from m2g_cli import term
 from m2g_cli.forecast_view import ForecastOutput, plot, render
 from m2g_cli.ops_cmd import Context, Kubeconfig, Prom, _view
 
+#: The most intervals one forecast makes: a week at 5 min (each costs ~5 ms at 40 racks)
+MAX_INTERVALS = 2016
+
 
 def load_window(path: Path) -> MaintenanceWindow:
     """A MaintenanceWindow manifest (YAML or JSON) → model; exits 2 with one line if unusable."""
@@ -33,6 +36,10 @@ def load_window(path: Path) -> MaintenanceWindow:
         return w
     except (OSError, yaml.YAMLError, ValueError) as exc:
         term.fail(f"--with-window {path}: {exc}", term.USAGE)
+    except (TypeError, AttributeError, KeyError) as exc:  # a field of the wrong type
+        # (``scope: all``, ``spec: [1]``, ``racks: 5``: a traceback before)
+        term.fail(f"--with-window {path}: not a MaintenanceWindow manifest m2g can read "
+                  f"({type(exc).__name__}: {str(exc)[:120]})", term.USAGE)
 
 
 def _planner() -> PlannerConfig:
@@ -65,7 +72,14 @@ def forecast_cmd(
 ) -> None:
     """Day-ahead forecast: kW per interval for the site and each power domain, with bands,
     limits and the flexible kW per flex tier (docs/forecast.md)."""
+    steps = hours * 3600 / interval
+    if steps > MAX_INTERVALS:  # 168 h at 10 s: 60,480 intervals, 284 s and 1.4 GB at 40 racks
+        term.fail(f"--hours {hours:g} at --interval {interval} is {steps:,.0f} intervals; at "
+                  f"most {MAX_INTERVALS:,} (a longer --interval or fewer --hours)", term.USAGE)
     window = load_window(with_window) if with_window else None
+    if png is not None and (png.is_dir() or not png.parent.is_dir()):  # before the cluster:
+        # savefig raised IsADirectoryError / FileNotFoundError after the whole forecast
+        term.fail(f"--png {png}: not a file in an existing folder", term.USAGE)
     snap = _view(kubeconfig, context, prometheus).snapshot
     planner = _planner()
     cfg = ForecastConfig(horizon_hours=hours, interval_seconds=interval, new_work=new_work,
@@ -76,5 +90,8 @@ def forecast_cmd(
     other = forecast(snap, cfg, extra_windows=(window,)) if window else None
     typer.echo(render(fc, output, other), nl=False)
     if png is not None:
-        plot(fc, png, other)
+        try:
+            plot(fc, png, other)
+        except OSError as exc:  # unwritable, a full disk
+            term.fail(f"--png {png}: cannot write: {exc.strerror or exc}", 1)
         typer.echo(f"wrote {png}", err=True)

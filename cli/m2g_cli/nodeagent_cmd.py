@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from m2g.model.powerlimit import MAX_AGENT_SECONDS
 from m2g_cli import term
 
 
@@ -31,11 +32,14 @@ def node_agent(
                                            help="GPUs of the fake device")] = 4,
     read_only: Annotated[bool, typer.Option(
         "--read-only", help="read and report the limits, never set one")] = False,
-    interval: Annotated[float, typer.Option("--interval", min=0.1, help="seconds")] = 5.0,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, max=MAX_AGENT_SECONDS,
+                                            help="seconds")] = 5.0,
     grace: Annotated[float, typer.Option(
-        "--grace", min=0.0, help="seconds a cap outlives its lease (spec.expiresAt)")] = 60.0,
+        "--grace", min=0.0, max=MAX_AGENT_SECONDS,
+        help="seconds a cap outlives its lease (spec.expiresAt)")] = 60.0,
     min_interval: Annotated[float, typer.Option(
-        "--min-interval", min=0.0, help="least seconds between two changes of a node")] = 5.0,
+        "--min-interval", min=0.0, max=MAX_AGENT_SECONDS,
+        help="least seconds between two changes of a node")] = 5.0,
 ) -> None:
     """Apply the GPU power limits m2g decides on this node; restore defaults when released."""
     if kubeconfig is not None and not kubeconfig.is_file():

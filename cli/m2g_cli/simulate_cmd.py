@@ -25,7 +25,7 @@ def simulate(
     context: Annotated[str | None, typer.Option("--context", help="kubeconfig context")] = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="HTTP port for /metrics and /faults")] = 9400,
-    interval: Annotated[float, typer.Option("--interval", min=0.1,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, max=3600.0,
                                             help="seconds between model steps")] = 5.0,
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     config: Annotated[Path | None, typer.Option(

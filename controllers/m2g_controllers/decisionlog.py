@@ -63,7 +63,13 @@ class TableWriter:
     def flush(self) -> None:
         if not self._rows:
             return
-        table = pa.Table.from_pylist(self._rows, schema=self.schema)
+        try:
+            table = pa.Table.from_pylist(self._rows, schema=self.schema)
+        except (pa.ArrowException, OverflowError, TypeError, ValueError):
+            # a value outside its column's type (a Workload of 2^34 GPUs in the int32 `gpus`)
+            # raised here at every flush — out of every reconcile, the rows kept for ever:
+            # that cell is written empty instead
+            table = pa.Table.from_pylist([self._fit(r) for r in self._rows], schema=self.schema)
         if self._parquet is None:
             self._parquet = pq.ParquetWriter(self.parquet_path, self.schema)
         self._parquet.write_table(table)
@@ -72,6 +78,18 @@ class TableWriter:
             pacsv.write_csv(table, f, pacsv.WriteOptions(include_header=header))
         self.written += len(self._rows)
         self._rows = []
+
+    def _fit(self, row: Row) -> Row:
+        """``row`` with each value that does not fit its column's type left empty."""
+        out = dict(row)
+        for f in self.schema:
+            if out.get(f.name) is None:
+                continue
+            try:
+                pa.scalar(out[f.name], type=f.type)
+            except (pa.ArrowException, OverflowError, TypeError, ValueError):
+                out[f.name] = None
+        return out
 
     def close(self) -> None:
         self.flush()

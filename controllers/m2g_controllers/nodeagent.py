@@ -25,7 +25,11 @@ from typing import Any
 from m2g.k8s import client as k
 from m2g.k8s.cache import WatchCache
 from m2g.model import labels as L
-from m2g.model.powerlimit import DEFAULT_GRACE_SECONDS, DEFAULT_MIN_INTERVAL_SECONDS
+from m2g.model.powerlimit import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_MIN_INTERVAL_SECONDS,
+    MAX_AGENT_SECONDS,
+)
 from m2g.nodeagent.core import NodeAgentCore
 from m2g.nodeagent.nvml import FakeNvml, GpuBackend, GpuError, Nvml, ReadOnly
 
@@ -217,8 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.all_nodes and (args.nvml != "fake" or args.read_only):
         _log("error: --all-nodes is for KWOK and tests: it needs --nvml fake")
         return 2
-    if args.interval <= 0 or args.grace < 0 or args.min_interval < 0:
-        _log("error: --interval must be positive, --grace and --min-interval not negative")
+    # NaN passed the old comparisons, and an infinite or 1e308-second grace raised
+    # OverflowError at every step: no cap applied, none restored after its lease
+    if not (0 < args.interval <= MAX_AGENT_SECONDS and 0 <= args.grace <= MAX_AGENT_SECONDS
+            and 0 <= args.min_interval <= MAX_AGENT_SECONDS):
+        _log(f"error: --interval must be in (0, {MAX_AGENT_SECONDS:g}] s, --grace and "
+             f"--min-interval in [0, {MAX_AGENT_SECONDS:g}] s")
         return 2
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_main(args))

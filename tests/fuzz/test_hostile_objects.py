@@ -197,6 +197,37 @@ for what in ["event-5000-intervals", "event-twice", "node-no-labels", "node-rack
     mut(what, lambda o, w=what: misc(o, w))
 
 
+def elastic(o: ClusterObjects, minimum: Any = "1", count: Any = None,
+            own: dict[str, Any] | None = None, which: Callable[[ClusterObjects], str] = running
+            ) -> None:
+    """The running (or pending) workload made an elastic batch/v1 Job's (the right-sizing
+    lever, m2g.planner.resize) with the tenant's ``m2g.io/min-parallelism`` ``minimum``."""
+    w = o.workloads[which(o)]
+    w["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] = "true"
+    w["metadata"]["annotations"].update(own or {})
+    w["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
+                                         "name": "j", "uid": "u-j"}]
+    ps = w["spec"]["podSets"][0]
+    ps.setdefault("template", {}).setdefault("metadata", {}).setdefault(
+        "annotations", {})["m2g.io/min-parallelism"] = minimum
+    if count is not None:
+        ps["count"] = count
+
+
+# Nineteenth session probe: the right-sizing lever (landed in session 18, never probed).
+for m in ["1", "\u00b2", "\u0663", "\uff18", "0", "-1", "9" * 40, "", "1e3", " 2 "]:
+    mut(f"running-elastic-min={m!r}", lambda o, m=m: elastic(o, m))
+    mut(f"pending-elastic-min={m!r}", lambda o, m=m: elastic(o, m, which=pending))
+for c in [2**31 - 1, 2**53, 10**6, 0, -4]:
+    mut(f"running-elastic-count={c}", lambda o, c=c: elastic(o, "1", c))
+    mut(f"pending-elastic-count={c}", lambda o, c=c: elastic(o, "1", c, which=pending))
+for rf, ra in [("99999999999999999999", "2099-01-01T00:00:00Z"), ("1e9", "2026-11-30T13:00:00Z"),
+               (str(2**31), "0001-01-01T00:00:00Z"), ("\u0669", "garbage"),
+               ("64", "9999-12-31T23:59:59Z"), ("-8", "")]:
+    mut(f"running-elastic-resized-from={rf[:12]}-at={ra[:4]}", lambda o, rf=rf, ra=ra: elastic(
+        o, "1", own={"m2g.io/resized-from": rf, "m2g.io/resized-at": ra}))
+
+
 @cache
 def _setup() -> tuple[Evaluator, ClusterObjects, Any, str]:
     texts = {p.name: p.read_text() for p in sorted((ROOT / "deploy" / "policies").glob("*.yaml"))}
@@ -244,6 +275,9 @@ def test_a_hostile_value_never_stops_or_admits(name: str, mutate: Mutation) -> N
     assert all("\n" not in r.reason for r in snap.rejected)
     plan = make_plan(snap, evaluator, PlannerConfig())  # no exception out of the planner
     _views(snap, evaluator, key if name.startswith(("wl-", "pending-")) else "", objs)
+    if name.startswith(("running-label-", "running-elastic-")):  # a tenant's value never takes
+        # its running job out of the snapshot, so out of shedding ("²" as min-parallelism did)
+        assert running(base) in {w.key for w in snap.workloads}, name
     after = [str(c.state) for c in plan.checks if c.name == key.split("/")[1]]
     if name.startswith(("wl-", "pending-")):  # the tenant's own object (a GridEvent left out,
         # or a platform's budget of 1e308 kW, may rightly let it in)

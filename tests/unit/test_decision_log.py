@@ -146,3 +146,82 @@ def test_samples_only_while_an_event_exists(tmp_path: Path) -> None:
     dl.record(ClusterSnapshot(factory(T0, 50.0)), Plan(), policy_set="", applied=True)
     dl.close()
     assert [r["outcome"] for r in read_table(tmp_path, "decisions")] == ["Sample"]
+
+
+# Nineteenth session probe (docs/reliability.md): decision logs that are cut short, mistyped,
+# or name an event of centuries. Before, each raised out of ``m2g report`` (pyarrow's
+# ArrowInvalid, KeyError 'time', MemoryError, OverflowError).
+
+
+def test_a_log_cut_short_or_with_a_bad_row_keeps_its_good_rows(tmp_path: Path) -> None:
+    dl = scripted(tmp_path, close=False)
+    dl.flush()
+    good = len(read_table(tmp_path, "decisions"))
+    with (tmp_path / "decisions.csv").open("a") as f:
+        bad = next(iter((tmp_path / "decisions.csv").read_text().splitlines()[1:]))
+        cells = bad.split(",")
+        cells[15] = '"high"'  # grid_level, an int32
+        f.write(",".join(cells) + "\n")
+        f.write('"2026-11-30T14:09:00Z","Grid","Samp')  # a run killed mid-line
+    skipped: list[str] = []
+    assert len(read_table(tmp_path, "decisions", skipped=skipped)) == good
+    assert any("grid_level" in s for s in skipped) and any("number of columns" in s
+                                                           for s in skipped)
+    res = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert res.exit_code == 0 and "GRID EVENT dr-1" in res.output
+    assert "warning:" in res.output and "Traceback" not in res.output
+    dl.close()
+
+
+def test_an_event_of_centuries_has_a_bounded_number_of_intervals(tmp_path: Path) -> None:
+    rows = read_table_of_scripted(tmp_path)
+    # two days at 1 s: 172,800 intervals before (year 1 to 9999 took every byte of memory)
+    long = [dict(r, grid_event_end=START + timedelta(days=2))
+            if r["grid_event"] else r for r in rows]
+    (ev,) = summary(long, [], 1.0)["events"]
+    assert len(ev["intervals"]) == 10_000 and ev["intervalSeconds"] == 17.28
+    assert sum(i["samples"] for i in ev["intervals"]) == ev["samples"] > 0
+    far = [dict(r, grid_event_start=datetime(1, 1, 1, tzinfo=UTC),
+                grid_event_end=datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC))
+           if r["grid_event"] else r for r in rows]
+    (ev,) = summary(far, [], 1.0)["events"]
+    assert len(ev["intervals"]) == 10_000 and ev["samples"] > 0
+
+
+def read_table_of_scripted(folder: Path) -> list[dict[str, object]]:
+    scripted(folder)
+    return read_table(folder, "decisions")
+
+
+def test_report_files_and_options_that_cannot_be_used_are_one_line(tmp_path: Path) -> None:
+    runner = CliRunner()
+    scripted(tmp_path)
+    for bad in ("inf", "1e308", "nan"):
+        res = runner.invoke(app, ["report", str(tmp_path), "--interval", bad])
+        assert res.exit_code == 2 and "Traceback" not in res.output, bad
+    (tmp_path / "decisions-x.csv").write_text("garbage\n\x00\n")  # no time column
+    res = runner.invoke(app, ["report", str(tmp_path), "--all"])
+    assert res.exit_code == 0 and "without a time left out" in res.output
+    odd = tmp_path / "odd"
+    (odd / "decisions.csv").mkdir(parents=True)
+    res = runner.invoke(app, ["report", str(odd)])
+    assert res.exit_code == 1 and "decisions.csv: not a regular file" in res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_a_value_outside_its_column_never_stops_the_log_or_a_reconcile(tmp_path: Path) -> None:
+    """A pending Workload of 2^34 GPUs (a Job of an int32 parallelism × 8 GPUs) does not fit
+    the int32 ``gpus`` column: ``flush`` raised ArrowInvalid out of ``record`` — out of every
+    reconcile of ``m2g run --decision-log`` — and kept the rows for ever."""
+    view = WorkloadView(name="a", namespace="t", flex_tier=3, gpus=2**34, estimated_kw=10.0,
+                        cluster_queue="cq")
+    state = WorkloadState("t", "a", view, Phase.PENDING, cluster_queue="cq", check="m2g")
+    dl = DecisionLog(tmp_path, flush_seconds=0.0)
+    plan = Plan(checks=(CheckUpdate("t", "a", "m2g", CheckState.RETRY, "wait", policy="p",
+                                    rule="r"),))
+    for _ in range(2):
+        dl.record(ClusterSnapshot(factory(T0, 120.0), (state,)), plan, policy_set="x",
+                  applied=True)
+    dl.close()
+    rows = [r for r in read_table(tmp_path, "decisions") if r["stage"] == "Admission"]
+    assert len(rows) == 2 and rows[0]["gpus"] is None and rows[0]["outcome"] == "Retry"

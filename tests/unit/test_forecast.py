@@ -177,6 +177,41 @@ def test_a_bad_window_file_is_one_line(tmp_path: Path) -> None:
     assert got.exit_code == 2 and "--with-window" in got.output and "Traceback" not in got.output
 
 
+@pytest.mark.parametrize("spec", [
+    "{start: '2026-11-30T14:00:00Z', end: '2026-11-30T18:00:00Z', scope: all}",
+    "{start: '2026-11-30T14:00:00Z', end: '2026-11-30T18:00:00Z', scope: [r1]}",
+    "{start: '2026-11-30T14:00:00Z', end: '2026-11-30T18:00:00Z', scope: {racks: 5}}",
+    "[1]", "x"])
+def test_a_window_field_of_the_wrong_type_is_one_line(tmp_path: Path, spec: str) -> None:
+    """Nineteenth session probe: ``scope: all``, ``spec: [1]``, ``racks: 5`` raised
+    AttributeError / TypeError out of ``m2g forecast --with-window``."""
+    bad = tmp_path / "w.yaml"
+    bad.write_text(f"kind: MaintenanceWindow\nmetadata: {{name: x}}\nspec: {spec}\n")
+    got = CliRunner().invoke(app, ["forecast", "--with-window", str(bad)])
+    assert got.exit_code == 2 and "--with-window" in got.output, got.output
+    assert isinstance(got.exception, SystemExit)
+
+
+def test_a_png_path_that_cannot_be_written_is_refused_before_the_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--png DIR`` (or a missing folder) raised out of savefig after the whole forecast."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    for png in (tmp_path, tmp_path / "missing" / "f.png"):
+        got = CliRunner().invoke(app, ["forecast", "--png", str(png)])
+        assert got.exit_code == 2 and "--png" in got.output and "existing folder" in got.output
+        assert isinstance(got.exception, SystemExit)
+
+
+def test_a_horizon_of_too_many_intervals_is_refused_before_the_cluster(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--hours 168 --interval 10`` (60,480 intervals) took 284 s and 1.4 GB at 40 racks."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    got = CliRunner().invoke(app, ["forecast", "--hours", "168", "--interval", "10"])
+    assert got.exit_code == 2 and "60,480 intervals; at most 2,016" in got.output
+    ok = CliRunner().invoke(app, ["forecast", "--hours", "168", "--interval", "300"])
+    assert ok.exit_code == 1  # a week at 5 min is allowed: it ends at the missing kubeconfig
+
+
 def test_new_work_persists_the_gpu_level_held_now() -> None:
     """PERSIST: the GPUs the committed work leaves free are taken by new work at the kW per GPU
     and tier mix of the work running now; NONE (the default) forecasts committed work."""

@@ -80,3 +80,26 @@ def test_nodes_are_listed_when_due_not_on_every_change() -> None:
     assert a.fleet_due(100.0 + na.FLEET_REFRESH_SECONDS)
     a.cache.apply_event({"type": "ADDED", "object": limit("new-node")})
     assert a.fleet_due(101.0)  # a limit for a node with no agent yet
+
+
+def test_agent_times_it_cannot_keep_are_refused_before_it_starts(
+        capsys: Any) -> None:
+    """Nineteenth session probe: ``--grace inf`` or ``1e308`` passed (OverflowError at every
+    step: no cap applied and none restored after its lease), NaN passed every comparison."""
+    for flag, value in (("--grace", "inf"), ("--grace", "1e308"), ("--grace", "nan"),
+                        ("--interval", "nan"), ("--min-interval", "inf"),
+                        ("--interval", "1e308")):
+        assert na.main(["--node", "n0", "--nvml", "fake", flag, value]) == 2, (flag, value)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "error: --interval must be in" in err
+
+
+def test_the_cli_bounds_the_agent_times() -> None:
+    from typer.testing import CliRunner
+
+    from m2g_cli.app import app
+
+    for flag in ("--grace", "--interval", "--min-interval"):
+        got = CliRunner().invoke(app, ["node-agent", "--node", "n0", "--nvml", "fake",
+                                       "--kubeconfig", "/nonexistent", flag, "1e308"])
+        assert got.exit_code == 2 and isinstance(got.exception, SystemExit), flag

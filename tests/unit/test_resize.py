@@ -34,7 +34,7 @@ from m2g.planner.resize import (
 from m2g.planner.shedding import workload_kw
 from m2g.policy import Evaluator
 from m2g.testing.kube import FakeKube
-from tests.unit.policy_helpers import evaluator
+from tests.unit.policy_helpers import evaluator, policy
 from tests.unit.test_curtail import CFG, NOW, POLICIES, factory
 
 
@@ -251,3 +251,117 @@ def test_a_shrink_kueue_applied_late_settles_while_its_removed_pods_run() -> Non
     assert settling(late, 6) == 0.0 and settling(late, None) == 0.0
     assert settling(late, 8, read=False) == 0.0
     assert settling(CFG.settle_max_seconds + 1, 8) == 0.0
+
+
+# Nineteenth session probe (docs/reliability.md): hostile values on the right-sizing lever.
+
+
+def test_a_declared_minimum_in_odd_digits_is_reported_never_leaves_the_workload_out() -> None:
+    """``"²".isdigit()`` is True and ``int("²")`` raises: the Workload was left out of the
+    snapshot, so a tenant's template annotation took a running job out of shedding; "٥" and
+    "８" read as 5 and 8."""
+    for bad in ("²", "³", "¹⁰", "٥", "８", "𝟑", "9" * 40):
+        got = workload(wl(template_min=bad), NOW)
+        assert got.elastic_job == "" and "not an integer from 1 to 8" in got.resize_note, bad
+
+
+def test_a_resized_from_record_m2g_cannot_have_written_is_no_record() -> None:
+    for bad in ("1e9", "٩", "8.5", "9" * 5000, str(2**31), "-8"):
+        got = workload(wl({RESIZED_FROM: bad, RESIZED_AT: "2026-12-01T09:55:00Z"}, count=4),
+                       NOW)
+        assert (got.full_parallelism, got.resized_at) == (4, None), bad
+    odd_owner = wl()
+    odd_owner["metadata"]["ownerReferences"][0]["name"] = {"a": 1}
+    assert "only an elastic" in workload(odd_owner, NOW).resize_note
+
+
+def test_replicas_are_removed_in_one_step_not_one_heap_pop_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each replica was one pop of the lever heap: 10⁶ replicas of a few watts took 2.4 s per
+    plan, an int32 count (Kueue's bound) never ended — every reconcile stopped."""
+    import heapq
+
+    pops = 0
+    real = heapq.heappop
+
+    def counting(heap: list[Any]) -> Any:
+        nonlocal pops
+        pops += 1
+        assert pops < 20, "one heap pop per replica"  # fails fast on the old code
+        return real(heap)
+
+    monkeypatch.setattr(heapq, "heappop", counting)
+    w = elastic("a", minimum=1)
+    view = w.view.model_copy(update={
+        "pod_sets": (PodSetView(name="main", count=2**31 - 1, gpus_per_pod=0),),
+        "gpus": 0, "estimated_kw": 1.0})
+    w = replace(w, view=view, parallelism=2**31 - 1, full_parallelism=2**31 - 1)
+    s = snap(factory(900.0), w)
+    b = InputBuilder(s)
+    jobs = shrinkable(b, CFG, 3600.0)
+    assert [j.floor for j in jobs] == [1]
+    _, rs = plan_levers(b, CFG, 600.0, 1000.0, Ladders(b, CFG, {}), jobs)
+    assert [r.parallelism for r in rs] == [1] and rs[0].kw == pytest.approx(1.0)
+    assert pops < 20
+
+
+def test_a_capped_jobs_replicas_each_save_their_share_under_the_cap() -> None:
+    """A replica removed from a job capped in the same plan saves its draw under the cap —
+    once: the next replica's heap entry carried the combined kW and was combined again, so
+    the cap's factor compounded (7 replicas of 1.7 kW counted as 4.6 kW: a 15 kW shortfall
+    shrank the job to 1 replica instead of 3)."""
+    s = snap(factory(900.0, 300.0), elastic("a", replicas=8, minimum=1))
+    b = InputBuilder(s)
+    jobs = shrinkable(b, CFG, 3600.0)
+    caps, rs = plan_levers(b, CFG, 15.0, 1000.0, Ladders(b, CFG, {}), jobs)
+    assert len(caps) == 1 and len(rs) == 1
+    per_replica = rs[0].kw / (8 - rs[0].parallelism)
+    under_cap = jobs[0].kw * workload_kw_factor(caps[0].fraction)
+    assert per_replica == pytest.approx(under_cap)
+    assert caps[0].kw + rs[0].kw >= 15.0 and rs[0].parallelism == 3
+
+
+def workload_kw_factor(cap: float) -> float:
+    from m2g.planner.curves import curve_of
+
+    w = elastic("a")
+    return curve_of(w).power(cap) / curve_of(w).power(w.power_cap)
+
+
+def test_only_m2g_may_write_the_right_sizing_record() -> None:
+    """The ValidatingAdmissionPolicy guards every annotation m2g keeps on a Workload: a forged
+    ``resized-from``/``resized-at`` (not guarded) made a job read as shrunk, its replicas
+    "still settling" forever — m2g shed less than the event needed."""
+    import yaml
+
+    from m2g.k8s import annotations as A
+
+    root = Path(__file__).resolve().parents[2]
+    for path in ("deploy/admission-policies/admission-policies.yaml",
+                 "charts/m2g/files/admission-policies.yaml"):
+        docs = [d for d in yaml.safe_load_all((root / path).read_text()) if d]
+        vap = next(d for d in docs if d["metadata"]["name"] == "m2g-workload-bookkeeping"
+                   and d["kind"] == "ValidatingAdmissionPolicy")
+        touched = next(v["expression"] for v in vap["spec"]["variables"]
+                       if v["name"] == "touched")
+        for key in (A.SHED_AT, A.SHED_REASON, A.DRAINED_FOR, A.RESTORED_AT, A.POWER_CAP,
+                    A.POWER_CAP_AT, A.FLEX_USED, A.RESIZED_FROM, A.RESIZED_AT):
+            assert f"'{key}'" in touched, (path, key)
+
+
+def test_a_shortfall_left_by_a_failing_preemption_policy_says_why(
+        tmp_path: Path) -> None:
+    """A Preemption ``score`` that errors for some workloads vetoes them (m2g never sheds on
+    an error); with it erroring for every drawing workload nothing was shed or capped and the
+    plan said only "over the limit by 600 kW"."""
+    ev_err = evaluator(tmp_path, "cel-expr-python", {"shed.yaml": policy("shed", "Preemption", """
+        - {name: odd, when: "true", score: "double(100 / (workload.gpus - workload.gpus))"}
+    """)})
+    s = snap(factory(900.0), job("a"), job("b"))
+    plan = make_plan(s, ev_err, CFG)
+    assert not plan.sheds and not plan.caps
+    note = next(n for n in plan.notes if "over the" in n)
+    assert "2 drawing workload(s) never shed or capped: a Preemption policy failed on them " \
+           "(first t/a: shed/odd: score:" in note
+    ok = make_plan(s, evaluator(tmp_path / "ok", "cel-expr-python", POLICIES), CFG)
+    assert "failed on them" not in " ".join(ok.notes)

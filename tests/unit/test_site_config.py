@@ -72,6 +72,12 @@ def test_unknown_keys_and_bad_values_are_named_with_their_line(tmp_path: Path) -
     ("prometheus:\n  url: http://u:secret@prom:9090\n", "2: prometheus.url: .*\\*\\*\\*@prom"),
     ("prometheus:\n  headers: {Authorization: Bearer x}\n", "bearerTokenFile"),
     ("planner:\n  restoreMargin: 1\n", "2: planner.restoreMargin"),
+    # nineteenth session probe: a label key no node can carry (a trailing space, a bidi
+    # override) silently made every rack its clique; a KAI Topology name with a newline
+    ("topology:\n  labels: {rack: 'rack '}\n", "2: topology.labels.rack"),
+    ("topology:\n  labels: {block: \"\\u202eblock\"}\n", "2: topology.labels.block"),
+    ("topology:\n  labels: {clique: 'a/b/c'}\n", "2: topology.labels.clique"),
+    ("planner:\n  kaiTopologyName: \"t\\nerror: fake\"\n", "2: planner.kaiTopologyName"),
 ])
 def test_bad_files(text: str, match: str) -> None:
     with pytest.raises(SiteConfigError) as info:
@@ -167,3 +173,9 @@ async def test_errors_never_print_credentials_of_a_url() -> None:
         with pytest.raises(RetryableError) as info:
             await client.query("up", 1.0)
     assert "hunter2" not in str(info.value) and "***@prom:9090" in str(info.value)
+
+
+def test_label_keys_the_api_server_takes_are_accepted() -> None:
+    site = parse_site_config("topology:\n  labels: {rack: m2g.io/rack, block: '', clique: "
+                             "nvidia.com/gpu.clique, powerDomain: Example.COM_x}\n", "f.yaml")
+    assert (site.topology.labels.rack, site.topology.labels.block) == ("m2g.io/rack", "")

@@ -81,7 +81,8 @@ class PlannerSettings(BaseModel):
     shed_saving_fraction: float | None = Field(default=None, gt=0, le=1)
     #: A GPU with its share of the rack draws a few kW (GB300: 1.4 kW); more is a typo.
     default_kw_per_gpu: float | None = Field(default=None, gt=0, le=MAX_KW_PER_GPU)
-    kai_topology_name: str | None = Field(default=None, min_length=1)
+    kai_topology_name: str | None = Field(default=None, min_length=1, max_length=253,
+                                          pattern=DNS_SUBDOMAIN)
     kai_kw_per_gpu: float | None = Field(default=None, gt=0, le=MAX_KW_PER_GPU)
     maintenance_taint_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)

@@ -737,26 +737,39 @@ def elastic_range(wl: Obj, own: Mapping[str, str], declared: str | None, now: da
     if declared is None:
         return {}
     meta, pod_sets = _meta(wl), _spec(wl).get("podSets") or []
-    job = next((str(r.get("name", "")) for r in meta.get("ownerReferences") or []
+    job = next((r["name"] for r in meta.get("ownerReferences") or []
                 if isinstance(r, Mapping) and r.get("kind") == "Job"
-                and r.get("apiVersion") == "batch/v1"), "")
+                and r.get("apiVersion") == "batch/v1" and isinstance(r.get("name"), str)), "")
     count = nonneg_int(pod_sets[0].get("count", 1)) if len(pod_sets) == 1 else 0
-    recorded = nonneg_int(own.get(RESIZED_FROM))
-    full = recorded if recorded > count else count
+    # m2g writes str(int): anything else ("1e9", "٩") is no record
+    recorded = int(own[RESIZED_FROM]) if _digits(own.get(RESIZED_FROM)) else 0
+    full = recorded if count < recorded <= MAX_PARALLELISM else count
     raw = str(declared).strip()[:32]
     why = ""
-    if (meta.get("annotations") or {}).get(L.ELASTIC_JOB) != "true" or not job:
+    if own.get(L.ELASTIC_JOB) != "true" or not job:
         why = (f"{L.MIN_PARALLELISM} {raw!r} ignored: only an elastic batch/v1 Job "
                f"({L.ELASTIC_JOB}: \"true\") can be resized")
     elif len(pod_sets) != 1:
         why = f"{L.MIN_PARALLELISM} {raw!r} ignored: the workload has {len(pod_sets)} pod sets"
-    elif not raw.isdigit() or not 1 <= int(raw) <= full:
+    elif not _digits(raw) or not 1 <= int(raw) <= full:
         why = f"{L.MIN_PARALLELISM} {raw!r} ignored: not an integer from 1 to {full}"
     if why:
         return {"resize_note": why}
     at = parse_time(own.get(RESIZED_AT)) if full > count else None
     return {"elastic_job": job, "parallelism": count, "min_parallelism": int(raw),
             "full_parallelism": full, "resized_at": min(at, now) if at else None}
+
+
+#: A batch/v1 Job's parallelism is an int32: a bigger recorded full size is no record of m2g's
+#: (a grow back to it could never be written)
+MAX_PARALLELISM = 2**31 - 1
+
+
+def _digits(value: str | None) -> bool:
+    """An ASCII decimal integer: ``str.isdigit`` also takes "²" (which ``int`` refuses: the
+    Workload was left out, so a tenant's annotation took a running job out of shedding) and
+    "٥" or "８" (which it reads as 5 and 8); at most 32 digits (``int`` refuses 4,300)."""
+    return value is not None and len(value) <= 32 and value.isascii() and value.isdigit()
 
 
 def _released(wl: Obj, now: datetime) -> datetime | None:

@@ -33,6 +33,13 @@ BLOCK: Final = TOPOGRAPH_BLOCK
 POWER_DOMAIN: Final = "m2g.io/power-domain"
 
 
+#: A Kubernetes label key: an optional DNS-subdomain prefix and "/", then a name of
+#: alphanumerics, "-", "_" and "." that begins and ends alphanumeric.
+LABEL_KEY: Final = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_KEY_OR_NONE: Final = "^(?:" + LABEL_KEY[1:-1] + ")?$"
+
+
 class TopologyLabels(BaseModel):
     """Which node labels mean clique, rack, block and power domain at this site (the site
     configuration's ``topology.labels``). The defaults are what a GB300 NVL72 cluster carries:
@@ -44,10 +51,12 @@ class TopologyLabels(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
                               populate_by_name=True)
 
-    clique: str = Field(default=GPU_CLIQUE, min_length=1, max_length=317)
-    rack: str = Field(default=TOPOGRAPH_ACCELERATOR, max_length=317)
-    block: str = Field(default=TOPOGRAPH_BLOCK, max_length=317)
-    power_domain: str = Field(default="", max_length=317)
+    # a Kubernetes label key ("" where allowed): a typo such as "rack " or a bidi override
+    # matched no node, and every node silently took its clique as its rack
+    clique: str = Field(default=GPU_CLIQUE, min_length=1, max_length=317, pattern=LABEL_KEY)
+    rack: str = Field(default=TOPOGRAPH_ACCELERATOR, max_length=317, pattern=LABEL_KEY_OR_NONE)
+    block: str = Field(default=TOPOGRAPH_BLOCK, max_length=317, pattern=LABEL_KEY_OR_NONE)
+    power_domain: str = Field(default="", max_length=317, pattern=LABEL_KEY_OR_NONE)
 
     def levels(self) -> tuple[str, ...]:
         """The topology levels coarse to fine, hostname last, each label once (the Kueue and

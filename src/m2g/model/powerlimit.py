@@ -42,6 +42,9 @@ DEFAULT_MIN_INTERVAL_SECONDS = 5.0
 #: A lease further ahead than this is refused (a typo, or a clock far off, would leave GPUs
 #: capped for long after m2g is gone): the spec reads as unusable.
 MAX_LEASE_SECONDS = 3600.0
+#: The longest ``--interval``, ``--grace`` and ``--min-interval`` of the node agent: a cap
+#: outlives its lease by at most an hour (an infinite grace kept a GPU capped for ever)
+MAX_AGENT_SECONDS = 3600.0
 #: The lowest fraction a spec may ask for (the CRD enforces it too); lower reads as this.
 MIN_FRACTION = 0.1
 

@@ -233,12 +233,12 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     if shortfall > 0:
         why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit"
                f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW")
-        sheds, caps, resizes = _curtail(evaluator, builder, config, shortfall, step)
+        sheds, caps, resizes, failed = _curtail(evaluator, builder, config, shortfall, step)
         if caps:
             why += f": {len(caps)} cap(s) save {sum(c.kw for c in caps):.0f} kW"
         if resizes:
             why += f"; {len(resizes)} shrink(s) save {sum(r.kw for r in resizes):.0f} kW"
-        return sheds, caps, resizes, why
+        return sheds, caps, resizes, why + failed
     event = factory.grid_event()
     active = event is not None and event.active(factory.now)
     if active and event is not None and not config.restore_during_events:
@@ -287,19 +287,36 @@ def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, Preemp
     return {w.key: r for w, r in zip(running, results, strict=True)}
 
 
+def _failed_on(results: dict[str, PreemptionResult], drawing_keys: Mapping[str, object]
+               ) -> str:
+    """"; N drawing workload(s) never shed or capped: a Preemption policy failed on them
+    (first: ...)" — a ``score`` that errors for some inputs (failurePolicy Fail vetoes: m2g
+    never sheds on an error) left a shortfall uncovered with no word why; "" when none."""
+    hit = [(k, r) for k, r in results.items()
+           if k in drawing_keys and r.errors and not r.eligible]
+    if not hit:
+        return ""
+    key, first = min(hit, key=lambda kr: kr[0])
+    e = first.errors[0]
+    return (f"; {len(hit)} drawing workload(s) never shed or capped: a Preemption policy "
+            f"failed on them (first {key}: {e.policy}/{e.rule}: {e.message[:120]})")
+
+
 def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
              shortfall: float, step: float
-             ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction]]:
+             ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction], str]:
     """Caps first; pauses only for what the allowed caps of the jobs left running cannot
     cover (a paused job's cap no longer counts: a few rounds, each pausing in the Preemption
     stage's order for the rest), then the caps on the jobs not paused for what is left.
-    The Preemption stage's ``minCap`` bounds each job's caps."""
+    The Preemption stage's ``minCap`` bounds each job's caps. The last part: the words for
+    the drawing workloads a Preemption policy failed on ("" when none)."""
     results = _preemption(evaluator, builder)
     by_key = {w.key: w for w in builder.snap.workloads
               if w.key in results and drawing(w, builder.snap)}
+    failed = _failed_on(results, by_key)
     groups = candidates(config, results, by_key)  # once: the rounds differ only in `paused`
     if not config.power_caps:
-        return _shed(config, shortfall, step, groups, by_key), [], []
+        return _shed(config, shortfall, step, groups, by_key), [], [], failed
     min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
     ladders = Ladders(builder, config, min_caps)  # once: the rounds differ only in `paused`
     elastic = shrinkable(builder, config, ladders.horizon)
@@ -330,7 +347,7 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
             break
         used += c.kw
         sheds.append(_pause(c, need, by_key))
-    return sheds, caps, resizes
+    return sheds, caps, resizes, failed
 
 
 def _fits(total: float, step: float, has_any: bool, config: PlannerConfig) -> bool:
