@@ -102,12 +102,15 @@ def performance(jobs: Sequence[Mapping[str, Any]], event_s_trace: float) -> dict
 def loss_class(job: Mapping[str, Any]) -> str:
     """What cost a job running at the event's start its performance in the window, first
     match: ``stopped:<cause>`` (its first stop inside the event: the Evicted condition's
-    reason, twinkit.driver.stop_cause), ``capped`` (it ran under a power cap), ``stalled`` (a
+    reason, twinkit.driver.stop_cause), ``shrunk`` (an elastic job ran on fewer replicas
+    than its size: m2g right-sized it), ``capped`` (it ran under a power cap), ``stalled`` (a
     failed tray), else ``slow`` (it ran, but not all of the window: started late, waited on
     its pods)."""
     stops = job.get("event_stops") or []
     if stops:
         return f"stopped:{stops[0]}"
+    if float(job.get("event_shrunk_s") or 0.0) > 0:
+        return "shrunk"
     if float(job.get("event_capped_s") or 0.0) > 0:
         return "capped"
     if float(job.get("event_stalled_s") or 0.0) > 0:
@@ -285,7 +288,8 @@ def actions_from_metrics(metrics: Mapping[str, list[tuple[dict[str, str], float]
             "drains": total("m2g_shed_actions_total", action="drain"),
             "powerCaps": total("m2g_power_cap_actions_total", action="cap"),
             "capLifts": total("m2g_power_cap_actions_total", action="lift"),
-            "resizes": 0,  # right-sizing is not built (docs/curtailment.md)
+            "resizes": total("m2g_resize_actions_total", action="shrink"),
+            "resizeGrows": total("m2g_resize_actions_total", action="grow"),
             "quotaChanges": quota_changes}
 
 

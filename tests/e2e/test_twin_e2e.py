@@ -27,7 +27,7 @@ WORKLOADS = {"weightedPerformance", "perTier", "queueWaitSeconds", "jctSeconds",
              "performanceLostBy"}
 PLACEMENT = {"inOneNvlinkDomainPct", "onAlarmedRacks", "fragmentation", "topologyViolations"}
 ACTIONS = {"admits", "defers", "sheds", "restores", "drains", "powerCaps", "capLifts", "resizes",
-           "quotaChanges"}
+           "resizeGrows", "quotaChanges"}
 CONTROLLER = {"reactionSecondsP50", "reactionSecondsP99", "rssPeakMiB"}
 RUN = {"grid", "workloads", "placement", "gpuAllocationPctOutsideEvent", "actions",
        "controller"}
