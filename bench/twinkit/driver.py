@@ -12,9 +12,10 @@ the simulator's faults, advances every job's ``Progress`` by the wall time since
 
 A job runs when all its pods are Running on nodes — an elastic job when at least its minimum
 are, at the throughput of those it has (m2g shrank it: nothing is lost); it stops without
-finishing (Kueue evicted it, m2g shed it) when they no longer are: ``progress.evict``. Work on a failed tray (XID fault)
-stalls; a power-capped node runs at the throughput of its cap. ``arun`` is the I/O loop: it
-reads through watch-fed caches (no API call per look) and writes concurrently.
+finishing (Kueue evicted it, m2g shed it) when they no longer are: ``progress.evict``. Work
+on a failed tray (XID fault) stalls; a power-capped node runs at the throughput of its cap.
+``arun`` is the I/O loop: it reads through watch-fed caches (no API call per look) and writes
+concurrently.
 """
 
 from __future__ import annotations

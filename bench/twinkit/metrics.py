@@ -118,6 +118,21 @@ def loss_class(job: Mapping[str, Any]) -> str:
     return "slow"
 
 
+def elastic_figures(jobs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the job driver saw of the elastic jobs (``min_pods`` > 0; docs/twin.md "Elastic
+    jobs"): how many the replay had, how many ran at the event's start, how many of those ran
+    on fewer replicas than their size inside the event (m2g shrank them: the pods went, not
+    only the counter moved) and for how long in all (trace seconds). None without any."""
+    elastic = [j for j in jobs if int(j.get("min_pods") or 0) > 0]
+    if not elastic:
+        return None
+    shrunk = [j for j in elastic if float(j.get("event_shrunk_s") or 0.0) > 0]
+    return {"jobs": len(elastic),
+            "runningAtEventStart": sum(1 for j in elastic if j.get("running_at_event_start")),
+            "shrunkInEvent": len(shrunk),
+            "shrunkSeconds": round(sum(float(j["event_shrunk_s"]) for j in shrunk), 1)}
+
+
 def _weighted(pairs: Sequence[tuple[int, float]]) -> float | None:
     gpus = sum(g for g, _ in pairs)
     return round(sum(g * p for g, p in pairs) / gpus, 4) if gpus else None
