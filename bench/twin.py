@@ -63,6 +63,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    default=T.Mapping.gang_topology,
                    help="what an m2g-made gang of <= 72 GPUs asks Kueue TAS for: its NVLink "
                    "domain required (the templates) or one rack only preferred")
+    p.add_argument("--elastic-share", type=float, default=T.Mapping.elastic_probability,
+                   help="share of the multi-pod fine-tuning and batch jobs (<= 72 GPUs) "
+                   "submitted as elastic Jobs m2g may shrink (docs/twin.md; 0: none)")
+    p.add_argument("--no-elastic", dest="elastic_share", action="store_const", const=0.0,
+                   help="no elastic job (--elastic-share 0: the mapping before 2026-12-05)")
     p.add_argument("--run-dir", type=Path, help="M2G_RUN prefix (default $M2G_RUN or "
                    "~/.cache/m2g/run-twin); each baseline runs in <prefix>-<baseline>")
     return p.parse_args(argv)
@@ -82,7 +87,8 @@ def make_plan(args: argparse.Namespace) -> tuple[T.Plan, S.Timeline, float]:
     horizon_wall = tl.end_s + args.after_seconds
     read = T.read_trace(text)
     mapping = T.Mapping(seed=args.seed, gpu_scale=args.gpu_scale,
-                        gang_topology=args.gang_topology)
+                        gang_topology=args.gang_topology,
+                        elastic_probability=args.elastic_share)
     plan = T.plan_jobs(read, mapping, factory_gpus=args.racks * 72,
                        horizon_s=horizon_wall * args.time_scale,
                        demand=args.demand or None, start=args.window_start,
@@ -100,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.racks < 1 or args.time_scale <= 0:
         print("error: --racks and --time-scale must be positive", file=sys.stderr)
         return 2
+    if not 0.0 <= args.elastic_share <= 1.0:
+        print("error: --elastic-share must be from 0 to 1", file=sys.stderr)
+        return 2
     baselines = [b.strip() for b in args.baselines.split(",") if b.strip()]
     if not baselines or any(b not in H.RUNS for b in baselines):
         print(f"error: --baselines is a list of {', '.join(H.RUNS)}", file=sys.stderr)
@@ -112,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     skipped = ", ".join(f"{n} {r}" for r, n in sorted(plan.skipped.items())) or "none"
     H.log(f"trace {args.trace.name}: {plan.rows} rows, {len(plan.jobs)} jobs in the replay "
           f"(skipped: {skipped}); arrivals ×{plan.compression:.2f} → {plan.offered_gpus:.0f} "
-          f"GPUs offered of {args.racks * 72}" + "".join(f"; {n}" for n in plan.notes))
+          f"GPUs offered of {args.racks * 72}; "
+          f"{sum(1 for j in plan.jobs if j.elastic)} elastic"
+          + "".join(f"; {n}" for n in plan.notes))
     prefix = args.run_dir or Path(os.environ.get("M2G_RUN") or
                                   Path.home() / ".cache" / "m2g" / "run-twin")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -138,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                   "offeredGpus": round(plan.offered_gpus, 1), "censored": plan.censored,
                   "gpuScale": args.gpu_scale, "seed": args.seed, "racks": args.racks,
                   "gangTopology": args.gang_topology,
+                  "elasticShare": args.elastic_share,
+                  "elasticJobs": sum(1 for j in plan.jobs if j.elastic),
                   "warmHours": args.warm_hours,
                   "prefilled": sum(1 for j in plan.jobs if j.prefill)}
     rep = R.report(args.scenario, trace_info, args.time_scale, runs)

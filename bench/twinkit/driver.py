@@ -10,10 +10,12 @@ the simulator's faults, advances every job's ``Progress`` by the wall time since
 * a job that checkpointed gets ``m2g.io/last-checkpoint-time`` (RFC 3339, wall time) on its
   Workload, where m2g reads it (docs/twin.md "How a job reports its checkpoint").
 
-A job runs when all its pods are Running on nodes; it stops without finishing (Kueue evicted
-it, m2g shed it) when they no longer are: ``progress.evict``. Work on a failed tray (XID fault)
-stalls; a power-capped node runs at the throughput of its cap. ``arun`` is the I/O loop: it
-reads through watch-fed caches (no API call per look) and writes concurrently.
+A job runs when all its pods are Running on nodes — an elastic job when at least its minimum
+are, at the throughput of those it has (m2g shrank it: nothing is lost); it stops without
+finishing (Kueue evicted it, m2g shed it) when they no longer are: ``progress.evict``. Work
+on a failed tray (XID fault) stalls; a power-capped node runs at the throughput of its cap.
+``arun`` is the I/O loop: it reads through watch-fed caches (no API call per look) and writes
+concurrently.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ class JobRecord:
     stops: list[list[Any]] = field(default_factory=list)  # [t, cause] of each stop unfinished
     event_capped_s: float = 0.0  # trace seconds run under a power cap inside the event
     event_stalled_s: float = 0.0  # trace seconds stalled (a failed tray) inside the event
+    event_shrunk_s: float = 0.0  # trace seconds an elastic job ran below its size in the event
+    min_pods: int = 0  # an elastic job's minimum (0: a fixed-size job)
     event_stops: list[str] = field(default_factory=list)  # causes of the stops inside it
 
 
@@ -129,7 +133,8 @@ class Driver:
         if name not in self.records:
             j = self.jobs[name]
             self.records[name] = JobRecord(j.name, j.namespace, j.gpus, j.tier, j.kind,
-                                           j.topology, j.prefill, work=j.work)
+                                           j.topology, j.prefill, work=j.work,
+                                           min_pods=j.min_pods)
             self.progress[name] = Progress(j.work, j.gpus, j.checkpoint_s)
         return self.records[name]
 
@@ -142,7 +147,7 @@ class Driver:
         self.last = now
         caps, failed = _fault_maps(faults)
         by_job = _pods_by_job(pods, self.jobs)
-        wl_by_job = {job_of(w): w for w in workloads if job_of(w) in self.jobs}
+        wl_by_job = _workloads_by_job(workloads, self.jobs)
         out = Writes()
         for name, wl in wl_by_job.items():
             rec = self.record(name)
@@ -195,7 +200,7 @@ class Driver:
             if node and _phase(p) in ("Running", "Pending"):
                 busy[str(node)] = busy.get(str(node), 0) + job.gpus_per_pod
         phases = [_phase(p) for p in plist]
-        if phases and all(ph == "Succeeded" for ph in phases) and len(phases) >= job.pods:
+        if phases and all(ph == "Succeeded" for ph in phases) and len(phases) >= needed(job):
             if rec.finished is None:
                 rec.finished = t
             self.running[name] = False
@@ -205,7 +210,7 @@ class Driver:
         up = [p for p in plist if _phase(p) == "Running" and (p.get("spec") or {}).get("nodeName")]
         nodes = [str(p["spec"]["nodeName"]) for p in up]
         uids = frozenset(str(p["metadata"].get("uid", "")) for p in up)
-        now_running = len(nodes) >= job.pods
+        now_running = len(nodes) >= needed(job)
         was = self.running.get(name, False)
         if was and now_running and uids.isdisjoint(self.run_pods.get(name, uids)):
             self._stopped(name, stop_cause(wl), t)  # evicted and re-admitted between looks
@@ -215,6 +220,8 @@ class Driver:
             if rec.runs:
                 rec.restarts += 1
             rec.runs.append(sorted(nodes))
+        elif now_running and not set(nodes) <= set(rec.runs[-1]):  # an elastic job grew
+            rec.runs[-1] = sorted(set(rec.runs[-1]) | set(nodes))
         elif was and not now_running and name not in self.completing:
             self._stopped(name, stop_cause(wl), t)
         self.running[name] = now_running
@@ -225,10 +232,12 @@ class Driver:
         cap = min((min(caps.get(n, 1.0), caps.get(f"rack:{self.node_rack.get(n)}", 1.0))
                    for n in nodes), default=1.0)
         rate = 0.0 if stalled else throughput(self.model, job.kind, cap)
+        replicas = min(len(nodes), job.pods)  # fewer than its pods: m2g shrank it
         if self.started_event and not self.ended_event:
             rec.event_capped_s += dt if cap < 1.0 and not stalled else 0.0
             rec.event_stalled_s += dt if stalled else 0.0
-        prog, taken = advance(prog, dt, rate)
+            rec.event_shrunk_s += dt if replicas < job.pods else 0.0
+        prog, taken = advance(prog, dt, rate, replicas * job.gpus_per_pod)
         self.progress[name] = prog
         rec.checkpoints = prog.checkpoints
         if taken and wl is not None:
@@ -292,6 +301,34 @@ class Driver:
 #: Deleting it before (as the twin did until 2026-12-04) leaves its Workload terminating,
 #: still holding its quota, until Kueue drops its finalizer (up to 36 s seen under load).
 DELETE_GRACE_S = 30.0
+
+
+def needed(job: TraceJob) -> int:
+    """Pods a job needs running to make progress: all of them, or an elastic job's minimum
+    (m2g may have shrunk it; Kueue admits a grow back as a new slice, its new pods wait)."""
+    return job.min_pods if job.elastic else job.pods
+
+
+def _workloads_by_job(workloads: Iterable[Obj], jobs: Mapping[str, TraceJob]
+                      ) -> dict[str, Obj]:
+    """Job name → its current Workload. An elastic Job grown back has two for a while (Kueue's
+    slices: the new one replaces the old, which then finishes): the one not Finished, else
+    the newest."""
+    out: dict[str, Obj] = {}
+    for w in workloads:
+        name = job_of(w)
+        if name not in jobs:
+            continue
+        old = out.get(name)
+        if old is None or _slice_rank(w) > _slice_rank(old):
+            out[name] = w
+    return out
+
+
+def _slice_rank(wl: Obj) -> tuple[bool, str]:
+    done = condition(wl, "Finished")
+    return (not (done is not None and str(done.get("status")) == "True"),
+            str((wl.get("metadata") or {}).get("creationTimestamp") or ""))
 
 
 def finished_by_kueue(wl: Obj | None) -> bool:

@@ -2,7 +2,11 @@
 
 m2g lives in wall time, so the durations it reads are wall seconds: the checkpoint interval
 and the expected runtime are the trace's divided by the time scale. A foreign job carries no
-m2g label or annotation (and no priority class): m2g gives it its defaults.
+m2g label or annotation (and no priority class): m2g gives it its defaults. An elastic job
+(``TraceJob.min_pods``) is what docs/curtailment.md "Right-sizing" asks a tenant to write:
+Kueue's ``kueue.x-k8s.io/elastic-job: "true"`` on the Job, ``m2g.io/min-parallelism`` on its
+pod template, no ``completions`` (a work-queue Job: its size may change, it completes when its
+pods succeed) and no topology request (Kueue v0.19 refuses one on an elastic Job).
 """
 
 from __future__ import annotations
@@ -44,20 +48,27 @@ def manifest(job: TraceJob, time_scale: float, model: PowerModel) -> Obj:
         if job.checkpoint_s > 0:
             annotations["m2g.io/checkpoint-interval-seconds"] = str(
                 max(1, round(job.checkpoint_s / time_scale)))
-    if job.topology == "required-clique":
+        if job.elastic:
+            annotations[L.MIN_PARALLELISM] = str(job.min_pods)
+    topology = "" if job.elastic else job.topology  # Kueue's webhook refuses one on elastic
+    if topology == "required-clique":
         annotations[REQUIRED] = L.GPU_CLIQUE  # the templates' default nvlink_level
-    elif job.topology == "preferred-rack":
+    elif topology == "preferred-rack":
         annotations[PREFERRED] = L.RACK
-    elif job.topology == "required-block":
+    elif topology == "required-block":
         annotations[REQUIRED] = L.BLOCK
     job_labels = {TWIN_LABEL: "true", "kueue.x-k8s.io/queue-name": LOCAL_QUEUE}
     if job.priority_class:
         job_labels["kueue.x-k8s.io/priority-class"] = job.priority_class
     gpus = str(job.gpus_per_pod)
+    meta: Obj = {"name": job.name, "namespace": job.namespace, "labels": job_labels}
+    size: Obj = {"parallelism": job.pods, "completions": job.pods}
+    if job.elastic and not job.foreign:
+        meta["annotations"] = {L.ELASTIC_JOB: "true"}
+        size = {"parallelism": job.pods}
     return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels},
-        "spec": {"parallelism": job.pods, "completions": job.pods, "backoffLimit": 0,
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+        "spec": {**size, "backoffLimit": 0,
                  "template": {
                      "metadata": {"labels": labels, "annotations": annotations},
                      "spec": {"restartPolicy": "Never", "containers": [{

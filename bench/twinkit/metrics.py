@@ -102,17 +102,35 @@ def performance(jobs: Sequence[Mapping[str, Any]], event_s_trace: float) -> dict
 def loss_class(job: Mapping[str, Any]) -> str:
     """What cost a job running at the event's start its performance in the window, first
     match: ``stopped:<cause>`` (its first stop inside the event: the Evicted condition's
-    reason, twinkit.driver.stop_cause), ``capped`` (it ran under a power cap), ``stalled`` (a
+    reason, twinkit.driver.stop_cause), ``shrunk`` (an elastic job ran on fewer replicas
+    than its size: m2g right-sized it), ``capped`` (it ran under a power cap), ``stalled`` (a
     failed tray), else ``slow`` (it ran, but not all of the window: started late, waited on
     its pods)."""
     stops = job.get("event_stops") or []
     if stops:
         return f"stopped:{stops[0]}"
+    if float(job.get("event_shrunk_s") or 0.0) > 0:
+        return "shrunk"
     if float(job.get("event_capped_s") or 0.0) > 0:
         return "capped"
     if float(job.get("event_stalled_s") or 0.0) > 0:
         return "stalled"
     return "slow"
+
+
+def elastic_figures(jobs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the job driver saw of the elastic jobs (``min_pods`` > 0; docs/twin.md "Elastic
+    jobs"): how many the replay had, how many ran at the event's start, how many of those ran
+    on fewer replicas than their size inside the event (m2g shrank them: the pods went, not
+    only the counter moved) and for how long in all (trace seconds). None without any."""
+    elastic = [j for j in jobs if int(j.get("min_pods") or 0) > 0]
+    if not elastic:
+        return None
+    shrunk = [j for j in elastic if float(j.get("event_shrunk_s") or 0.0) > 0]
+    return {"jobs": len(elastic),
+            "runningAtEventStart": sum(1 for j in elastic if j.get("running_at_event_start")),
+            "shrunkInEvent": len(shrunk),
+            "shrunkSeconds": round(sum(float(j["event_shrunk_s"]) for j in shrunk), 1)}
 
 
 def _weighted(pairs: Sequence[tuple[int, float]]) -> float | None:
@@ -285,7 +303,8 @@ def actions_from_metrics(metrics: Mapping[str, list[tuple[dict[str, str], float]
             "drains": total("m2g_shed_actions_total", action="drain"),
             "powerCaps": total("m2g_power_cap_actions_total", action="cap"),
             "capLifts": total("m2g_power_cap_actions_total", action="lift"),
-            "resizes": 0,  # right-sizing is not built (docs/curtailment.md)
+            "resizes": total("m2g_resize_actions_total", action="shrink"),
+            "resizeGrows": total("m2g_resize_actions_total", action="grow"),
             "quotaChanges": quota_changes}
 
 

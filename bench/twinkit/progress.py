@@ -7,6 +7,11 @@ curves the telemetry simulator draws power from); not at all while waiting, paus
 (a failed tray). It checkpoints every ``checkpoint_s`` seconds of running (trace time); an
 eviction loses the work since the last checkpoint (all of it without checkpoints; nothing for a
 stateless job, ``checkpoint_s == -1``). It is done when the work is done.
+
+An elastic job shrunk by m2g runs on fewer GPUs (``advance(..., gpus=)``): a data-parallel job
+goes on at the throughput of the replicas it has — linear in their number, each at its power
+cap — and loses nothing on a shrink or a grow (its replicas hold the same state; docs/twin.md
+states the assumption). It needs the same work, so it finishes later.
 """
 
 from __future__ import annotations
@@ -52,12 +57,17 @@ def throughput(model: PowerModel, kind: str, cap: float = 1.0) -> float:
     return model.throughput(k, cap)
 
 
-def advance(p: Progress, dt: float, rate: float) -> tuple[Progress, int]:
-    """Run for ``dt`` trace seconds at ``rate`` (normalised throughput per GPU, 0 = stalled);
-    returns the new progress and how many checkpoints were taken in that time."""
+def advance(p: Progress, dt: float, rate: float, gpus: int | None = None
+            ) -> tuple[Progress, int]:
+    """Run for ``dt`` trace seconds at ``rate`` (normalised throughput per GPU, 0 = stalled)
+    on ``gpus`` of its GPUs (default all; fewer for a shrunk elastic job, never more); returns
+    the new progress and how many checkpoints were taken in that time."""
     if p.finished or dt <= 0:
         return p, 0
-    done = min(p.work, p.done + p.gpus * rate * dt)
+    running = p.gpus if gpus is None else max(0, min(gpus, p.gpus))
+    if running == 0:
+        rate = 0.0
+    done = min(p.work, p.done + running * rate * dt)
     if p.checkpoint_s < 0:  # stateless: everything done is kept
         return replace(p, done=done, saved=done), 0
     if p.checkpoint_s == 0 or rate <= 0:
@@ -67,7 +77,7 @@ def advance(p: Progress, dt: float, rate: float) -> tuple[Progress, int]:
     if taken == 0:
         return replace(p, done=done, since_checkpoint=run), 0
     after_last = run - taken * p.checkpoint_s  # trace seconds run since the last checkpoint
-    saved = max(p.saved, done - p.gpus * rate * after_last)
+    saved = max(p.saved, done - running * rate * after_last)
     return replace(p, done=done, saved=saved, since_checkpoint=after_last,
                    checkpoints=p.checkpoints + taken), taken
 

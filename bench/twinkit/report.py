@@ -98,6 +98,15 @@ BOUND_GRACE_S = 30.0
 SECTIONS["performanceBound"] = bound_section
 
 
+def elastic_section(data: RunData) -> Obj | None:
+    """``elastic`` (twinkit.metrics.elastic_figures): the elastic jobs and how many ran shrunk
+    in the event, as the job driver saw their pods; None when the replay had none."""
+    return M.elastic_figures(data.driver.get("jobs") or [])
+
+
+SECTIONS["elastic"] = elastic_section
+
+
 def run_figures(data: RunData, time_scale: float, total_gpus: int, run_end: float) -> Obj:
     jobs = data.driver.get("jobs") or []
     ev = grid_event(data)

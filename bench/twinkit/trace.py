@@ -120,6 +120,12 @@ class Mapping:
     #: what a template-made gang of ≤ 72 GPUs asks Kueue TAS for: "required" (the templates)
     #: or "preferred" (one rack only preferred, the mapping before 2026-12-02)
     gang_topology: str = "required"
+    #: share of the elastic candidates (``elastic_candidate``) submitted as elastic Jobs that
+    #: m2g may shrink (0: none, the mapping before 2026-12-05); drawn from a random stream of
+    #: its own, so the other draws, and every other job, stay as without it
+    elastic_probability: float = 0.5
+    #: an elastic job's ``m2g.io/min-parallelism``: this share of its pods, rounded up
+    elastic_min_fraction: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,11 @@ class TraceJob:
     topology: str  # "" | "required-clique" | "preferred-rack" | "required-block"
     censored: bool
     prefill: bool = False  # already running when the replay starts (warm start)
+    min_pods: int = 0  # > 0: an elastic Job m2g may shrink to this many pods (0: not elastic)
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_pods > 0
 
     @property
     def pods(self) -> int:
@@ -195,9 +206,31 @@ def job_topology(gpus: int, foreign: bool, gang: str = "required") -> str:
     return "preferred-rack" if foreign or gang == "preferred" else "required-clique"
 
 
+ELASTIC_KINDS = ("fine-tuning", "batch")  # data-parallel training and batch work, tier ≥ 2
+
+
+def elastic_candidate(kind: str, gpus: int, foreign: bool) -> bool:
+    """A job a site would run as an elastic Job: data-parallel fine-tuning or batch work (flex
+    tier ≥ 1 by its kind) of more than one pod within one rack, made by the templates (a
+    foreign job declares no range). A two-rack job stays a fixed gang: Kueue v0.19 refuses an
+    elastic Job with a required topology, and one block is what it needs."""
+    return (not foreign and kind in ELASTIC_KINDS and TRAY_GPUS < gpus <= RACK_GPUS)
+
+
+def elastic_min_pods(job: TraceJob, m: Mapping, rng: random.Random) -> int:
+    """0 (fixed size), or the fewest pods the job may run on (``m2g.io/min-parallelism``).
+    Draws once per candidate, from ``rng`` (the elastic stream), in row order."""
+    if not elastic_candidate(job.kind, job.gpus, job.foreign) or m.elastic_probability <= 0:
+        return 0
+    if rng.random() >= m.elastic_probability:
+        return 0
+    return max(1, min(job.pods, math.ceil(job.pods * m.elastic_min_fraction - 1e-9)))
+
+
 def map_pods(pods: Sequence[TracePod], m: Mapping) -> list[TraceJob]:
     """Every pod → one job, arrival = creation time relative to the first pod."""
     rng = random.Random(m.seed)
+    elastic_rng = random.Random(f"{m.seed}/elastic")  # its own stream: other draws unchanged
     t0 = pods[0].created if pods else 0
     jobs = []
     for i, p in enumerate(pods):
@@ -208,8 +241,12 @@ def map_pods(pods: Sequence[TracePod], m: Mapping) -> list[TraceJob]:
             kind, tier, ckpt, prio = "", 0, 0, ""
             ns = "research"
         topology = job_topology(gpus, foreign, m.gang_topology)
-        jobs.append(TraceJob(f"twin-{i:05d}", p.name, float(p.created - t0), float(p.runtime),
-                             gpus, kind, tier, ns, prio, ckpt, foreign, topology, p.censored))
+        job = TraceJob(f"twin-{i:05d}", p.name, float(p.created - t0), float(p.runtime),
+                       gpus, kind, tier, ns, prio, ckpt, foreign, topology, p.censored)
+        low = elastic_min_pods(job, m, elastic_rng)
+        if low:  # Kueue v0.19: an elastic Job carries no topology request (unconstrained)
+            job = replace(job, min_pods=low, topology="")
+        jobs.append(job)
     return jobs
 
 

@@ -27,7 +27,7 @@ WORKLOADS = {"weightedPerformance", "perTier", "queueWaitSeconds", "jctSeconds",
              "performanceLostBy"}
 PLACEMENT = {"inOneNvlinkDomainPct", "onAlarmedRacks", "fragmentation", "topologyViolations"}
 ACTIONS = {"admits", "defers", "sheds", "restores", "drains", "powerCaps", "capLifts", "resizes",
-           "quotaChanges"}
+           "resizeGrows", "quotaChanges"}
 CONTROLLER = {"reactionSecondsP50", "reactionSecondsP99", "rssPeakMiB"}
 RUN = {"grid", "workloads", "placement", "gpuAllocationPctOutsideEvent", "actions",
        "controller"}
@@ -96,6 +96,7 @@ def test_report_invariants(twin: tuple[dict[str, Any], Path]) -> None:
     assert set(kueue["actions"].values()) == {0}  # no m2g in plain Kueue's run
     assert all(v is None for v in kueue["controller"].values())
     assert m2g["actions"]["admits"] > 0  # every m2g workload passes m2g's check
+    assert rep["trace"]["elasticJobs"] > 0  # the default mapping submits elastic jobs
     assert m2g["controller"]["rssPeakMiB"] > 0
     # where an admission's time goes (wall s): plain Kueue has no check to wait for, m2g has
     assert "quotaReservedToAdmitted" in kueue["workloads"]["admissionLatency"]

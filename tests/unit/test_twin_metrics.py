@@ -138,13 +138,16 @@ def test_controller_figures_from_the_exposition() -> None:
         'm2g_shed_actions_total{action="restore"} 1.0',
         'm2g_power_cap_actions_total{action="cap"} 5.0',
         'm2g_power_cap_actions_total{action="lift"} 4.0',
+        'm2g_resize_actions_total{action="shrink"} 6.0',
+        'm2g_resize_actions_total{action="grow"} 2.0',
         'm2g_reaction_latency_seconds_bucket{le="0.5"} 50.0',
         'm2g_reaction_latency_seconds_bucket{le="1.0"} 100.0',
         'm2g_reaction_latency_seconds_bucket{le="+Inf"} 100.0'])
     m = M.parse_prometheus(text)
     assert M.actions_from_metrics(m, 4) == {"admits": 7, "defers": 3, "sheds": 2,
                                             "restores": 1, "drains": 0, "powerCaps": 5,
-                                            "capLifts": 4, "resizes": 0, "quotaChanges": 4}
+                                            "capLifts": 4, "resizes": 6, "resizeGrows": 2,
+                                            "quotaChanges": 4}
     r = M.reaction(m)
     assert r["reactionSecondsP50"] == 0.5 and r["reactionSecondsP99"] == pytest.approx(0.99)
 
