@@ -102,7 +102,7 @@ def test_an_elastic_job_is_what_kueue_and_m2g_right_sizing_need() -> None:
                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
                                             "name": "twin-00001"}]},
           "spec": {"podSets": [{"name": "main", "count": 4, "template": spec["template"]}]}}
-    got = convert.elastic_range(wl, {}, notes[L.MIN_PARALLELISM], NOW)
+    got = convert.elastic_range(wl, convert.own_annotations(wl), notes[L.MIN_PARALLELISM], NOW)
     assert got["elastic_job"] == "twin-00001" and got["min_parallelism"] == 2
     assert got["full_parallelism"] == 4
 
