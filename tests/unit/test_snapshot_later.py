@@ -72,23 +72,24 @@ def test_later_is_waited_then_checkpointed() -> None:
 def _ticked(objs: kb.ClusterObjects, seconds: int, rng: random.Random) -> kb.ClusterObjects:
     """``objs`` with a few pods reporting a checkpoint at ``seconds`` (a new resourceVersion)
     and a few workloads' own reports moved."""
-    pods = dict(objs.pods)
-    for key in rng.sample(sorted(pods), min(len(pods), 12)):
-        old = pods[key]
-        meta = {**old["metadata"], "resourceVersion": f"{old['metadata']['resourceVersion']}"
-                f"-{seconds}", "annotations": {**old["metadata"].get("annotations", {}),
-                                                "m2g.io/last-checkpoint-time": rfc3339(
-                                                    NOW + timedelta(seconds=seconds - 3))}}
-        pods[key] = {**old, "metadata": meta}
-    workloads = dict(objs.workloads)
-    for key in rng.sample(sorted(workloads), 8):
-        old = workloads[key]
-        meta = {**old["metadata"], "resourceVersion": f"{old['metadata']['resourceVersion']}"
-                f"-{seconds}", "annotations": {**old["metadata"].get("annotations", {}),
-                                                "m2g.io/last-checkpoint-time": rfc3339(
-                                                    NOW + timedelta(seconds=seconds - 7))}}
-        workloads[key] = {**old, "metadata": meta}
+    pods = _reported(objs.pods, min(len(objs.pods), 12), seconds, seconds - 3, rng)
+    workloads = _reported(objs.workloads, 8, seconds, seconds - 7, rng)
     return dataclasses.replace(objs, pods=pods, workloads=workloads)
+
+
+def _reported(objs: Mapping[str, Any], count: int, seconds: int, at: int,
+              rng: random.Random) -> dict[str, Any]:
+    """``objs`` with ``count`` of them reporting a checkpoint at ``at`` seconds past NOW under
+    a new resourceVersion."""
+    out = dict(objs)
+    for key in rng.sample(sorted(out), count):
+        old = out[key]
+        meta = {**old["metadata"], "resourceVersion": f"{old['metadata']['resourceVersion']}"
+                f"-{seconds}", "annotations": {**old["metadata"].get("annotations", {}),
+                                                "m2g.io/last-checkpoint-time": rfc3339(
+                                                    NOW + timedelta(seconds=at))}}
+        out[key] = {**old, "metadata": meta}
+    return out
 
 
 def test_memoised_snapshots_over_ticks_equal_the_plain_ones() -> None:
