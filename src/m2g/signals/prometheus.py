@@ -12,8 +12,14 @@ real server). Errors form a small hierarchy so callers can decide without string
   fix the configuration.
 
 Every message is one line that names the server and, for query errors, the PromQL. An answer
-that is not what the API documents (a metric that is not a map of strings, a value that is not
-a pair) is a ``PermanentError`` for that signal, never an exception out of ``fetch_signals``.
+that is not what the API documents is never an exception out of ``fetch_signals``: an element
+that cannot be told apart from the others (not a map, a metric that is not a map of strings)
+is a ``PermanentError`` for that signal; a series whose ``value`` is not what Prometheus writes
+(a JSON list ``[time, "number"]``: a JSON number, then a string in Go's float syntax) reads as
+a NaN sample for that series alone — INVALID in the readings (m2g.signals.sanity), counted in
+``m2g_signal_series{freshness="invalid"}``, the fail-safe of missing — and the other series of
+the answer are used as they are. (Unpacked as any pair, ``"value": "12"`` read as 2 kW at
+time 1, and one malformed series made the whole signal missing.)
 """
 
 from __future__ import annotations
@@ -89,6 +95,20 @@ def _number(text: Any) -> float:
     except (TypeError, ValueError, OverflowError):
         raise PermanentError(f"not a number in the Prometheus response: {str(text)[:60]!r}") \
             from None
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    """The (time, value) of a sample's ``value`` as Prometheus writes it — a JSON list of a
+    number and a string (``[1712345678.9, "42.5"]``) — or None when it is anything else."""
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    ts, val = value
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not isinstance(val, str):
+        return None
+    try:
+        return _number(ts), _number(val)
+    except PermanentError:
+        return None
 
 
 def _labels(metric: Any) -> dict[str, str] | None:
@@ -256,24 +276,27 @@ class PrometheusClient:
         if not isinstance(data, dict):
             raise PermanentError(f"no data in the Prometheus response to {promql!r}")
         kind, result = data.get("resultType"), data.get("result")
-        if kind == "scalar" and isinstance(result, list) and len(result) == 2:
-            return [Sample({}, _number(result[1]), _number(result[0]))]
+        if kind == "scalar":
+            pair = _pair(result)
+            if pair is None:
+                raise PermanentError(f"malformed scalar in the answer to {promql!r}")
+            return [Sample({}, pair[1], pair[0])]
         if kind != "vector" or not isinstance(result, list):
             raise PermanentError(
                 f"{promql!r} returned a {kind or 'missing'} result; a signal needs an instant "
                 "vector (drop any [range] selector)")
         out: list[Sample] = []
         for item in result:
-            try:
-                metric, (ts, val) = item["metric"], item["value"]
-            except (KeyError, TypeError, ValueError):
-                raise PermanentError(f"malformed vector element in the answer to {promql!r}") \
-                    from None
-            labels = _labels(metric)
+            if not isinstance(item, dict) or "metric" not in item:
+                raise PermanentError(f"malformed vector element in the answer to {promql!r}")
+            labels = _labels(item["metric"])
             if labels is None:
                 raise PermanentError(f"malformed labels (not a map of strings) in the answer "
                                      f"to {promql!r}")
-            out.append(Sample(labels, _number(val), _number(ts)))
+            pair = _pair(item.get("value"))
+            # a malformed value spoils its own series only: NaN reads INVALID (fail-safe)
+            ts, val = pair if pair is not None else (math.nan, math.nan)
+            out.append(Sample(labels, val, ts))
         return out
 
 
