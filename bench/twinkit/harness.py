@@ -506,21 +506,29 @@ def _notify_and_forecast(f: Firing, interval: int, count: int) -> None:
     left = int((f.cfg.horizon_s - (time.time() - t0)) // interval)
     if not f.cfg.kind.m2g:
         return  # plain Kueue: the same event, no m2g to forecast (or shed) for it
-    fc = _run_forecast(f, interval, max(1, left))
+    inputs = f.cfg.run_dir / "twin-forecast-inputs.pickle"
+    fc = _run_forecast(f, interval, max(1, left), inputs)
     if fc is not None:
         data.extra["forecast"] = fc
         data.extra["forecastBaselineKw"] = pre
+        if inputs.is_file():
+            data.extra["forecastInputs"] = str(inputs)
 
 
 def _iso(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def _run_forecast(f: Firing, interval: int, count: int) -> Obj | None:
+def _run_forecast(f: Firing, interval: int, count: int,
+                  inputs: Path | None = None) -> Obj | None:
+    """``m2g forecast -o json``; ``inputs``: also save the snapshot and configuration it is
+    made from there (bench/forecast_rescore.py reruns a model on them)."""
     env = {**os.environ, "M2G_CONFIG": str(f.cfg.run_dir / "twin-site-config.yaml")}
     cmd = [str(M2G), "forecast", "--kubeconfig", str(f.cfg.run_dir / "kubeconfig"),
            "--prometheus", f.procs.prom, "-o", "json", "--interval", str(interval),
            "--hours", f"{count * interval / 3600:.6f}"]
+    if inputs is not None:
+        cmd += ["--save-inputs", str(inputs)]
     started = time.time()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300,
                          check=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -268,8 +269,12 @@ def log_markdown(datas: dict[str, RunData]) -> list[str]:
 
 def exports(out: Path, datas: dict[str, RunData]) -> None:
     for name, d in datas.items():
+        inputs = d.extra.get("forecastInputs")
+        if inputs and Path(inputs).is_file():  # the forecast's snapshot: forecast_rescore.py
+            shutil.copyfile(inputs, out / f"{name}-forecast-inputs.pickle")
         (out / f"{name}-series.json").write_text(json.dumps({
-            "siteKw": d.samples, "queue": d.queue, "driverSamples": d.driver.get("samples"),
+            "t0": d.t0, "timeScale": d.extra.get("timeScale"), "siteKw": d.samples,
+            "queue": d.queue, "driverSamples": d.driver.get("samples"),
             "intervals": [vars(i) for i in d.intervals], "eventStart": d.event_start,
             "eventEnd": d.event_end, "targetKw": d.target_kw, "timeline": d.timeline}))
         (out / f"{name}-jobs.json").write_text(json.dumps(d.driver.get("jobs") or []))

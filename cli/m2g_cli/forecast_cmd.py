@@ -11,6 +11,7 @@ import typer
 import yaml
 
 from m2g import yamlbounds
+from m2g.model.cluster import ClusterSnapshot
 from m2g.model.factory import MaintenanceWindow
 from m2g.planner.config import PlannerConfig
 from m2g.planner.forecast import ForecastConfig, NewWork, forecast
@@ -54,6 +55,18 @@ def _planner() -> PlannerConfig:
         term.fail(str(exc), exc.code)
 
 
+def _save_inputs(path: Path, snap: ClusterSnapshot, cfg: ForecastConfig,
+                 window: MaintenanceWindow | None) -> None:
+    """The forecast's inputs, for rerunning a model offline on the same snapshot (the twin's
+    before/after of a model change: docs/benchmarks.md, "Forecast")."""
+    import pickle
+
+    try:
+        path.write_bytes(pickle.dumps({"snapshot": snap, "config": cfg, "window": window}))
+    except OSError as exc:
+        term.fail(f"--save-inputs {path}: cannot write: {exc.strerror or exc}", 1)
+
+
 def forecast_cmd(
     hours: Annotated[float, typer.Option("--hours", min=0.01, max=168,
                                          help="Horizon in hours")] = 24.0,
@@ -69,6 +82,10 @@ def forecast_cmd(
     with_window: Annotated[Path | None, typer.Option(
         "--with-window", help="A proposed MaintenanceWindow manifest: show its effect")] = None,
     kubeconfig: Kubeconfig = None, context: Context = None, prometheus: Prom = None,
+    save_inputs: Annotated[Path | None, typer.Option(
+        "--save-inputs", hidden=True,
+        help="Also write the snapshot and configuration the forecast is made from (a pickle: "
+        "bench/forecast_rescore.py reruns a model on it)")] = None,
 ) -> None:
     """Day-ahead forecast: kW per interval for the site and each power domain, with bands,
     limits and the flexible kW per flex tier (docs/forecast.md)."""
@@ -86,6 +103,8 @@ def forecast_cmd(
                          default_runtime_seconds=planner.default_runtime_seconds,
                          reservation_lead_seconds=planner.reservation_lead_seconds,
                          planner=planner)
+    if save_inputs is not None:
+        _save_inputs(save_inputs, snap, cfg, window)
     fc = forecast(snap, cfg)
     other = forecast(snap, cfg, extra_windows=(window,)) if window else None
     typer.echo(render(fc, output, other), nl=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -312,7 +313,9 @@ def test_a_limit_starting_inside_an_interval_holds_only_that_part() -> None:
     assert fc.intervals[1].shed_kw == pytest.approx((FULL - 80.0) / 2, abs=1e-3)
     assert fc.intervals[1].limit_kw == 80.0
     assert fc.intervals[2].site_kw == pytest.approx(80.0, abs=1e-3)
-    assert fc.intervals[3].site_kw == pytest.approx(FULL, abs=1e-3)
+    # after it, the held job comes back gradually: its own 4 h left (R) are the time constant
+    assert fc.intervals[3].site_kw == pytest.approx(
+        FULL - (FULL - 80.0) * 4 * (1 - math.exp(-0.25)), abs=1e-3)
 
 
 def test_pausing_saves_the_kw_above_idle_and_tier_1_is_only_capped() -> None:
@@ -373,17 +376,42 @@ def test_sheds_show_after_the_settle_time_and_follow_the_ramp() -> None:
 
 
 def test_held_work_draws_again_after_the_lag_and_half_the_retry_hold() -> None:
-    """After the limit, what m2g held off comes back only once it is asked again (half the
-    Retry hold on average) and bound again (the pipeline's lag: none here)."""
-    ev = (_event(60, 120, 80.0),)
+    """While a limit is in force, what m2g no longer needs to hold comes back only once it is
+    asked again (half the Retry hold on average) and bound again (the pipeline's lag: none
+    here): a second, higher limit follows the first at 120 s."""
+    ev = (_event(60, 120, 80.0), _event(120, 240, 100.0))
     cfg = ForecastConfig(horizon_hours=4 / 60, interval_seconds=60)
     s = snap(FLEX2, f=factory(events=ev))
     at_once = forecast(s, replace(cfg, planner=_fast()))
-    assert at_once.intervals[2].site_kw == pytest.approx(FULL, abs=1e-3)
+    assert [round(i.site_kw, 3) for i in at_once.intervals] == [round(FULL, 3), 80.0, 100.0,
+                                                                  100.0]
     held = forecast(s, replace(cfg, planner=_fast(max_retry_hold_seconds=60)))
     assert held.intervals[1].site_kw == pytest.approx(80.0, abs=1e-3)
-    assert held.intervals[2].site_kw == pytest.approx((FULL + 80.0) / 2, abs=1e-3)
-    assert held.intervals[3].site_kw == pytest.approx(FULL, abs=1e-3)
+    assert held.intervals[2].site_kw == pytest.approx((80.0 + 100.0) / 2, abs=1e-3)
+    assert held.intervals[3].site_kw == pytest.approx(100.0, abs=1e-3)
+
+
+def test_queued_work_refills_gradually_after_a_grid_event() -> None:
+    """After the event, the work m2g held comes back gradually, not at once: 1 − exp(−t /
+    (R + L)) of it t seconds after the event's end, R the running work's GPU-weighted mean
+    remaining runtime (600 s here), L the admission → drawing lag (0 here: every admitted
+    GPU is bound). The model before stepped back to the full draw in the next minute."""
+    ending = wl("flex2", Phase.ADMITTED, 72, 3600, tier=2, ago=3000)  # 600 s left
+    cfg = ForecastConfig(horizon_hours=5 / 60, interval_seconds=60, planner=_fast())
+    fc = forecast(snap(ending, f=factory(events=(_event(0, 60, 80.0),))), cfg)
+    site = [i.site_kw for i in fc.intervals]
+    assert site[0] == pytest.approx(80.0, abs=1e-3)
+    for k in range(1, 5):  # the minute [k - 1, k) after the end: the mean of exp(−t / 600)
+        still = 600 / 60 * (math.exp(-(k - 1) * 60 / 600) - math.exp(-k * 60 / 600))
+        assert site[k] == pytest.approx(FULL - (FULL - 80.0) * still, abs=1e-3)
+        assert fc.intervals[k].shed_kw == pytest.approx((FULL - 80.0) * still, abs=1e-3)
+    assert site[1] < site[2] < site[3] < site[4] < FULL - 20.0  # 27 % back 4 min after
+    assert any("time constant of 600 s" in n for n in fc.notes)
+    # L: admitted work whose pods are not bound yet (36 GPUs admitted 30 s ago, none bound
+    # since) makes it slower by the lag it reads
+    late = wl("late", Phase.ADMITTED, 36, 600, ago=30)
+    lagged = forecast(snap(ending, late, f=factory(events=(_event(0, 60, 80.0),))), cfg)
+    assert any("time constant of 630 s" in n and "drawing 30 s" in n for n in lagged.notes)
 
 
 def _allocated(gpus: int) -> FactorySnapshot:

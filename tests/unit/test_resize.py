@@ -5,6 +5,7 @@ after paused work is back and before the caps are lifted; the tenant's declarati
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +15,17 @@ import pytest
 
 from m2g.k8s.annotations import RESIZED_AT, RESIZED_FROM
 from m2g.k8s.apply import Applier, ApplyResult
-from m2g.k8s.client import JOBS, WORKLOADS, Kube
+from m2g.k8s.client import (
+    JOBS,
+    WORKLOADS,
+    Conflict,
+    Kube,
+    KubeError,
+    Obj,
+    PermanentError,
+    Resource,
+    RetryableError,
+)
 from m2g.k8s.convert import workload
 from m2g.k8s.resize import apply_resizes, job_patch, record_annotations
 from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
@@ -184,8 +195,8 @@ def test_the_job_patch_is_idempotent_and_restores() -> None:
     job_obj = {"metadata": {"resourceVersion": "7", "annotations": {}},
                "spec": {"parallelism": 8}}
     body = job_patch(shrink, job_obj, now)
-    assert body == {"metadata": {"annotations": {RESIZED_FROM: "8", RESIZED_AT: now},
-                                 "resourceVersion": "7"}, "spec": {"parallelism": 4}}
+    assert body == {"metadata": {"annotations": {RESIZED_FROM: "8", RESIZED_AT: now}},
+                    "spec": {"parallelism": 4}}  # no resourceVersion: a stale one is a 409
     notes = {RESIZED_FROM: "8", RESIZED_AT: now}
     done: dict[str, Any] = {"metadata": {"annotations": notes}, "spec": {"parallelism": 4}}
     assert job_patch(shrink, done, "2026-12-01T10:01:00Z") == {}  # already so
@@ -365,3 +376,143 @@ def test_a_shortfall_left_by_a_failing_preemption_policy_says_why(
            "(first t/a: shed/odd: score:" in note
     ok = make_plan(s, evaluator(tmp_path / "ok", "cel-expr-python", POLICIES), CFG)
     assert "failed on them" not in " ".join(ok.notes)
+
+
+# The resize writes under a busy API server (the resize e2e was flaky: 409s on the Job).
+
+
+class BusyKube(FakeKube):
+    """The Job controller writes the Job's status right after each read of it (``busy``: its
+    resourceVersion moves on); ``conflicts[(plural, name)]``: how many patches of that object
+    the server answers with 409; ``fail[(plural, name)]``: errors its next patches raise."""
+
+    def __init__(self, busy: bool = False) -> None:
+        super().__init__()
+        self.busy = busy
+        self.conflicts: dict[tuple[str, str], int] = {}
+        self.fail: dict[tuple[str, str], list[KubeError]] = {}
+        self.patches: list[tuple[str, str, Any]] = []
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None,
+                  subresource: str | None = None) -> Obj:
+        obj = await super().get(res, name, namespace, subresource)
+        if self.busy and res is JOBS:
+            stored = self.stored(res, name, namespace)
+            stored.setdefault("status", {})["active"] = stored.get("status", {}).get(
+                "active", 0) + 1
+            self._bump(stored)
+        return obj
+
+    async def patch(self, res: Resource, name: str, body: Any, **kw: Any) -> Obj:
+        self.patches.append((res.plural, name, copy.deepcopy(body)))
+        key = (res.plural, name)
+        if self.conflicts.get(key, 0) > 0:
+            self.conflicts[key] -= 1
+            raise Conflict(f"{name}: the object has been modified", 409, "Conflict")
+        if self.fail.get(key):
+            raise self.fail[key].pop(0)
+        return await super().patch(res, name, body, **kw)
+
+
+def elastic_objects(kube: FakeKube, parallelism: int = 8,
+                    notes: dict[str, str] | None = None) -> None:
+    kube.put(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "a", "namespace": "t", "uid": "j-a",
+        "annotations": {"kueue.x-k8s.io/elastic-job": "true", **(notes or {})}},
+        "spec": {"parallelism": parallelism}})
+    kube.put(WORKLOADS, {"metadata": {"name": "job-a", "namespace": "t", "uid": "w-a",
+                                      "annotations": dict(notes or {})}})
+
+
+SHRINK = ResizeAction("t", "job-a", "a", 6, 8, 5.0, "grid event")
+GROW = ResizeAction("t", "job-a", "a", 8, 8, -5.0, "event over")
+SHRUNK = {RESIZED_FROM: "8", RESIZED_AT: "2026-12-01T09:50:00Z"}
+
+
+async def resize(kube: FakeKube, a: ResizeAction, dry_run: bool = False) -> ApplyResult:
+    result = ApplyResult()
+    await apply_resizes(Applier(cast(Kube, kube), clock=lambda: NOW, dry_run=dry_run),
+                        Plan(resizes=(a,)), result)
+    return result
+
+
+def job_notes(kube: FakeKube) -> dict[str, Any]:
+    return cast(dict[str, Any], kube.stored(JOBS, "a", "t")["metadata"].get("annotations", {}))
+
+
+def workload_notes(kube: FakeKube) -> dict[str, Any]:
+    return cast(dict[str, Any],
+                kube.stored(WORKLOADS, "job-a", "t")["metadata"].get("annotations", {}))
+
+
+async def test_a_job_whose_status_keeps_changing_is_resized_without_a_conflict() -> None:
+    """The Job's patch carried the resourceVersion m2g had read: the Job controller's status
+    writes in between made it a 409 on most tries (the flaky resize e2e)."""
+    kube = BusyKube(busy=True)
+    elastic_objects(kube)
+    result = await resize(kube, SHRINK)
+    assert not result.errors, result.errors
+    assert kube.stored(JOBS, "a", "t")["spec"]["parallelism"] == 6
+    assert all("resourceVersion" not in (body.get("metadata") or {})
+               for _, _, body in kube.patches)
+    result = await resize(kube, GROW)
+    assert not result.errors and kube.stored(JOBS, "a", "t")["spec"]["parallelism"] == 8
+
+
+async def test_a_409_is_retried_with_the_object_read_again_a_bounded_number_of_times(
+        ) -> None:
+    kube = BusyKube()
+    elastic_objects(kube)
+    kube.conflicts[("jobs", "a")] = 4  # the fifth try goes through
+    result = await resize(kube, SHRINK)
+    assert not result.errors, result.errors
+    assert kube.stored(JOBS, "a", "t")["spec"]["parallelism"] == 6
+    assert [n for p, n, _ in kube.patches if p == "jobs"] == ["a"] * 5
+    assert kube.calls.count(("get", "jobs", "a")) == 5  # each retry read the Job again
+    kube = BusyKube()
+    elastic_objects(kube)
+    kube.conflicts[("jobs", "a")] = 5  # never more than 5 tries: the Conflict comes out
+    result = await resize(kube, SHRINK)
+    assert [type(e) for _, e in result.errors] == [Conflict]
+    assert kube.stored(JOBS, "a", "t")["spec"]["parallelism"] == 8
+
+
+async def test_a_grow_writes_the_job_before_it_removes_the_workloads_record() -> None:
+    """The record went first: a grow whose Job write then failed (or a crash between the two)
+    left the Job small with nothing saying its full size — it was never grown back."""
+    kube = BusyKube()
+    elastic_objects(kube, parallelism=6, notes=SHRUNK)
+    kube.fail[("jobs", "a")] = [RetryableError("PATCH jobs/a: 500", 500, "InternalError")]
+    result = await resize(kube, GROW)
+    assert len(result.errors) == 1
+    assert kube.stored(JOBS, "a", "t")["spec"]["parallelism"] == 6
+    assert workload_notes(kube)[RESIZED_FROM] == "8"  # the next reconcile knows the size
+    assert [p for p, _, _ in kube.patches] == ["jobs"]
+    # the Job written, the Workload's write failing: the record stays, the next grow ends it
+    kube.fail[("workloads", "job-a")] = [RetryableError("PATCH: 500", 500, "InternalError")]
+    result = await resize(kube, GROW)
+    assert len(result.errors) == 1
+    assert kube.stored(JOBS, "a", "t")["spec"]["parallelism"] == 8
+    assert RESIZED_FROM not in job_notes(kube) and workload_notes(kube)[RESIZED_FROM] == "8"
+    result = await resize(kube, GROW)
+    assert not result.errors and RESIZED_FROM not in workload_notes(kube)
+    assert [(r.action, r.written) for r in result.records] == [("grow", True)]
+    assert [(r.action, r.written) for r in (await resize(kube, GROW)).records] == [
+        ("grow", False)]
+
+
+async def test_a_resize_is_recorded_as_written_only_once_it_is_written() -> None:
+    for failing in (("jobs", "a"), ("workloads", "job-a")):
+        kube = BusyKube()
+        elastic_objects(kube)
+        kube.fail[failing] = [PermanentError("PATCH: 403 forbidden", 403, "Forbidden")]
+        result = await resize(kube, SHRINK)
+        assert len(result.errors) == 1
+        assert [r for r in result.records if r.written] == [], failing
+    kube = BusyKube()
+    elastic_objects(kube)
+    dry = await resize(kube, SHRINK, dry_run=True)
+    assert [(r.action, r.written) for r in dry.records] == [("shrink", False)]
+    assert kube.patches == []
+    done = await resize(kube, SHRINK)
+    assert [(r.action, r.written) for r in done.records] == [("shrink", True)]

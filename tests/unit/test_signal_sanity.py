@@ -102,22 +102,14 @@ def client(handler: Any, **kw: Any) -> PrometheusClient:
     return PrometheusClient("http://prom:9090", http, clock=lambda: NOW, sleep=no_sleep, **kw)
 
 
+#: Answers whose elements cannot be told apart (no map, labels not a map of strings): the
+#: whole signal is an error.
 MALFORMED: list[Any] = [
     [{"metric": "rack", "value": [NOW, "1"]}],
     [{"metric": ["rack"], "value": [NOW, "1"]}],
     [{"metric": {"rack": 7}, "value": [NOW, "1"]}],
     [{"metric": {"rack": None}, "value": [NOW, "1"]}],
-    [{"metric": {}, "value": "1"}],
-    [{"metric": {}, "value": [NOW, ["1"]]}],
-    [{"metric": {}, "value": [NOW, True]}],
-    [{"metric": {}, "value": [{"t": 1}, "1"]}],
-    # what Python's float() reads but no Prometheus writes (Go's FormatFloat: ASCII only):
-    # "\u0665\u0660" read as 50 kW, "5_000" as 5,000 (the probe rerun)
-    [{"metric": {}, "value": [NOW, "\u0665\u0660"]}],
-    [{"metric": {}, "value": [NOW, "5_000"]}],
-    [{"metric": {}, "value": [NOW, " 5"]}],
-    [{"metric": {}, "value": [NOW, "infinity"]}],
-    [{"metric": {}, "value": ["\u0661\u0668e8", "5"]}],
+    [{"value": [NOW, "1"]}],
     [None],
     ["x"],
     {"a": 1},
@@ -141,6 +133,76 @@ async def test_malformed_answers_are_one_signal_error(result: Any) -> None:
     r = await read_signals(client(handler), SignalConfig(), Expected(racks=("r0",)))
     assert r.racks["r0"].power_kw.freshness is Freshness.MISSING
     assert "\n" not in r.status[SignalName.RACK_POWER_KW].error
+
+
+#: A sample's ``value`` that is not what Prometheus writes (a JSON list ``[time, "number"]``):
+#: malformed for its own series only.
+MALFORMED_VALUES: list[Any] = [
+    "12",  # unpacked as a pair: time 1, value 2 kW, read as fresh
+    {"1": 0, "7": 0},  # a map unpacked as its keys: 7 kW
+    [NOW, 12],  # a bare number: Prometheus always writes a string
+    [str(NOW), "12"],  # the time as a string
+    [NOW, "12", "x"],
+    [NOW],
+    [],
+    None,
+    "1",
+    [NOW, ["1"]],
+    [NOW, True],
+    [True, "12"],
+    [{"t": 1}, "1"],
+    [NOW, None],
+    # what Python's float() reads but no Prometheus writes (Go's FormatFloat: ASCII only):
+    # "\u0665\u0660" read as 50 kW, "5_000" as 5,000 (the probe rerun)
+    [NOW, "\u0665\u0660"],
+    [NOW, "5_000"],
+    [NOW, " 5"],
+    [NOW, "infinity"],
+    ["\u0661\u0668e8", "5"],
+    [10 ** 400, "5"],
+]
+
+
+@pytest.mark.parametrize("value", MALFORMED_VALUES)
+@pytest.mark.parametrize("in_stamps", [False, True])
+async def test_a_malformed_value_spoils_its_own_series_only(value: Any, in_stamps: bool) -> None:
+    """r0's ``value`` malformed (in the answer, or in the answer of ``timestamp(q)``): r0 reads
+    INVALID (the fail-safe of missing, counted in the status), r1 is used as it is, nothing
+    raises. Unpacked as any pair, ``"12"`` read as a fresh 2 kW; and any other malformed
+    value made the whole signal (every rack) missing."""
+    def handler(req: httpx.Request) -> httpx.Response:
+        q = req.url.params["query"]
+        if "facility_pdu_power_watts" not in q:
+            return answer([])
+        stamps = q.startswith("timestamp(")
+        good = str(NOW - 5) if stamps else "12000"
+        r0 = value if stamps == in_stamps else [NOW, good]
+        return answer([{"metric": {"rack": "r0"}, "value": r0},
+                       {"metric": {"rack": "r1"}, "value": [NOW, good]}])
+
+    samples = await client(handler).query("facility_pdu_power_watts")
+    assert [s.labels["rack"] for s in samples] == ["r0", "r1"]
+    out = await fetch_signals(client(handler), SignalConfig())
+    assert all(f.ok for f in out.values())
+    r = await read_signals(client(handler), SignalConfig(), Expected(racks=("r0", "r1")))
+    assert r.racks["r0"].power_kw.freshness is Freshness.INVALID
+    assert r.racks["r0"].power_kw.value is None
+    assert r.racks["r1"].power_kw.value == 12.0  # W → kW
+    assert r.racks["r1"].power_kw.freshness is Freshness.FRESH
+    st = r.status[SignalName.RACK_POWER_KW]
+    assert (st.fresh, st.invalid, st.missing, st.error) == (1, 1, 0, "")
+    line = next(x for x in status_lines(r) if x.startswith("rack_power_kw"))
+    assert "invalid 1" in line and "FAIL-SAFE" in line
+
+
+async def test_a_scalar_must_be_a_time_and_a_string_too() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        body = {"status": "success", "data": {"resultType": "scalar", "result": "12"}}
+        return httpx.Response(200, content=json.dumps(body).encode(),
+                              headers={"content-type": "application/json"})
+
+    with pytest.raises(PermanentError):
+        await client(handler).query("scalar(up)")
 
 
 async def test_a_huge_number_reads_invalid_not_an_error() -> None:

@@ -62,3 +62,41 @@ def test_the_twin_gives_m2g_its_default_runtime_in_wall_time(tmp_path: Path) -> 
     assert yaml.safe_load(H.site_config(after).read_text())["planner"]["restoreDuringEvents"] \
         is False
     assert S.Scenario.FORECAST in S.GRID_SCENARIOS and H.SCENARIOS[S.Scenario.FORECAST].start
+
+
+def test_a_saved_forecast_snapshot_is_rescored_against_the_same_draw(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``m2g forecast --save-inputs`` writes the snapshot and configuration the forecast is
+    made from; bench/forecast_rescore.py makes it again from them (with the model on the path)
+    and scores it with the twin's figures against a run's samples: the same forecast, the
+    same figures as the twin's report."""
+    import json
+    import pickle
+    from types import SimpleNamespace
+
+    import forecast_rescore
+    from typer.testing import CliRunner
+
+    from m2g_cli import forecast_cmd
+    from m2g_cli.app import app
+    from tests.unit.test_forecast import NOW, QUEUED, RUNNING, snap
+
+    s = snap(RUNNING, QUEUED)
+    monkeypatch.setattr(forecast_cmd, "_view", lambda *a, **k: SimpleNamespace(snapshot=s))
+    monkeypatch.delenv("M2G_CONFIG", raising=False)
+    saved = tmp_path / "inputs.pickle"
+    got = CliRunner().invoke(app, ["forecast", "-o", "json", "--interval", "60", "--hours",
+                                   "0.05", "--save-inputs", str(saved)])
+    assert got.exit_code == 0, got.output
+    made = json.loads(got.output)
+    inputs = pickle.loads(saved.read_bytes())
+    assert inputs["snapshot"] == s and inputs["config"].interval_seconds == 60
+    t0 = NOW.timestamp() - 5.0  # the replay started 5 s before the forecast
+    samples = [(float(t), 150.0) for t in range(5, 5 + 3 * 60, 2)]
+    series = {"t0": t0, "timeScale": 60.0, "siteKw": samples, "driverSamples": []}
+    again = forecast_rescore.rescore(inputs, series)
+    direct = F.figures(made, samples, t0, 60.0, [])
+    assert direct is not None
+    assert again["intervalsCompared"] == direct["intervalsCompared"] == 3
+    assert again["mapePct"] == direct["mapePct"] and again["biasPct"] == direct["biasPct"]
+    assert again["forecastKw"] == [iv["siteKw"] for iv in made["intervals"]]

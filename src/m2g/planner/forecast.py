@@ -31,9 +31,12 @@ Model, per interval of ``interval_seconds`` from ``now``:
   event) saves their kW less the idle kW their GPUs keep drawing, capping the other flexible
   tiers what their flex allowance pays for over the limit's length (``cap_fraction``), new
   work of the gated tiers held at admission (what a pause saves), tier 0 nothing —; it moves
-  at its ramp, a shed shows ``shed_show_seconds`` after it is decided, a restore the lag plus
-  half the Retry hold after (held work is asked, admitted and bound again). The mean kW held
-  down is ``shedKw``;
+  at its ramp, a shed shows ``shed_show_seconds`` after it is decided; while a limit is in
+  force, a restore shows the lag plus half the Retry hold after (held work is asked, admitted
+  and bound again); once the limits lift, what m2g held comes back gradually, 1 − exp(−t /
+  (R + L)) of it t seconds after (``refill_seconds``: R the running work's GPU-weighted mean
+  remaining runtime, as the room held work needs frees up; L the pipeline's lag). The mean kW
+  held down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
   (1 ∓ ``kw_spread``) (unknown runtimes: ``unknown_runtime_spread``);
 * **flexible kW**: per flex tier (1-3), the kW of that tier's running work (what could be shed
@@ -395,7 +398,13 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
         notes.append(f"{len(site.pipe.unbound)} admitted workload(s) not running yet: "
                      f"admission → drawing {site.pipe.lag.total_seconds():.0f} s; new work "
                      f"draws on {site.draw_share:.0%} of the GPUs it holds")
-    sheds = _pace(cfg, central, limits, site.pipe.lag, offset)
+    refill = refill_seconds(snap, cfg, site)
+    if any(lim is not None for row in limits for lim in row):
+        lag = site.pipe.lag.total_seconds()
+        notes.append(f"after a limit, held work refills with a time constant of {refill:.0f} s "
+                     f"(the running work's mean remaining runtime {refill - lag:.0f} s + "
+                     f"admission → drawing {lag:.0f} s)")
+    sheds = _pace(cfg, central, limits, site.pipe.lag, offset, refill)
     out: list[Interval] = []
     for i in range(n):
         shed = sheds[i]
@@ -427,8 +436,19 @@ def _longest_episode(limits: list[list[_Limit | None]], dt: float) -> float:
     return best * dt
 
 
+def refill_seconds(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site) -> float:
+    """The time constant of the refill after a limit lifts: R + L, R the GPU-weighted mean
+    remaining runtime of the admitted work at ``now`` (the room the work m2g held needs back
+    frees up as it ends: Kueue re-admits held work into whole cliques, not into the scattered
+    GPUs a pause left), L the pipeline's lag (admission → drawing)."""
+    jobs, _ = _running(snap, cfg, site, 1.0, 1.0)
+    gpus = sum(j.gpus for j in jobs)
+    left = sum(j.gpus * max(0.0, (j.end - snap.now).total_seconds()) for j in jobs)
+    return (left / gpus if gpus > 0 else 0.0) + site.pipe.lag.total_seconds()
+
+
 def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
-          lag: timedelta, offset: float) -> list[float]:
+          lag: timedelta, offset: float, refill: float = 0.0) -> list[float]:
     """The mean kW m2g holds down in each interval for the limits, as m2g does it.
 
     In each time step (``substeps`` per interval) the kW m2g wants off the site are what it
@@ -437,9 +457,12 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     planner's ``shed_saving_fraction`` —, capping the others what their flex allowance pays
     for, tier 0 nothing). m2g moves towards that at its ramp (``ramp_kw_per_second``, both
     ways); a shed shows in the site's draw ``shed_show_seconds`` (at most ``settle_seconds``)
-    after it is decided (the pods stop, the caps act), a restore only after the pipeline's
-    ``lag`` plus, on average, half of ``max_retry_hold_seconds`` (held work is asked again,
-    admitted again and bound again): kW decided off stay off in the draw until then."""
+    after it is decided (the pods stop, the caps act); while a limit is in force, a restore
+    only after the pipeline's ``lag`` plus, on average, half of ``max_retry_hold_seconds``
+    (held work is asked again, admitted again and bound again): kW decided off stay off in
+    the draw until then. Once no limit is in force, of the kW held when the last one lifted,
+    1 − exp(−t / ``refill``) are back t seconds after (means over each time step; ``refill``:
+    ``refill_seconds``, 0 = at once)."""
     p = cfg.planner
     steps = max(1, cfg.substeps)
     dt = cfg.interval_seconds / steps
@@ -450,6 +473,15 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     decided: list[float] = []
     shown: list[float] = []
     out: list[float] = []
+    lifted = 0.0  # kW held when the last limit lifted
+    since = 0  # time steps since then
+
+    def back(k: int) -> float:
+        """The share of ``lifted`` still held in the k-th step after the lift (its mean)."""
+        if refill <= 0:
+            return 0.0
+        return refill / dt * (math.exp(-k * dt / refill) - math.exp(-(k + 1) * dt / refill))
+
     for i, row in enumerate(limits):
         c = run.site[i] + offset
         total = 0.0
@@ -463,8 +495,13 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
             decided.append(prev + max(-step_kw, min(step_kw, want - prev)))
             j = len(decided) - 1 - shed_delay
             shown.append(decided[j] if j >= 0 else 0.0)
-            window = shown[max(0, len(shown) - 1 - back_delay):]
-            total += min(max(window), run.reach(i, 1, None, firm))  # what the levers hold
+            if lim is not None:
+                window = shown[max(0, len(shown) - 1 - back_delay):]
+                held, lifted, since = max(window), max(window), 0
+            else:  # the limit lifted: held work refills gradually (``refill``)
+                held = lifted * back(since)
+                since += 1
+            total += min(held, run.reach(i, 1, None, firm))  # what the levers hold
         out.append(total / steps)
     return out
 

@@ -84,6 +84,8 @@ class InputBuilder:
         self._base: PolicyInput | None = None
         self._racks_under: dict[str, list[str]] | None = None
         self._covered: dict[str, dict[str, DomainView]] = {}
+        self._cliques_under: dict[str, list[str]] | None = None  # parent → its cliques' names
+        self._position: dict[str, int] = {}  # a domain's place in ``domains``
 
     def queue(self, name: str) -> QueueView:
         if name not in self._qviews:
@@ -137,15 +139,23 @@ class InputBuilder:
                 for key in {r.power_domain, r.block, r.name} - {""}:
                     self._racks_under.setdefault(key, []).append(r.name)
         if name not in self._covered:
+            if self._cliques_under is None:  # once per snapshot, not two passes per flavor
+                self._cliques_under = {}
+                self._position = {}
+                for i, (k, d) in enumerate(doms.items()):
+                    self._position[k] = i
+                    if d.kind is DomainKind.CLIQUE:
+                        self._cliques_under.setdefault(d.parent, []).append(d.name)
             keep: set[str] = set()
             for start in (name, *self._racks_under.get(name, ())):
                 n = start
                 while n in doms and n not in keep:
                     keep.add(n)
                     n = doms[n].parent
-            keep |= {d.name for d in doms.values() if d.parent in keep
-                     and d.kind is DomainKind.CLIQUE}
-            self._covered[name] = {k: v for k, v in doms.items() if k in keep}
+            keep.update(*(self._cliques_under.get(k, ()) for k in list(keep)))
+            position = self._position  # in the order of ``domains``, as a filter of it keeps
+            self._covered[name] = {k: doms[k] for k in sorted(
+                (k for k in keep if k in position), key=position.__getitem__)}
         return self._covered[name]
 
     def for_queue(self, q: QueueState) -> PolicyInput:
