@@ -129,3 +129,99 @@ def test_the_firm_gates_reach_over_the_flexible_work_is_the_full_scan(seed: int)
 def test_the_random_snapshots_reach_the_flexible_subset() -> None:
     snaps = [_snapshot(s) for s in range(60)]
     assert sum(1 for s in snaps if reach_kw(s, CFG) > settling_kw(s, CFG)) > 10
+
+
+# ---- the admitted subset (2026-12-06): the Preemption stage's input, the cap ladders, the
+# node limits and the drawing workloads by key read it instead of every workload ----------
+
+
+def _with_twins(snap: ClusterSnapshot, seed: int) -> ClusterSnapshot:
+    """``snap`` with some workloads' keys taken again by workloads of another phase (never
+    in a snapshot built from the API's objects; ``ClusterSnapshot`` does not forbid it), so
+    that a selection assuming one workload per key would differ."""
+    rng = random.Random(seed)
+    ws = list(snap.workloads)
+    for w in list(ws):
+        if rng.random() < 0.3:
+            twin = replace(w, phase=rng.choice([p for p in Phase if p is not w.phase]))
+            ws.insert(rng.randrange(len(ws) + 1), twin)
+    return replace(snap, workloads=tuple(ws))
+
+
+def _snapshots() -> list[ClusterSnapshot]:
+    out = []
+    for seed in range(60):
+        snap = _snapshot(seed)
+        out += [snap, _with_twins(snap, seed)]
+    return out
+
+
+def _old_exclusive(snap: ClusterSnapshot) -> frozenset[str]:
+    admitted = {w.key for w in snap.workloads if w.phase is Phase.ADMITTED}
+    owner: dict[str, str] = {}
+    crowded: set[str] = set()
+    for key, nodes in snap.placements.items():
+        if key in admitted:
+            for n in nodes:
+                if owner.setdefault(n, key) != key:
+                    crowded.add(n)
+    return frozenset(k for k in admitted if (on := snap.placements.get(k))
+                     and crowded.isdisjoint(on))
+
+
+def _old_ladder_workloads(snap: ClusterSnapshot, alone: frozenset[str]) -> list[WorkloadState]:
+    """The workloads the cap ladders looked at before: every one, in order, whose key is
+    alone on its nodes (and the other tests of ``Ladders`` that come before its levels)."""
+    return [w for w in snap.workloads if w.view.flex_tier > 0 and w.view.gpus > 0
+            and w.key in alone and (snap.live_pods is None or w.key in snap.live_pods)]
+
+
+@pytest.mark.parametrize("snap", _snapshots())
+def test_the_admitted_subset_stands_for_the_full_scans(snap: ClusterSnapshot) -> None:
+    from m2g.planner import curtail
+    from m2g.planner.shedding import drawing_by_key
+
+    subsets = sparse.of(snap)
+    assert subsets.admitted == tuple(w for w in snap.workloads if w.phase is Phase.ADMITTED)
+    assert subsets.unique is (len({w.key for w in snap.workloads}) == len(snap.workloads))
+    alone = curtail.exclusive_workloads(snap)
+    assert alone == _old_exclusive(snap)
+    results = {w.key: None for w in snap.workloads if w.phase is Phase.ADMITTED}
+    got, want = drawing_by_key(snap, results), {
+        w.key: w for w in snap.workloads if w.key in results and drawing(w, snap)}
+    assert list(got) == list(want) and all(got[k] is want[k] for k in want)
+    seen: list[WorkloadState] = []
+    real = curtail._levels
+    try:  # the workloads Ladders looks at, in its order
+        curtail._levels = lambda w, *a: seen.append(w) or real(w, *a)  # type: ignore[assignment,func-returns-value]
+        curtail.Ladders(InputBuilder(snap), CFG, {})
+    finally:
+        curtail._levels = real
+    assert [id(w) for w in seen] == [id(w) for w in _old_ladder_workloads(snap, alone)]
+    fraction = {w.key: w.power_cap for w in snap.workloads if w.phase is Phase.ADMITTED}
+    got_fraction = {w.key: w.power_cap for w in subsets.admitted}  # node_limit_updates'
+    assert list(got_fraction.items()) == list(fraction.items())
+
+
+def test_the_twins_make_the_guard_matter() -> None:
+    """Among the snapshots with twins, some have a twin of another phase that a selection of
+    the admitted ones alone would miss (or take) in the drawing workloads or the ladders."""
+    from m2g.planner import curtail
+    from m2g.planner.shedding import drawing_by_key
+
+    differs = 0
+    assert sum(1 for snap in _snapshots() if _old_ladder_workloads(
+        snap, curtail.exclusive_workloads(snap))) > 10
+    for snap in _snapshots():
+        if sparse.of(snap).unique:
+            continue
+        results = {w.key: None for w in snap.workloads if w.phase is Phase.ADMITTED}
+        naive = {w.key: w for w in sparse.of(snap).admitted
+                 if w.key in results and drawing(w, snap)}
+        alone = curtail.exclusive_workloads(snap)
+        naive_ladder = [w for w in _old_ladder_workloads(snap, alone)
+                        if w.phase is Phase.ADMITTED]
+        if list(naive.items()) != list(drawing_by_key(snap, results).items()) or \
+                naive_ladder != _old_ladder_workloads(snap, alone):
+            differs += 1
+    assert differs > 5
