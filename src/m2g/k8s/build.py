@@ -121,6 +121,9 @@ class SnapshotMemo:
     #: is the same object (none changed: ``_facts`` keeps them), worked out anew otherwise.
     derived: dict[str, tuple[list[PodFacts], list[WorkloadLinks] | None, Any, Any]] = field(
         default_factory=dict)
+    #: The Workloads' names as the last snapshot read them, and in sorted order
+    #: (``sorted_names``).
+    workload_order: tuple[list[str], list[str]] = ([], [])
 
 
 T = TypeVar("T")
@@ -223,6 +226,26 @@ class _Pods:
         facts = self.pods
         return self._derived("checkpoints", facts, links, None,
                              lambda: pod_checkpoints_of(facts, links))
+
+
+def sorted_names(objs: Mapping[str, Any], kept: tuple[list[str], list[str]]
+                 ) -> tuple[list[str], tuple[list[str], list[str]]]:
+    """``sorted(objs)``, and what to keep for the next call (``kept``: the last call's). The
+    same names in the same order as last time: the order kept (the watch cache's dict keeps
+    its order while objects only change); otherwise the names kept in order that are still
+    there, then the new ones, sorted (a sorted run and a short tail: linear for the sort).
+    Sorting 100,000 names in the order they arrived cost ~0.25 s CPU (2026-12-06)."""
+    names = list(objs)
+    last, order = kept
+    if names == last:
+        return order, kept
+    if last:
+        present = set(names)
+        old = set(last)
+        order = sorted([n for n in order if n in present] + [n for n in names if n not in old])
+    else:
+        order = sorted(names)
+    return order, (names, order)
 
 
 def _same_objects(a: list[Any], b: list[Any]) -> bool:
@@ -490,7 +513,12 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
     pod_reports = iso.one("Pod", {"metadata": {"name": "*"}},
                           lambda _: (pods or _Pods(objs, None)).checkpoints()) or {}
-    for wname, o in sorted(objs.workloads.items()):
+    order, kept_order = sorted_names(objs.workloads,
+                                     memo.workload_order if memo is not None else ([], []))
+    if memo is not None:
+        memo.workload_order = kept_order
+    for wname in order:
+        o = objs.workloads[wname]
         meta = o.get("metadata") or {}
         wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
         whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
