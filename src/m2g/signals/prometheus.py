@@ -29,9 +29,9 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -43,6 +43,24 @@ from m2g.signals.sample import Sample
 from m2g.signals.sanity import MAX_FUTURE_SECONDS
 
 Clock = Callable[[], float]
+T = TypeVar("T")
+
+#: Series handled between two yields to the event loop: an answer of many series is read in
+#: steps of this many (~10 ms of CPU each), so it never holds the lease renewal, the admission
+#: answers or the watches for the whole read, and a read cancelled by its caller's bound (the
+#: controller's 10 s) stops at the next step instead of running to the end.
+PARSE_CHUNK = 500
+
+
+async def _chunked(items: Iterable[T]) -> list[T]:
+    """``list(items)``, yielding to the event loop every ``PARSE_CHUNK`` items (``items`` is
+    lazy: the work of each item is done here, between the yields)."""
+    out: list[T] = []
+    for item in items:
+        out.append(item)
+        if len(out) % PARSE_CHUNK == 0:
+            await asyncio.sleep(0)
+    return out
 
 
 #: The errors of this client are m2g's one family (m2g.errors): retryable (unreachable, timed
@@ -120,13 +138,14 @@ def _labels(metric: Any) -> dict[str, str] | None:
     return metric
 
 
-def _stamps(stamps: list[Sample]) -> dict[tuple[tuple[str, str], ...], float]:
-    """The answer of ``timestamp(q)`` by label set; a label set answered twice with different
-    stamps is unknown (NaN): which one belongs to the value cannot be told."""
+def _stamps(stamps: Iterable[tuple[tuple[tuple[str, str], ...], float]]
+            ) -> dict[tuple[tuple[str, str], ...], float]:
+    """The answer of ``timestamp(q)`` (each sample's ``identity()`` and value) by label set; a
+    label set answered twice with different stamps is unknown (NaN): which one belongs to the
+    value cannot be told."""
     out: dict[tuple[tuple[str, str], ...], float] = {}
-    for s in stamps:
-        key = s.identity()
-        out[key] = s.value if key not in out or out[key] == s.value else math.nan
+    for key, value in stamps:
+        out[key] = value if key not in out or out[key] == value else math.nan
     return out
 
 
@@ -170,6 +189,9 @@ class PrometheusClient:
     jitter: Callable[[], float] = field(default=random.random)
     #: The largest answer read (bytes); a larger or endless body fails this signal.
     max_response_bytes: int = 64 << 20
+    #: Held while an answer is decoded and read: the signals' answers are read one after the
+    #: other, so a step of one (not one step of each) is all the event loop waits for.
+    _reading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def query(self, promql: str, at: float | None = None) -> list[Sample]:
         """Evaluate ``promql`` as an instant query at ``at`` (Unix s; default: server's now),
@@ -206,7 +228,11 @@ class PrometheusClient:
         except httpx.TransportError as exc:
             reason = str(exc) or type(exc).__name__
             raise RetryableError(f"{where} is unreachable: {reason}") from None
-        body = self._json(resp, where)
+        async with self._reading:  # one answer decoded and read at a time (see PARSE_CHUNK)
+            return await self._answer(resp, where, promql)
+
+    async def _answer(self, resp: httpx.Response, where: str, promql: str) -> list[Sample]:
+        body = self._json(resp, where)  # holds the loop ~25 ms a MiB (maxResponseBytes)
         if resp.status_code >= 500:
             raise RetryableError(
                 f"{where} failed with HTTP {resp.status_code}: {self._why(body, resp)}")
@@ -220,7 +246,7 @@ class PrometheusClient:
             if body.get("errorType") in ("timeout", "canceled", "unavailable", "internal"):
                 raise RetryableError(f"{where} could not answer {promql!r}: {why}")
             raise PermanentError(f"{where} refused {promql!r} (HTTP {resp.status_code}): {why}")
-        return self._parse(body.get("data"), promql)
+        return await _chunked(self._samples(body.get("data"), promql))
 
     async def query_with_age(self, promql: str, at: float | None = None) -> list[Sample]:
         """``query`` plus ``timestamp(promql)`` at the same instant, so that each sample carries
@@ -231,8 +257,9 @@ class PrometheusClient:
         when = self.clock() if at is None else at
         values, stamps = await asyncio.gather(
             self.query(promql, when), self.query(f"timestamp({promql})", when))
-        scraped = _stamps(stamps)
-        return [Sample(s.labels, s.value, _scraped_at(s, scraped, when)) for s in values]
+        scraped = _stamps(await _chunked((s.identity(), s.value) for s in stamps))
+        return await _chunked(Sample(s.labels, s.value, _scraped_at(s, scraped, when))
+                              for s in values)
 
     async def _bounded_get(self, url: str, params: dict[str, str], where: str
                            ) -> httpx.Response:
@@ -273,6 +300,13 @@ class PrometheusClient:
 
     @staticmethod
     def _parse(data: Any, promql: str) -> list[Sample]:
+        """The samples of an answer's ``data`` (all at once: ``query`` reads them in steps)."""
+        return list(PrometheusClient._samples(data, promql))
+
+    @staticmethod
+    def _samples(data: Any, promql: str) -> Iterator[Sample]:
+        """The samples of an answer's ``data``, one at a time; a ``PermanentError`` for an
+        answer a signal cannot use."""
         if not isinstance(data, dict):
             raise PermanentError(f"no data in the Prometheus response to {promql!r}")
         kind, result = data.get("resultType"), data.get("result")
@@ -280,12 +314,12 @@ class PrometheusClient:
             pair = _pair(result)
             if pair is None:
                 raise PermanentError(f"malformed scalar in the answer to {promql!r}")
-            return [Sample({}, pair[1], pair[0])]
+            yield Sample({}, pair[1], pair[0])
+            return
         if kind != "vector" or not isinstance(result, list):
             raise PermanentError(
                 f"{promql!r} returned a {kind or 'missing'} result; a signal needs an instant "
                 "vector (drop any [range] selector)")
-        out: list[Sample] = []
         for item in result:
             if not isinstance(item, dict) or "metric" not in item:
                 raise PermanentError(f"malformed vector element in the answer to {promql!r}")
@@ -296,8 +330,7 @@ class PrometheusClient:
             pair = _pair(item.get("value"))
             # a malformed value spoils its own series only: NaN reads INVALID (fail-safe)
             ts, val = pair if pair is not None else (math.nan, math.nan)
-            out.append(Sample(labels, val, ts))
-        return out
+            yield Sample(labels, val, ts)
 
 
 async def fetch_signals(client: PrometheusClient, config: SignalConfig,
@@ -317,7 +350,8 @@ async def fetch_signals(client: PrometheusClient, config: SignalConfig,
                 f"unexpected answer to {spec.query!r}: {type(exc).__name__}: "
                 f"{' '.join(str(exc).split())[:200]}"))
         if spec.scale != 1.0:
-            samples = [Sample(s.labels, s.value * spec.scale, s.timestamp) for s in samples]
+            samples = await _chunked(Sample(s.labels, s.value * spec.scale, s.timestamp)
+                                     for s in samples)
         # NaN, ±Inf and out-of-range values are kept: m2g.signals.sanity makes them INVALID
         return SignalFetch(name, tuple(samples))
 
