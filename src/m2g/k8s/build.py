@@ -138,26 +138,35 @@ def _facts(objs: Mapping[str, Obj], convert: Any, kept: dict[str, tuple[str, Any
     object raises (the caller then reads the objects as before: the same result, rejections
     included)."""
     out: list[Any] = []
-    fresh: dict[str, tuple[str, Any]] = {}
+    fresh: dict[str, tuple[str, Any]] = {}  # the entries that change (a hit's stays as it is)
     old = kept if kept is not None else {}
+    get, append = old.get, out.append
+    hits = 0
     try:
         for key, o in objs.items():
             rv = str((o.get("metadata") or {}).get("resourceVersion") or "")
-            hit = old.get(key) if rv else None
+            hit = get(key) if rv else None
             if hit is not None and hit[0] == rv:
+                hits += 1
+                append(hit[1])
+                continue
+            got = convert(o)
+            if keep_equal and hit is not None and got == hit[1]:
                 got = hit[1]
-            else:
-                got = convert(o)
-                if keep_equal and hit is not None and got == hit[1]:
-                    got = hit[1]
             if rv:
                 fresh[key] = (rv, got)
-            out.append(got)
+            append(got)
     except Exception:
         return None
-    if kept is not None:
-        kept.clear()
+    if kept is not None:  # updated in place (160,000 entries were rebuilt every snapshot)
         kept.update(fresh)
+        # the hits' keys and the fresh ones are all kept; anything more is an object gone,
+        # or read now without a resourceVersion
+        if len(kept) != hits + len(fresh):
+            versioned = {k for k, o in objs.items()
+                         if str((o.get("metadata") or {}).get("resourceVersion") or "")}
+            for k in [k for k in kept if k not in versioned]:
+                del kept[k]
     return out
 
 
