@@ -280,7 +280,7 @@ def _ahead(factory: FactorySnapshot, limit: float, config: PlannerConfig) -> str
 
 def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, PreemptionResult]:
     """The Preemption stage for every admitted workload, once per reconcile (one batch)."""
-    running = sparse.of(builder.snap).admitted
+    running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
     if not running:
         return {}
     results = evaluator.preemption_items(builder.base(), builder.items(running))
@@ -311,7 +311,8 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
     The Preemption stage's ``minCap`` bounds each job's caps. The last part: the words for
     the drawing workloads a Preemption policy failed on ("" when none)."""
     results = _preemption(evaluator, builder)
-    by_key = drawing_by_key(builder.snap, results)
+    by_key = {w.key: w for w in builder.snap.workloads
+              if w.key in results and drawing(w, builder.snap)}
     failed = _failed_on(results, by_key)
     groups = candidates(config, results, by_key)  # once: the rounds differ only in `paused`
     if not config.power_caps:
@@ -347,18 +348,6 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
         used += c.kw
         sheds.append(_pause(c, need, by_key))
     return sheds, caps, resizes, failed
-
-
-def drawing_by_key(snap: ClusterSnapshot, results: Mapping[str, object]
-                   ) -> dict[str, WorkloadState]:
-    """The workloads with a key in ``results`` (the Preemption stage's: the admitted ones)
-    that are ``drawing``, by key: looked for among the admitted workloads alone when no two
-    workloads share a key (else among all, as a workload of another phase may have an
-    admitted one's key)."""
-    subsets = sparse.of(snap)
-    live = snap.live_pods  # ``drawing``, inline: 60,000 calls at 1,400 racks
-    return {w.key: w for w in (subsets.admitted if subsets.unique else snap.workloads)
-            if w.key in results and (live is None or w.key in live)}
 
 
 def _fits(total: float, step: float, has_any: bool, config: PlannerConfig) -> bool:

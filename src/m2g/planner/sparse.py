@@ -42,20 +42,11 @@ class Sparse:
     #: admitted, flex tier 1 and up and not shed by m2g: the running flexible work pausing
     #: could still free kW from (``reach_kw`` before its tier and ``drawing`` tests)
     flexible: tuple[WorkloadState, ...]
-    #: admitted (``Phase.ADMITTED``): the Preemption stage's input, the cap ladders, the node
-    #: limits (each scanned all workloads for these; ~60,000 of 100,000 at 1,400 racks)
-    admitted: tuple[WorkloadState, ...] = ()
 
     @cached_property
     def by_key(self) -> dict[str, WorkloadState]:
         """Every workload by key (the last of equal keys, as a dict comprehension keeps)."""
         return {w.key: w for w in self.workloads}
-
-    @cached_property
-    def unique(self) -> bool:
-        """No two workloads share a key (a snapshot built from the API's objects never has
-        two): then a workload whose key an admitted one has is that admitted one."""
-        return len(self.by_key) == len(self.workloads)
 
 
 def of(snap: ClusterSnapshot) -> Sparse:
@@ -76,11 +67,8 @@ def select(snap: ClusterSnapshot) -> Sparse:
     stamped: list[WorkloadState] = []
     flight: list[WorkloadState] = []
     flexible: list[WorkloadState] = []
-    running: list[WorkloadState] = []
     admitted = Phase.ADMITTED
     for w in snap.workloads:
-        if w.phase is admitted:
-            running.append(w)
         if w.shed_by_m2g:
             shed.append(w)
         elif w.phase is admitted and w.view.flex_tier >= 1:
@@ -94,4 +82,4 @@ def select(snap: ClusterSnapshot) -> Sparse:
                 w.phase is admitted and w.admitted_at is not None and w.key not in bound):
             flight.append(w)
     return Sparse(snap.workloads, tuple(shed), tuple(capped), tuple(stamped), tuple(flight),
-                  tuple(flexible), tuple(running))
+                  tuple(flexible))
