@@ -123,6 +123,8 @@ class PlannerSettings(BaseModel):
     headroom_event_min_tier: int | None = Field(default=None, ge=0, le=4)
     #: ... and firm work during an event only while m2g can still make room for it.
     hold_firm_beyond_reach: bool | None = None
+    #: ... and, while paused work waits to come back during an event, only beyond its kW.
+    restore_before_firm: bool | None = None
     #: A held-back preemptor keeps its quota while its victims wait, up to this long (0: off).
     preemptor_hold_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: A gang split over NVLink domains though it fits in one gets Retry while it has waited
