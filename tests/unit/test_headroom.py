@@ -105,9 +105,11 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
     assert states(job("y", 1)) == [CheckState.READY, CheckState.RETRY]  # flex-1: not paused
     shed = replace(flex, phase=Phase.INACTIVE, shed_by_m2g=True,
                    shed_at=NOW - timedelta(seconds=600))  # long paused: in the meter already
-    assert states(shed) == [CheckState.READY, CheckState.RETRY]
+    # (paused work waiting to come back holds new firm work: restore_before_firm, below)
+    unheld = replace(CFG, restore_before_firm=False)
+    assert states(shed, cfg=unheld) == [CheckState.READY, CheckState.RETRY]
     settling = replace(shed, shed_at=NOW - timedelta(seconds=5), holds_quota=True)
-    assert states(settling) == [CheckState.READY, CheckState.READY]  # not in the meter yet
+    assert states(settling, cfg=unheld) == [CheckState.READY, CheckState.READY]  # not metered
     over = replace(f, grid_events=tuple(replace(e, end=NOW - timedelta(seconds=1))
                                         for e in f.grid_events))
     assert states(fac=over) == [CheckState.READY, CheckState.READY]  # no event: never held
@@ -117,6 +119,47 @@ def test_during_an_event_firm_work_waits_for_room_m2g_can_still_make() -> None:
     held = share([ready(w) for w in firm], s, CFG)[1]
     assert "firm work waits for room m2g can make" in held.message
     assert "can free only 0 kW more" in held.message
+
+
+def test_during_an_event_paused_work_comes_back_before_new_firm_work() -> None:
+    """While work m2g paused waits to come back during an event, new firm work starts only
+    in the room beyond the paused work's kW (restore_before_firm): the room that jobs
+    finishing free goes to the paused work first (the 23rd session's twin: ~24 firm
+    arrivals took it while the paused flex-2/3 work waited out the event). Before, firm
+    work took the room (and the restore margin) first."""
+    firm = [pending(f"f{i}", 0, priority=2 - i) for i in range(2)]
+    paused = replace(job("p", 2, gpus=8), phase=Phase.INACTIVE, shed_by_m2g=True,
+                     shed_at=NOW - timedelta(seconds=600))
+    kw, back = workload_kw(firm[0], CFG), workload_kw(paused, CFG)
+
+    def states(draw: float, *others: WorkloadState, cfg: PlannerConfig = CFG,
+               limit: float = LIMIT) -> list[CheckState]:
+        s = ClusterSnapshot(factory(draw, limit), (*firm, *others))
+        return [u.state for u in share([ready(w) for w in firm], s, cfg)]
+
+    # room under the limit itself for one firm job and a half (firm work may use the
+    # restore margin), none beyond the paused kW
+    draw = LIMIT - 1.5 * kw
+    assert states(draw) == [CheckState.READY, CheckState.RETRY]  # nothing paused: as before
+    assert states(draw, paused) == [CheckState.RETRY, CheckState.RETRY]
+    assert states(draw, paused, cfg=replace(CFG, restore_before_firm=False)) == [
+        CheckState.READY, CheckState.RETRY]
+    # room under the restore margin for the paused work and one firm job and a half beyond
+    # it: the first firm job starts
+    assert states(room_for(1, firm[0]) - back, paused) == [CheckState.READY, CheckState.RETRY]
+    # drained for maintenance, not paused for power: not waited for
+    drained = replace(paused, drained_for="maintenance/w")
+    assert states(draw, drained) == [CheckState.READY, CheckState.RETRY]
+    # shed work returns only after the event (restore_during_events off): not waited for
+    assert states(draw, paused, cfg=replace(CFG, restore_during_events=False)) == [
+        CheckState.READY, CheckState.RETRY]
+    # outside an event firm work is never held
+    s = ClusterSnapshot(replace(factory(draw), grid_events=()), (*firm, paused))
+    assert [u.state for u in share([ready(w) for w in firm], s, CFG)] == [CheckState.READY] * 2
+    held = share([ready(w) for w in firm], ClusterSnapshot(factory(draw), (*firm, paused)),
+                 CFG)[0]
+    assert held.policy == POLICY and f"the work m2g paused ({back:.0f} kW) comes back first" \
+        in held.message
 
 
 def test_a_deferred_workload_keeps_its_retry_and_restores_spend_first() -> None:

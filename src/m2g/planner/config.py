@@ -78,6 +78,14 @@ class PlannerConfig:
     #: firm work, but once it is all paused firm work waits for room. False: firm work is
     #: never held (as before 2026-12-04).
     hold_firm_beyond_reach: bool = True
+    #: ... and while work m2g paused for power waits to come back during an active grid
+    #: event (``restore_during_events``), new firm work starts only in the room left beyond
+    #: that paused work's kW: paused work first, as restores come before cap lifts. The
+    #: room jobs finishing free went to new firm work first: in a 16-rack twin event
+    #: (2026-12-06, 23rd session) ~24 firm arrivals (~590 kW estimated) were admitted into
+    #: it while the ~29 paused flex-2/3 jobs (~280 kW) waited out the whole event (flex 2 /
+    #: 3 kept 0.04 / 0.07 of their work). False: firm work is not held for paused work.
+    restore_before_firm: bool = True
     #: Kueue v0.19 keeps a workload's quota reserved until a Retry's requeueAfterSeconds has
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.

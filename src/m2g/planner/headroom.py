@@ -21,7 +21,9 @@ policies:
   250–490 kW, while its flex-2/3 work was paused 85–89 % of the event; 0 holds firm work
   too); the others (firm work) spend the room first and are held back only during an
   active event, when even pausing the running flexible work would not make room for them
-  (``hold_firm_beyond_reach``, ``_firm_reach``);
+  (``hold_firm_beyond_reach``, ``_firm_reach``) — and, while work m2g paused waits to come
+  back, whenever the room beyond that paused work's kW does not hold them
+  (``restore_before_firm``, ``paused_kw``: paused work first);
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
   for them: admitted while the room, theirs counted, is not negative), then the others,
   highest priority first, then the longest waiting (``wait_seconds``: a small job arriving
@@ -159,14 +161,17 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     ready.sort()  # the index is unique: the workloads themselves are never compared
     room, admitted = head.room - spent, 0
     held: list[tuple[int, WorkloadState, float, bool]] = []  # (index, workload, kW, firm)
-    reach = _firm_reach(snap, config, not ready[0][0] if ready else False, bool(head.unknown))
+    any_firm = not ready[0][0] if ready else False
+    reach = _firm_reach(snap, config, any_firm, bool(head.unknown))
+    paused = paused_kw(snap, config) if reach is not None else 0.0
     margin = head.limit * config.restore_margin  # firm work may use it: the limit is the limit
     firm_held = False  # a firm job held keeps the room: flexible work gets none before it
     for gated, fresh, _, _, i, w in ready:  # firm work first (the sort)
         full = workload_kw(w, config)
         kw = full if fresh else 0.0
         firm = not gated
-        if (firm and (reach is None or kw <= room + margin + reach)) or (
+        if (firm and (reach is None or (kw <= room + margin + reach if paused <= 0 else
+                                        kw <= room - paused and room >= 0))) or (
                 not firm and not firm_held and kw <= room and room >= 0):
             room -= kw
             admitted += 1
@@ -176,7 +181,7 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     if not held:
         return list(updates)
     out: list[CheckUpdate | None] = list(updates)
-    hold = _Holds(head, admitted, config, reach)
+    hold = _Holds(head, admitted, config, reach, paused)
     for i, w, kw, firm in held:  # already deferred by m2g: dropped (its Retry stands)
         out[i] = None if w.check_state is CheckState.RETRY else hold.of(updates[i], kw, firm)
     return [u for u in out if u is not None]
@@ -198,6 +203,20 @@ def alone(snap: ClusterSnapshot, w: WorkloadState,
                         state=CheckState.READY, message="")
     out = share([ready], alone_snap, config)
     return out[0] if out and out[0].state is CheckState.RETRY else None
+
+
+def paused_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
+    """The kW of the work m2g paused for power that waits to come back (deactivated by m2g,
+    not drained for maintenance), while an active grid event lets it come back
+    (``restore_during_events``) and ``restore_before_firm`` holds new firm work for it; else 0.
+    New firm work during the event then starts only in the room beyond it: the room jobs
+    finishing free goes to the paused work first (m2g.planner.shedding restores it)."""
+    event = snap.factory.grid_event()
+    if not (config.restore_before_firm and config.restore_during_events
+            and event is not None and event.active(snap.now)):
+        return 0.0
+    return sum(workload_kw(w, config) for w in sparse.of(snap).shed
+               if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE)
 
 
 def _firm_reach(snap: ClusterSnapshot, config: PlannerConfig, firm: bool,
@@ -225,8 +244,8 @@ class _Holds:
     ``reach``, what m2g can still free for it during an event, is said; else not)."""
 
     def __init__(self, head: Headroom, admitted: int, config: PlannerConfig,
-                 reach: float | None) -> None:
-        self.head, self.admitted, self.reach = head, admitted, reach
+                 reach: float | None, paused: float = 0.0) -> None:
+        self.head, self.admitted, self.reach, self.paused = head, admitted, reach, paused
         self.wait = min(config.headroom_retry_seconds, config.max_retry_hold_seconds)
         self.rule = RULE_UNKNOWN if head.unknown else RULE
         self._why: dict[tuple[str, bool], str] = {}  # by the kW as the message says it
@@ -249,7 +268,10 @@ class _Holds:
             return _unknown_why(kw, head, self.admitted, reach, wait)
         freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
                     f"running flexible work can free only {reach:.0f} kW more"
-                    if reach is not None else "")
+                    if reach is not None and self.paused <= 0 else "")
+        if reach is not None and self.paused > 0:
+            freeable = (f"; during the grid event the work m2g paused ({self.paused:.0f} kW) "
+                        "comes back first: new firm work starts only in the room beyond it")
         return (f"site headroom: {kw:.0f} kW does not fit in what is left of "
                 f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
                 f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
