@@ -16,7 +16,7 @@ import typer
 
 from m2g.policy import Evaluator, PolicySet, PolicySetError, Stage, build, read_dir
 from m2g.policy.errors import EngineUnavailable
-from m2g.policy.loader import Sources
+from m2g.policy.loader import Sources, object_name_problems
 from m2g.policy.runtime import ENGINES, Runtime, make_runtime
 from m2g.policy.scanlint import scan_warnings
 from m2g.policy.testing import run_tests
@@ -60,11 +60,18 @@ def lint(
     directory: Annotated[Path, typer.Argument(help="Folder (or file) of policies and tests")],
     engine: EngineOpt = None,
 ) -> None:
-    """Parse, type-check and compile every policy; one line per problem (FILE:LINE: policy/rule).
-    Warnings (exit code 0): expressions that scan the factory once per workload."""
+    """Parse, type-check and compile every policy; one line per problem (FILE:LINE: policy/rule),
+    a Policy name the API server refuses included. Warnings (exit code 0): expressions that
+    scan the factory once per workload."""
     runtime = _runtime(engine, 1)
     sources = read_dir(directory)
     pset = _build_or_exit(sources, runtime, f"problem(s) in {directory}")
+    names = object_name_problems(sources)
+    for problem in names:
+        typer.echo(problem.render())
+    if names:
+        _err(f"{len(names)} problem(s) in {directory}")
+        raise typer.Exit(1)
     warnings = scan_warnings(pset)
     for warning in warnings:
         typer.echo(warning.render())

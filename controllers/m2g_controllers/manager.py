@@ -366,6 +366,7 @@ class Manager:
             m.quota_ratio.labels(q.cluster_queue, q.flavor).set(q.nominal / q.base if q.base else 0)
         for kq in plan.kai_queues:
             m.kai_gpu_limit.labels(kq.queue).set(kq.limit)
+        m.preemption_failed.set(plan.preemption_failed)
         m.capped_gpus.set(sum(w.view.gpus for w in snap.workloads
                               if w.power_cap < 1.0 and w.phase.value == "Admitted"))
         draw = snap.factory.site_draw_kw()

@@ -51,6 +51,10 @@ class Metrics:
         self.taint_changes = Counter(
             "m2g_node_taint_changes_total", "m2g's own node taints decided, by key and action",
             ["key", "action"], registry=r)
+        self.preemption_failed = Gauge(
+            "m2g_preemption_failed_workloads",
+            "Drawing workloads a Preemption policy failed on while the site was over its limit "
+            "(never shed or capped: part of the shortfall may stay uncovered)", registry=r)
         self.site_draw_kw = Gauge("m2g_site_draw_kilowatts", "Measured site draw", registry=r)
         self.site_limit_kw = Gauge(
             "m2g_site_limit_kilowatts", "The limit in force (grid target or budget)", registry=r)

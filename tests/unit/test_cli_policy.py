@@ -96,6 +96,25 @@ def test_lint_reports_every_problem(tmp_path: Path) -> None:
     assert code == 1 and len(out.strip().splitlines()) == 2
 
 
+def test_lint_refuses_a_policy_name_the_api_server_refuses(tmp_path: Path) -> None:
+    """Upper case, '_', a leading '-', an empty label: lint said ok, and ``kubectl apply`` of the
+    GitOps folder it had checked failed (the probe's gap)."""
+    rule = '- {name: r, when: "true", decision: Defer}'
+    bad = ("DR-Flex", "dr_flex", "-dr", "dr.", "dr..flex")
+    folder = write(tmp_path / "bad", {f"p{i}.yaml": policy(name, "Admission", rule)
+                                      for i, name in enumerate(bad)})
+    code, out, err = run("policy", "lint", str(folder))
+    lines = out.strip().splitlines()
+    assert code == 1 and len(lines) == len(bad), out
+    assert all("metadata.name is not a Kubernetes object name" in x for x in lines)
+    assert lines[0].startswith(f"{folder / 'p0.yaml'}:3: DR-Flex")
+    assert f"{len(bad)} problem(s)" in err
+    ok = write(tmp_path / "ok", {"p.yaml": policy("m2g.dr-flex-2", "Admission", rule)})
+    assert run("policy", "lint", str(ok))[0] == 0
+    # the other commands read the files as they are
+    assert run("policy", "test", str(folder))[2].count("metadata.name") == 0
+
+
 def test_lint_ok(good_dir: Path) -> None:
     code, out, err = run("policy", "lint", str(good_dir))
     assert (code, out) == (0, "")

@@ -528,3 +528,32 @@ async def test_readyz_fails_when_a_reconcile_hangs_beyond_the_bound() -> None:
     m.state.busy_since = None  # the loop is gone; a new one reconciles
     await m.reconcile()
     assert m.ready() == (True, "ok")
+
+
+class FailingPreemptionCluster(FakeCluster):
+    """Over the site's limit, with a Preemption policy whose score errors for every workload
+    (m2g never sheds or caps on an error)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policies = [{"apiVersion": "m2g.io/v1alpha1", "kind": "Policy",
+                          "metadata": {"name": "shed"}, "spec": {"stage": "Preemption",
+                                                                 "rules": [{
+                              "name": "odd", "when": "true",
+                              "score": "double(100 / (workload.gpus - workload.gpus))"}]}}]
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        from tests.unit.test_curtail import factory
+        from tests.unit.test_resize import job, snap
+
+        return snap(factory(900.0), job("a"), job("b"))
+
+
+async def test_drawing_work_a_preemption_policy_fails_on_is_a_metric() -> None:
+    """It was said only in the plan's line: nothing to alert on while a shortfall stayed
+    uncovered (deploy/monitoring/prometheusrule.yaml: M2GPreemptionPolicyFailing)."""
+    m = manager(FailingPreemptionCluster())
+    plan = await m.reconcile()
+    assert plan is not None and not plan.sheds and not plan.caps
+    assert plan.preemption_failed == 2
+    assert m.metrics.preemption_failed._value.get() == 2

@@ -374,8 +374,9 @@ def test_a_shortfall_left_by_a_failing_preemption_policy_says_why(
     note = next(n for n in plan.notes if "over the" in n)
     assert "2 drawing workload(s) never shed or capped: a Preemption policy failed on them " \
            "(first t/a: shed/odd: score:" in note
+    assert plan.preemption_failed == 2
     ok = make_plan(s, evaluator(tmp_path / "ok", "cel-expr-python", POLICIES), CFG)
-    assert "failed on them" not in " ".join(ok.notes)
+    assert "failed on them" not in " ".join(ok.notes) and ok.preemption_failed == 0
 
 
 # The resize writes under a busy API server (the resize e2e was flaky: 409s on the Job).

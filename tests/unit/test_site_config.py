@@ -78,6 +78,14 @@ def test_unknown_keys_and_bad_values_are_named_with_their_line(tmp_path: Path) -
     ("topology:\n  labels: {block: \"\\u202eblock\"}\n", "2: topology.labels.block"),
     ("topology:\n  labels: {clique: 'a/b/c'}\n", "2: topology.labels.clique"),
     ("planner:\n  kaiTopologyName: \"t\\nerror: fake\"\n", "2: planner.kaiTopologyName"),
+    # the same probe's values accepted because they stop nothing: they distort a lever (a
+    # taint that never clears, a hysteresis that no derate passes, no pacing), a typo each
+    ("planner:\n  thermalClearMarginC: 1e308\n", "2: planner.thermalClearMarginC: .* 50"),
+    ("planner:\n  quotaHysteresisGpus: 1180591620717411303424\n",
+     "2: planner.quotaHysteresisGpus: .* 1000000"),
+    ("planner:\n  rampKwPerSecond: 1e308\n", "2: planner.rampKwPerSecond: .* 10000000"),
+    ("planner:\n  maxStepKw: 1e12\n", "2: planner.maxStepKw: .* 10000000"),
+    ("planner:\n  capLevels: [0.875, 0.875, 0.5]\n", "2: planner.capLevels: .* each once"),
 ])
 def test_bad_files(text: str, match: str) -> None:
     with pytest.raises(SiteConfigError) as info:

@@ -49,6 +49,31 @@ def test_bad_set_is_one_clear_line(item: str, message: str) -> None:
     assert "\n" not in text
 
 
+DIGEST = "sha256:" + "0" * 64
+
+
+@pytest.mark.parametrize("image", [
+    "nvcr.io/nvidia/pytorch:25.09-py3", "vllm/vllm-openai:v0.11.0", "localhost:5000/a/b:t",
+    f"repo@{DIGEST}", f"ghcr.io/org/img:v1@{DIGEST}", "[::1]:5000/x", "a__b/c-d--e.f:T_1.2-x",
+    "Registry.Example.COM:443/x",
+])
+def test_an_image_reference_is_read_as_the_runtime_reads_one(image: str) -> None:
+    assert values(FT, f"image={image}").image == image
+
+
+@pytest.mark.parametrize("image", [
+    "UPPER/Repo", "repo:tag:tag", "repo@sha256:abc", "repo//x", "repo:", "a/b/", "repo:-tag",
+    "repo:" + "t" * 129, "foo_/bar", "a" * 256, f"repo@{DIGEST}:tag", "repo@", "x:1@",
+])
+def test_an_image_the_runtime_cannot_parse_is_one_line(image: str) -> None:
+    """Checked for its characters only, these rendered and were admitted: the pod never
+    started (InvalidImageName) while its job held quota."""
+    with pytest.raises(TemplateError) as err:
+        values(FT, f"image={image}")
+    assert str(err.value).startswith(f"{FT}: image ") and "is not an image reference" in \
+        str(err.value) and "\n" not in str(err.value)
+
+
 def test_empty_image_is_refused() -> None:
     with pytest.raises(TemplateError, match="image is empty"):
         render(shipped()[FT], {"image": ""})

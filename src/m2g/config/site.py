@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final, Literal, get_args, get_origin
 
@@ -44,6 +45,12 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 #: kW per GPU, at most, in the planner's settings.
 MAX_KW_PER_GPU = 10.0
+#: Site power, kW (10 GW: beyond any AI factory); a pace or step above it is a typo.
+MAX_SITE_KW = 10_000_000.0
+#: GPUs at a site (a 1,400-rack NVL72 site has 100,800); a hysteresis above it is a typo.
+MAX_SITE_GPUS = 1_000_000
+#: A thermal taint's clear margin, °C: more is a taint that never clears.
+MAX_CLEAR_MARGIN_C = 50.0
 
 
 class SiteConfigError(Exception):
@@ -62,11 +69,11 @@ class PlannerSettings(BaseModel):
     model_config = CAMEL
 
     #: Shedding and restoring are paced at this many kW per second (a grid transient otherwise).
-    ramp_kw_per_second: float | None = Field(default=None, gt=0)
+    ramp_kw_per_second: float | None = Field(default=None, gt=0, le=MAX_SITE_KW)
     #: The most kW one reconcile may shed or restore.
-    max_step_kw: float | None = Field(default=None, gt=0)
+    max_step_kw: float | None = Field(default=None, gt=0, le=MAX_SITE_KW)
     #: Quota changes smaller than this many GPUs are not written (hysteresis).
-    quota_hysteresis_gpus: int | None = Field(default=None, ge=0)
+    quota_hysteresis_gpus: int | None = Field(default=None, ge=0, le=MAX_SITE_GPUS)
     #: A raised quota waits this long after the last change (lowering is immediate).
     quota_raise_dwell_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     settle_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
@@ -87,7 +94,7 @@ class PlannerSettings(BaseModel):
     maintenance_taint_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     maintenance_drain_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     drain_deadline_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
-    thermal_clear_margin_c: float | None = Field(default=None, ge=0)
+    thermal_clear_margin_c: float | None = Field(default=None, ge=0, le=MAX_CLEAR_MARGIN_C)
     #: Reservations: hold lead, expected runtime without an annotation, Retry interval.
     reservation_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     default_runtime_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
@@ -130,9 +137,10 @@ class PlannerSettings(BaseModel):
     @field_validator("cap_levels")
     @classmethod
     def _levels(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        if v is not None and (any(not 0.1 <= c < 1 for c in v) or list(v) != sorted(v,
-                                                                                  reverse=True)):
-            raise ValueError("capLevels: fractions in [0.1, 1), mildest (largest) first")
+        if v is not None and (any(not 0.1 <= c < 1 for c in v)
+                              or any(a <= b for a, b in pairwise(v))):
+            raise ValueError("capLevels: fractions in [0.1, 1), mildest (largest) first, "
+                             "each once")
         return v
 
     @field_validator("flex_allowance")

@@ -46,7 +46,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     book = ReservationBook(snap, config)
     quotas, stops = capacity_updates(evaluator, builder, config,
                                      hourly.gpu_caps(snap, config))
-    sheds, caps, resizes, why = power_actions(evaluator, builder, config)
+    sheds, caps, resizes, why, vetoed = power_actions(evaluator, builder, config)
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
     acted = frozenset(f"{a.namespace}/{a.name}" for a in sheds)
     drains = drain_actions(builder, config, acted)
@@ -71,6 +71,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
         caps=tuple(caps),
         node_limits=tuple(node_limit_updates(snap, config, caps)),
         resizes=tuple(resizes),
+        preemption_failed=vetoed,
     )
 
 

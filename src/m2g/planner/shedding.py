@@ -211,24 +211,26 @@ def shed_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCon
                  last: datetime | None = None) -> tuple[list[ShedAction], str]:
     """Sheds or restores for this reconcile, and a one-line account of why (the caps of
     ``power_actions`` left out)."""
-    sheds, _, _, why = power_actions(evaluator, builder, config, last)
+    sheds, _, _, why, _ = power_actions(evaluator, builder, config, last)
     return sheds, why
 
 
 def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
                   last: datetime | None = None
-                  ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction], str]:
+                  ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction], str, int]:
     """Sheds, restores, caps and cap lifts, shrinks and grows of elastic Jobs for this
     reconcile (m2g.planner.curtail, m2g.planner.resize: caps and shrinks first, cheapest
-    throughput per kW, pauses for the rest; restores in the reverse order), and why, in one
-    line."""
+    throughput per kW, pauses for the rest; restores in the reverse order), why, in one
+    line, and how many drawing workloads a Preemption policy failed on while over the limit
+    (never shed or capped: ``Plan.preemption_failed``)."""
     factory = builder.snap.factory
     draw = factory.site_draw_kw()
     limit = factory.limit_ahead_kw(config.shed_lead_seconds)
     if draw.stale or draw.value is None:
-        return [], [], [], "site power is stale or missing: no shedding or restoring on stale data"
+        return [], [], [], ("site power is stale or missing: no shedding or restoring on stale "
+                            "data"), 0
     if limit <= 0:
-        return [], [], [], "no site budget or grid limit known"
+        return [], [], [], "no site budget or grid limit known", 0
     last = last if last is not None else last_action(builder)
     step = _budget_kw(builder, config, last)
     unseen = settling_kw(builder.snap, config)  # shed or capped, not in the meter yet
@@ -236,16 +238,18 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     if shortfall > 0:
         why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit"
                f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW")
-        sheds, caps, resizes, failed = _curtail(evaluator, builder, config, shortfall, step)
+        sheds, caps, resizes, (failed, vetoed) = _curtail(evaluator, builder, config,
+                                                          shortfall, step)
         if caps:
             why += f": {len(caps)} cap(s) save {sum(c.kw for c in caps):.0f} kW"
         if resizes:
             why += f"; {len(resizes)} shrink(s) save {sum(r.kw for r in resizes):.0f} kW"
-        return sheds, caps, resizes, why + failed
+        return sheds, caps, resizes, why + failed, vetoed
     event = factory.grid_event()
     active = event is not None and event.active(factory.now)
     if active and event is not None and not config.restore_during_events:
-        return [], [], [], f"grid event {event.id} is active: shed work returns after it ends"
+        return [], [], [], (f"grid event {event.id} is active: shed work returns after it "
+                            "ends"), 0
     # the room less what restores and admissions not drawing yet will take (during an event
     # the kW freed by finished jobs go back to the paused work, restored in shed order)
     room = limit - draw.value - in_flight_kw(builder.snap, config)
@@ -269,9 +273,9 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
         return restores, lifts, grows, (
             f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit{during} by "
             f"{draw.value - limit:.0f} kW, all of it settling ({unseen:.0f} kW shed or "
-            "capped, not in the meter yet)")
+            "capped, not in the meter yet)"), 0
     return restores, lifts, grows, (
-        f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}")
+        f"site draw {draw.value:.0f} kW under the {limit:.0f} kW limit{during}"), 0
 
 
 def _ahead(factory: FactorySnapshot, limit: float, config: PlannerConfig) -> str:
@@ -291,28 +295,30 @@ def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, Preemp
 
 
 def _failed_on(results: dict[str, PreemptionResult], drawing_keys: Mapping[str, object]
-               ) -> str:
+               ) -> tuple[str, int]:
     """"; N drawing workload(s) never shed or capped: a Preemption policy failed on them
     (first: ...)" — a ``score`` that errors for some inputs (failurePolicy Fail vetoes: m2g
-    never sheds on an error) left a shortfall uncovered with no word why; "" when none."""
+    never sheds on an error) left a shortfall uncovered with no word why; "" when none — and
+    how many they are."""
     hit = [(k, r) for k, r in results.items()
            if k in drawing_keys and r.errors and not r.eligible]
     if not hit:
-        return ""
+        return "", 0
     key, first = min(hit, key=lambda kr: kr[0])
     e = first.errors[0]
     return (f"; {len(hit)} drawing workload(s) never shed or capped: a Preemption policy "
-            f"failed on them (first {key}: {e.policy}/{e.rule}: {e.message[:120]})")
+            f"failed on them (first {key}: {e.policy}/{e.rule}: {e.message[:120]})", len(hit))
 
 
 def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
              shortfall: float, step: float
-             ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction], str]:
+             ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction],
+                        tuple[str, int]]:
     """Caps first; pauses only for what the allowed caps of the jobs left running cannot
     cover (a paused job's cap no longer counts: a few rounds, each pausing in the Preemption
     stage's order for the rest), then the caps on the jobs not paused for what is left.
     The Preemption stage's ``minCap`` bounds each job's caps. The last part: the words for
-    the drawing workloads a Preemption policy failed on ("" when none)."""
+    the drawing workloads a Preemption policy failed on ("" when none) and their count."""
     results = _preemption(evaluator, builder)
     by_key = {w.key: w for w in builder.snap.workloads
               if w.key in results and drawing(w, builder.snap)}

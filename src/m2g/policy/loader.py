@@ -12,6 +12,7 @@ for their group although their kind is Policy or PolicyTest.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -90,6 +91,26 @@ def classify(docs: Iterable[SourceDoc], into: Sources) -> None:
             into.problems.append(Problem(doc.file, doc.line_of(("kind",)), "", "",
                                          f"unknown kind {kind!r} in {api}: "
                                          "expected Policy or PolicyTest"))
+
+
+#: A Kubernetes object name (a DNS-1123 subdomain, at most 253 characters): what the API server
+#: accepts as a Policy object's ``metadata.name``.
+OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def object_name_problems(sources: Sources) -> list[Problem]:
+    """One problem per Policy whose name the API server refuses as an object's name (upper
+    case, '_', more than 253 characters): the file loads here, and ``kubectl apply`` of it
+    fails (``m2g policy lint`` reports these; the other commands read files as they are)."""
+    out = []
+    for doc, pol in sources.policies:
+        name = pol.metadata.name
+        if len(name) > 253 or not OBJECT_NAME.fullmatch(name):
+            out.append(Problem(doc.file, doc.line_of(("metadata", "name")), name[:80], "",
+                               "metadata.name is not a Kubernetes object name (lower-case "
+                               "letters, digits, '-' and '.', at most 253): the API server "
+                               "refuses this Policy"))
+    return out
 
 
 def _add_test(doc: SourceDoc, into: Sources) -> None:

@@ -177,10 +177,11 @@ def _check(template: str, knob: Knob, bounds: ParamBounds | None, value: object,
                                               or not re.match(_SUBDOMAIN, str(value))):
         raise TemplateError(f"{template}: {knob.name} {str(value)[:80]!r} is not a Kubernetes "
                             "name (lower case, digits, '-', '.')")
-    if knob.name == "image" and value and (len(str(value)) > 1024
-                                           or not re.fullmatch(_IMAGE, str(value))):
+    if knob.name == "image" and value and not image_reference(str(value)):
         raise TemplateError(f"{template}: image {str(value)[:80]!r} is not an image reference "
-                            "(no spaces, quotes or control characters)")
+                            "([REGISTRY[:PORT]/]PATH[:TAG][@DIGEST]: a lower-case path, a tag "
+                            "of at most 128 word characters, '.' and '-', a digest "
+                            "ALGORITHM:HEX of 32 or more)")
     return value
 
 
@@ -189,9 +190,29 @@ def _check(template: str, knob: Knob, bounds: ParamBounds | None, value: object,
 #: dry run printed it as fine.
 _K8S_NAMES = frozenset({"priority", "checkpoint_pvc", "data_pvc", "kai_queue"})
 _SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-#: An image reference's characters (registry/path:tag@digest); no whitespace, shell or YAML
-#: syntax, bidi overrides or control characters.
-_IMAGE = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*"
+#: An image reference as the container runtime parses it (github.com/distribution/reference:
+#: ``[domain[:port]/]path[:tag][@digest]``); anything else — whitespace, shell or YAML syntax,
+#: bidi overrides, an upper-case path, two tags, a short digest — makes a pod that never
+#: starts (InvalidImageName) while its job holds admitted quota.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = (r"(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+           r"(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*"
+           r"|\[[a-fA-F0-9:]+\])(?::[0-9]+)?")
+_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_IMAGE = re.compile(rf"({_NAME})(?::[\w][\w.-]{{0,127}})?"
+                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+                    re.ASCII)
+#: The longest name part (distribution/reference's NameTotalLengthMax).
+MAX_IMAGE_NAME = 255
+
+
+def image_reference(text: str) -> bool:
+    """Whether ``text`` is an image reference the container runtime accepts (at most 1,024
+    characters in all)."""
+    if len(text) > 1024:
+        return False
+    m = _IMAGE.fullmatch(text)
+    return m is not None and len(m.group(1)) <= MAX_IMAGE_NAME
 
 
 def lowest(knob: Knob, bounds: ParamBounds | None) -> int | None:
