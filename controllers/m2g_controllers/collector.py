@@ -11,7 +11,7 @@ is unfrozen and the next full collection sees it all once.
 
 from __future__ import annotations
 
-import gc
+from m2g.model import collector
 
 
 class CollectorFreezer:
@@ -24,6 +24,6 @@ class CollectorFreezer:
     def after_snapshot(self) -> None:
         self.snapshots += 1
         if self.snapshots % self.unfreeze_every == 0:
-            gc.unfreeze()  # the next full collection walks everything once (cycles freed)
+            collector.unfreeze()  # the next full collection walks everything once (cycles freed)
         else:
-            gc.freeze()
+            collector.freeze()  # (through m2g.model.collector: its blocks then freeze too)

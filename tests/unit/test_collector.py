@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
+from m2g.model import collector
 from m2g.model.collector import collector_paused
 
 
@@ -77,7 +78,7 @@ def test_frozen_objects_stay_frozen() -> None:
     the block keeps joins it (thawed with it: m2g_controllers.collector)."""
     gc.collect()
     frozen = _Node()
-    gc.freeze()
+    collector.freeze()
     try:
         before = gc.get_freeze_count()
         with collector_paused():
@@ -85,8 +86,11 @@ def test_frozen_objects_stay_frozen() -> None:
         assert gc.get_freeze_count() > before
         assert not any(_in_generation(g, frozen) or _in_generation(g, kept) for g in range(3))
     finally:
-        gc.unfreeze()
+        collector.unfreeze()
     assert _in_generation(2, frozen) and _in_generation(2, kept)
+    with collector_paused():  # thawed: the next block moves what it keeps to the oldest
+        later = _Node()
+    assert gc.get_freeze_count() == 0 and _in_generation(2, later)
 
 
 def test_an_inner_block_leaves_the_settling_to_the_outer_one() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from m2g.model import collector
 from m2g_controllers.collector import CollectorFreezer
 
 
@@ -21,11 +22,11 @@ class _Node:
 @pytest.fixture(autouse=True)
 def _restore() -> Iterator[None]:
     yield
-    gc.unfreeze()
+    collector.unfreeze()
 
 
 def test_freezes_after_each_snapshot_and_unfreezes_every_n() -> None:
-    gc.unfreeze()
+    collector.unfreeze()
     freezer = CollectorFreezer(unfreeze_every=3)
     a, b = _Node(), _Node()
     a.other, b.other = b, a  # a cycle: only the collector frees it
@@ -46,7 +47,7 @@ def test_freezes_after_each_snapshot_and_unfreezes_every_n() -> None:
 async def test_the_manager_freezes_after_its_snapshot_only_when_asked() -> None:
     from tests.unit.test_manager import FakeCluster, manager
 
-    gc.unfreeze()
+    collector.unfreeze()
     assert manager(FakeCluster()).collector is None  # tests share one process: off
     m = manager(FakeCluster(), freeze_collector=True)
     assert m.collector is not None

@@ -121,6 +121,9 @@ class SnapshotMemo:
     #: is the same object (none changed: ``_facts`` keeps them), worked out anew otherwise.
     derived: dict[str, tuple[list[PodFacts], list[WorkloadLinks] | None, Any, Any]] = field(
         default_factory=dict)
+    #: The Workloads' names as the last snapshot read them, and in sorted order
+    #: (``sorted_names``).
+    workload_order: tuple[list[str], list[str]] = ([], [])
 
 
 T = TypeVar("T")
@@ -135,26 +138,35 @@ def _facts(objs: Mapping[str, Obj], convert: Any, kept: dict[str, tuple[str, Any
     object raises (the caller then reads the objects as before: the same result, rejections
     included)."""
     out: list[Any] = []
-    fresh: dict[str, tuple[str, Any]] = {}
+    fresh: dict[str, tuple[str, Any]] = {}  # the entries that change (a hit's stays as it is)
     old = kept if kept is not None else {}
+    get, append = old.get, out.append
+    hits = 0
     try:
         for key, o in objs.items():
             rv = str((o.get("metadata") or {}).get("resourceVersion") or "")
-            hit = old.get(key) if rv else None
+            hit = get(key) if rv else None
             if hit is not None and hit[0] == rv:
+                hits += 1
+                append(hit[1])
+                continue
+            got = convert(o)
+            if keep_equal and hit is not None and got == hit[1]:
                 got = hit[1]
-            else:
-                got = convert(o)
-                if keep_equal and hit is not None and got == hit[1]:
-                    got = hit[1]
             if rv:
                 fresh[key] = (rv, got)
-            out.append(got)
+            append(got)
     except Exception:
         return None
-    if kept is not None:
-        kept.clear()
+    if kept is not None:  # updated in place (160,000 entries were rebuilt every snapshot)
         kept.update(fresh)
+        # the hits' keys and the fresh ones are all kept; anything more is an object gone,
+        # or read now without a resourceVersion
+        if len(kept) != hits + len(fresh):
+            versioned = {k for k, o in objs.items()
+                         if str((o.get("metadata") or {}).get("resourceVersion") or "")}
+            for k in [k for k in kept if k not in versioned]:
+                del kept[k]
     return out
 
 
@@ -223,6 +235,26 @@ class _Pods:
         facts = self.pods
         return self._derived("checkpoints", facts, links, None,
                              lambda: pod_checkpoints_of(facts, links))
+
+
+def sorted_names(objs: Mapping[str, Any], kept: tuple[list[str], list[str]]
+                 ) -> tuple[list[str], tuple[list[str], list[str]]]:
+    """``sorted(objs)``, and what to keep for the next call (``kept``: the last call's). The
+    same names in the same order as last time: the order kept (the watch cache's dict keeps
+    its order while objects only change); otherwise the names kept in order that are still
+    there, then the new ones, sorted (a sorted run and a short tail: linear for the sort).
+    Sorting 100,000 names in the order they arrived cost ~0.25 s CPU (2026-12-06)."""
+    names = list(objs)
+    last, order = kept
+    if names == last:
+        return order, kept
+    if last:
+        present = set(names)
+        old = set(last)
+        order = sorted([n for n in order if n in present] + [n for n in names if n not in old])
+    else:
+        order = sorted(names)
+    return order, (names, order)
 
 
 def _same_objects(a: list[Any], b: list[Any]) -> bool:
@@ -490,7 +522,12 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
     kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
     pod_reports = iso.one("Pod", {"metadata": {"name": "*"}},
                           lambda _: (pods or _Pods(objs, None)).checkpoints()) or {}
-    for wname, o in sorted(objs.workloads.items()):
+    order, kept_order = sorted_names(objs.workloads,
+                                     memo.workload_order if memo is not None else ([], []))
+    if memo is not None:
+        memo.workload_order = kept_order
+    for wname in order:
+        o = objs.workloads[wname]
         meta = o.get("metadata") or {}
         wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
         whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
