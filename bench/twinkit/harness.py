@@ -92,6 +92,10 @@ RUNS: dict[str, RunKind] = {
                             "(headroomEventMinTier: 0: firm work too waits for room, and the "
                             "room jobs finishing free goes first to the work m2g paused)",
                             planner=(("headroomEventMinTier", 0),)),
+    "m2g-firm-first": RunKind(True, "m2g giving new firm work the room during a grid event "
+                              "before the work it paused (restoreBeforeFirm: false; the "
+                              "behaviour before 2026-12-06)",
+                              planner=(("restoreBeforeFirm", False),)),
     "m2g-lead": RunKind(True, "m2g curtailing for the lowest limit starting within 30 s "
                         "(shedLeadSeconds: 30; off by default until measured)",
                         planner=(("shedLeadSeconds", 30),)),

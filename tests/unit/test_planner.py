@@ -422,6 +422,21 @@ def test_restore_after_the_event_oldest_first(ev: Evaluator) -> None:
     assert make_plan(fresh, ev, CFG).sheds == ()  # Kueue may still be evicting it
 
 
+def test_restore_first_fit_a_smaller_younger_one_takes_the_room(ev: Evaluator) -> None:
+    """The oldest paused workload that does not fit leaves the room to a smaller one paused
+    after it (first fit, oldest first); before, the restores stopped at it and the room
+    stayed unused (a 16-rack twin event: 30-80 kW under the target for 150 s)."""
+    long_ago = NOW - timedelta(minutes=30)
+    s = snap(factory(draw_kw=150.0),  # budget 300, no event: 150 kW room, 15 kW margin
+             wl("big", Phase.INACTIVE, tier=3, kw=140.0, shed_by_m2g=True, shed_at=long_ago),
+             wl("mid", Phase.INACTIVE, tier=2, kw=100.0, shed_by_m2g=True,
+                shed_at=long_ago + timedelta(seconds=1)),
+             wl("small", Phase.INACTIVE, tier=2, kw=30.0, shed_by_m2g=True,
+                shed_at=long_ago + timedelta(seconds=2)))
+    restored = make_plan(s, ev, CFG).sheds
+    assert [(a.name, a.active) for a in restored] == [("mid", True), ("small", True)]
+
+
 def test_explain_names_the_changes_that_would_admit(ev: Evaluator) -> None:
     from m2g.planner.explain import explain
 

@@ -15,8 +15,11 @@ shed (the meter lags), so a reconcile never sheds twice for the same kW.
   (each one passes Kueue's webhooks), and no more overshoot than needed.
 * Stale or missing power: never shed (docs/signals.md: a stale reading is no reason to act).
 * Restore: when there is no shortfall, workloads m2g shed come back (once Kueue has finished
-  evicting them: ``evicted``), oldest first, while the site stays ``restore_margin`` below its
-  limit with their kW and the kW not drawing yet (``in_flight_kw``) added, at the same ramp —
+  evicting them: ``evicted``), oldest first, each that keeps the site ``restore_margin`` below
+  its limit with their kW and the kW not drawing yet (``in_flight_kw``) added, at the same
+  ramp (first fit: one that does not fit leaves the room to a smaller one paused after it —
+  stopping at it left a 16-rack twin event 30–80 kW under its target for 150 s with 25
+  paused jobs of 4–21 kW waiting behind a 21 kW one, 2026-12-06) —
   during an active grid event too (``restore_during_events``): the kW that jobs finishing
   during the event free go back to the paused work before new flexible work gets them
   (m2g.planner.headroom admits restored work first).
@@ -479,7 +482,7 @@ def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: f
     for w in shed:
         kw = workload_kw(w, config)
         if used + kw > room - margin or not _fits(used + kw, step, bool(out), config):
-            break
+            continue  # first fit: a smaller one paused later may fit in what is left
         used += kw
         out.append(ShedAction(w.namespace, w.name, True, kw,
                               f"restore {kw:.0f} kW: {room - used:.0f} kW headroom remains"))
