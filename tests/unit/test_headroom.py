@@ -162,6 +162,25 @@ def test_during_an_event_paused_work_comes_back_before_new_firm_work() -> None:
         in held.message
 
 
+def test_restored_work_is_admitted_though_firm_work_is_held_for_it() -> None:
+    """A workload m2g restored during an event is admitted into the room kept for it even
+    when new firm work is held in the same reconcile (for it: restore_before_firm, or for
+    lack of reach); before, a held firm job kept all the room and the restored workload got
+    Retry: back to Kueue's queue, the room unused (a 16-rack twin event restored 20 paused
+    jobs and none ran again before the event's end)."""
+    firm = pending("firm", 0)
+    back = replace(pending("back", 2), restored_at=NOW - timedelta(seconds=2))
+    other = replace(job("other", 2, gpus=8), phase=Phase.INACTIVE, shed_by_m2g=True,
+                    shed_at=NOW - timedelta(seconds=600))  # still paused: firm work waits
+    # room under the margin for the restored workload (counted in flight) and a little more
+    draw = LIMIT * (1 - CFG.restore_margin) - workload_kw(back, CFG) - 5.0
+    s = ClusterSnapshot(factory(draw, LIMIT), (firm, back, other))
+    head = Headroom.of(s, CFG)
+    assert head is not None and head.in_flight == workload_kw(back, CFG)
+    out = {u.name: u.state for u in share([ready(firm), ready(back)], s, CFG)}
+    assert out == {"firm": CheckState.RETRY, "back": CheckState.READY}
+
+
 def test_a_deferred_workload_keeps_its_retry_and_restores_spend_first() -> None:
     again = pending("again", 2, state=CheckState.RETRY)
     new = pending("new", 2)

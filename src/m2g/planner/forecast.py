@@ -34,7 +34,7 @@ Model, per interval of ``interval_seconds`` from ``now``:
   at its ramp, a shed shows ``shed_show_seconds`` after it is decided; while a limit is in
   force, a restore shows the lag plus half the Retry hold after (held work is asked, admitted
   and bound again); once the limits lift, what m2g held comes back gradually, 1 − exp(−t /
-  (R + L)) of it t seconds after (``refill_seconds``: R the running work's GPU-weighted mean
+  (R + L)) of it t seconds after (``refill_seconds``: R the running work's GPU-weighted median
   remaining runtime, as the room held work needs frees up; L the pipeline's lag). The mean kW
   held down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
@@ -402,7 +402,7 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
     if any(lim is not None for row in limits for lim in row):
         lag = site.pipe.lag.total_seconds()
         notes.append(f"after a limit, held work refills with a time constant of {refill:.0f} s "
-                     f"(the running work's mean remaining runtime {refill - lag:.0f} s + "
+                     f"(the running work's median remaining runtime {refill - lag:.0f} s + "
                      f"admission → drawing {lag:.0f} s)")
     sheds = _pace(cfg, central, limits, site.pipe.lag, offset, refill)
     out: list[Interval] = []
@@ -437,14 +437,28 @@ def _longest_episode(limits: list[list[_Limit | None]], dt: float) -> float:
 
 
 def refill_seconds(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site) -> float:
-    """The time constant of the refill after a limit lifts: R + L, R the GPU-weighted mean
+    """The time constant of the refill after a limit lifts: R + L, R the GPU-weighted median
     remaining runtime of the admitted work at ``now`` (the room the work m2g held needs back
     frees up as it ends: Kueue re-admits held work into whole cliques, not into the scattered
-    GPUs a pause left), L the pipeline's lag (admission → drawing)."""
+    GPUs a pause left), L the pipeline's lag (admission → drawing). The median, not the mean:
+    remaining runtimes are heavy-tailed, and a few long jobs holding many GPUs would set a
+    mean far longer than the refill takes (it follows the many short jobs that end first)."""
     jobs, _ = _running(snap, cfg, site, 1.0, 1.0)
-    gpus = sum(j.gpus for j in jobs)
-    left = sum(j.gpus * max(0.0, (j.end - snap.now).total_seconds()) for j in jobs)
-    return (left / gpus if gpus > 0 else 0.0) + site.pipe.lag.total_seconds()
+    left = [(max(0.0, (j.end - snap.now).total_seconds()), j.gpus) for j in jobs if j.gpus > 0]
+    return weighted_median(left) + site.pipe.lag.total_seconds()
+
+
+def weighted_median(values: Iterable[tuple[float, float]]) -> float:
+    """The weighted median of (value, weight) pairs: the smallest value at or below which at
+    least half the total weight lies (0 when there is no weight)."""
+    pairs = sorted((v, w) for v, w in values if w > 0)
+    half = sum(w for _, w in pairs) / 2
+    seen = 0.0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= half:
+            return value
+    return 0.0
 
 
 def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],

@@ -170,9 +170,12 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
         full = workload_kw(w, config)
         kw = full if fresh else 0.0
         firm = not gated
+        # restored work (not ``fresh``) is never held for a held firm job: its room was
+        # kept for it when m2g restored it (held, it went back to Kueue's queue with a
+        # Retry, and the room stayed unused: a 16-rack twin event, 2026-12-06)
         if (firm and (reach is None or (kw <= room + margin + reach if paused <= 0 else
                                         kw <= room - paused and room >= 0))) or (
-                not firm and not firm_held and kw <= room and room >= 0):
+                not firm and (not firm_held or not fresh) and kw <= room and room >= 0):
             room -= kw
             admitted += 1
         else:
