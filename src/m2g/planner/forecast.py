@@ -398,7 +398,7 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
         notes.append(f"{len(site.pipe.unbound)} admitted workload(s) not running yet: "
                      f"admission → drawing {site.pipe.lag.total_seconds():.0f} s; new work "
                      f"draws on {site.draw_share:.0%} of the GPUs it holds")
-    refill = refill_seconds(snap, cfg, site)
+    refill = refill_seconds(central, site)
     if any(lim is not None for row in limits for lim in row):
         lag = site.pipe.lag.total_seconds()
         notes.append(f"after a limit, held work refills with a time constant of {refill:.0f} s "
@@ -436,16 +436,15 @@ def _longest_episode(limits: list[list[_Limit | None]], dt: float) -> float:
     return best * dt
 
 
-def refill_seconds(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site) -> float:
+def refill_seconds(run: _Run, site: _Site) -> float:
     """The time constant of the refill after a limit lifts: R + L, R the GPU-weighted median
-    remaining runtime of the admitted work at ``now`` (the room the work m2g held needs back
-    frees up as it ends: Kueue re-admits held work into whole cliques, not into the scattered
-    GPUs a pause left), L the pipeline's lag (admission → drawing). The median, not the mean:
-    remaining runtimes are heavy-tailed, and a few long jobs holding many GPUs would set a
-    mean far longer than the refill takes (it follows the many short jobs that end first)."""
-    jobs, _ = _running(snap, cfg, site, 1.0, 1.0)
-    left = [(max(0.0, (j.end - snap.now).total_seconds()), j.gpus) for j in jobs if j.gpus > 0]
-    return weighted_median(left) + site.pipe.lag.total_seconds()
+    remaining runtime of the admitted work at ``now`` (``run.remaining_seconds``, worked out
+    with its jobs; the room the work m2g held needs back frees up as it ends: Kueue re-admits
+    held work into whole cliques, not into the scattered GPUs a pause left), L the pipeline's
+    lag (admission → drawing). The median, not the mean: remaining runtimes are heavy-tailed,
+    and a few long jobs holding many GPUs would set a mean far longer than the refill takes
+    (it follows the many short jobs that end first)."""
+    return run.remaining_seconds + site.pipe.lag.total_seconds()
 
 
 def weighted_median(values: Iterable[tuple[float, float]]) -> float:
@@ -535,6 +534,8 @@ class _Run:
     #: admission would save, and what caps would
     new_capped: list[dict[int, float]] = field(default_factory=list)
     new_paused: list[dict[int, float]] = field(default_factory=list)
+    #: the admitted work's GPU-weighted median remaining runtime at ``now`` (``refill_seconds``)
+    remaining_seconds: float = 0.0
 
     def reach(self, i: int, pause_tier: int, gate_tier: int | None = None,
               firm: bool = False) -> float:
@@ -691,6 +692,8 @@ def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[d
                [0.0] * n, [0.0] * n, [{} for _ in range(n)], [{} for _ in range(n)],
                [{} for _ in range(n)], [{} for _ in range(n)])
     out.kw_at_now = _kw_now(jobs, site, cfg)
+    out.remaining_seconds = weighted_median(
+        (max(0.0, (j.end - snap.now).total_seconds()), j.gpus) for j in jobs if j.gpus > 0)
     sample = [_job(w, cfg, site, kw_scale, (bounds[0], bounds[0]), {}, None)
               for w in _queue(snap)]
     new = _NewWork.of(jobs, bounds[0], new_scale, site.draw_share, sample) \
