@@ -269,12 +269,13 @@ class _Holds:
         head, wait = self.head, self.wait
         if head.unknown:
             return _unknown_why(kw, head, self.admitted, reach, wait)
-        freeable = (f"; during the grid event firm work waits for room m2g can make, and the "
-                    f"running flexible work can free only {reach:.0f} kW more"
-                    if reach is not None and self.paused <= 0 else "")
+        freeable = ""
         if reach is not None and self.paused > 0:
             freeable = (f"; during the grid event the work m2g paused ({self.paused:.0f} kW) "
                         "comes back first: new firm work starts only in the room beyond it")
+        elif reach is not None:
+            freeable = (f"; during the grid event firm work waits for room m2g can make, and "
+                        f"the running flexible work can free only {reach:.0f} kW more")
         return (f"site headroom: {kw:.0f} kW does not fit in what is left of "
                 f"{max(0.0, head.room):.0f} kW under the {head.limit:.0f} kW limit (draw "
                 f"{head.draw:.0f} kW, {head.in_flight:.0f} kW admitted and not drawing yet, "
