@@ -272,7 +272,12 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     waiting = sum(workload_kw(w, config) for w in sparse.of(builder.snap).shed
                   if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
                   and w.key not in back)
-    grows = grow_back(builder, config, room - restored - waiting, limit, step - restored)
+    # no grow during an active event: Kueue admits the larger size as a new Workload slice,
+    # which m2g's own admission then defers as new flexible work (grid-demand-response), and
+    # that Retry stops the running job: three restored flex-2 jobs grown back in a 16-rack
+    # twin event (2026-12-06, 24th session) never ran again; shrunk, they keep running
+    grows = [] if active else grow_back(builder, config, room - restored - waiting, limit,
+                                        step - restored)
     grown = -sum(g.kw for g in grows)
     lifts = lift_caps(builder, config, room - restored - waiting - grown, limit,
                       step - restored - grown)
