@@ -157,7 +157,7 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
             if w is not None:
                 v = w.view
                 ready.append((v.flex_tier >= tier, w.key not in back, -v.priority,
-                              -v.wait_seconds, i, w))
+                              -w.wait_seconds(snap.now), i, w))
     ready.sort()  # the index is unique: the workloads themselves are never compared
     room, admitted = head.room - spent, 0
     held: list[tuple[int, WorkloadState, float, bool]] = []  # (index, workload, kW, firm)
