@@ -18,6 +18,7 @@ from m2g.k8s import convert as cv
 from m2g.k8s.parse import parse_time
 from m2g.model.cluster import Phase, WorkloadState
 from m2g.model.inputs import Checkpoint
+from m2g.planner.inputs import policy_view, trusted_view
 from m2g.testing.scale import LABELS, NOW, generate, rfc3339
 
 CKPT = "m2g.io/last-checkpoint-time"
@@ -92,8 +93,10 @@ def test_time_fields_derived_at_use_are_those_of_a_conversion_then() -> None:
 def test_a_state_made_by_hand_keeps_its_view_values() -> None:
     """Without anchors (states a test or the simulator makes) the view's values are the
     values, at any moment."""
-    w = WorkloadState("a", "w", cv.workload(generate(1, 4)[0].workloads[
-        sorted(generate(1, 4)[0].workloads)[0]], NOW).view_at(NOW), Phase.ADMITTED)
+    objs, _ = generate(1, 4)
+    converted = cv.workload(objs.workloads[sorted(objs.workloads)[0]], NOW)
+    w = WorkloadState("a", "w", converted.view_at(NOW), Phase.ADMITTED,
+                      admitted_at=NOW - timedelta(seconds=600))
     for later in (0, 60):
         now = NOW + timedelta(seconds=later)
         assert w.view_at(now) is w.view
@@ -210,3 +213,25 @@ def test_pod_derived_maps_are_kept_only_while_nothing_they_read_changed() -> Non
                 changed += 1
         before = warm
     assert kept >= 15 and changed >= 10
+
+
+def test_policy_view_is_the_trusted_view_then_in_one_copy_at_most() -> None:
+    """What the CEL items read (``policy_view``): the view at that moment with its declared
+    kW raised to the floor — what ``trusted_view`` of ``view_at`` gives —, the stored view
+    itself when neither moves."""
+    objs, _ = generate(4, 120)
+    rng = random.Random(7)
+    workloads = _shuffled(objs, rng)
+    kept = 0
+    for key, wl in workloads.items():
+        w = cv.workload(wl, NOW)
+        anchor = w.checkpoint_since or w.waiting_since or NOW  # (at it: nothing moved)
+        for now, floor in ((NOW, 0.0), (NOW, 1.34), (NOW + timedelta(seconds=30), 50.0),
+                           (anchor, 0.0), (anchor, 1.34)):
+            got = policy_view(w, now, floor)
+            assert got == trusted_view(w.view_at(now), floor), key
+            if got is w.view:
+                kept += 1
+                assert w.view.estimated_kw >= w.view.gpus * floor
+                assert w.view_at(now) is w.view
+    assert kept > 50
