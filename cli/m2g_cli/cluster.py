@@ -185,9 +185,9 @@ async def _readings(url: str | None, warnings: list[str]) -> Any:
     config = site.signal_config().model_copy(update={"url": prom.url})
     try:
         async with make_http_client(prom) as http:
-            return await read_signals(PrometheusClient(prom.url, http, prom.timeout_seconds,
-                                                       max_response_bytes=prom.max_response_bytes),
-                                      config)
+            return await read_signals(PrometheusClient(
+                prom.url, http, prom.timeout_seconds, max_response_bytes=prom.max_response_bytes,
+                max_series=prom.max_series), config)
     except Exception as exc:  # signals are optional for the CLI: say so, go on
         warnings.append(f"signals from {prom.where()} unavailable: {exc}")
         return None

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 import m2g
+from m2g.signals.exposition import SignalStatusCollector
+from m2g.signals.readings import Readings
 
 
 class Metrics:
@@ -30,6 +33,15 @@ class Metrics:
         self.signal_age = Gauge(
             "m2g_signal_age_seconds", "Age of the oldest reading of each signal", ["signal"],
             registry=r)
+        self.signal_refused = Counter(
+            "m2g_signal_answers_refused_total",
+            "Prometheus answers refused over a bound (maxSeries, maxResponseBytes) and read no "
+            "further: the signal read as missing", ["signal", "bound"], registry=r)
+        #: The latest signal read (K8sCluster sets it): m2g_signal_series{signal,freshness},
+        #: m2g_signal_query_failed{signal} and m2g_signal_stale{signal} (the alert
+        #: M2GSignalStale) from it, at each scrape.
+        self.latest_readings: Callable[[], Readings | None] = lambda: None
+        r.register(SignalStatusCollector(lambda: self.latest_readings(), age=False))
         self.quota_ratio = Gauge(
             "m2g_quota_derating_ratio", "nominalQuota / base quota per ClusterQueue and flavor",
             ["cluster_queue", "flavor"], registry=r)

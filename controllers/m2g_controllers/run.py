@@ -209,13 +209,14 @@ def resolve(args: argparse.Namespace, environ: dict[str, str]) -> Settings:
 
 def signal_config(settings: Settings) -> SignalConfig:
     """What K8sCluster reads the signals with: the site's signals, and the Prometheus
-    settings in force (the file's, with --prometheus's URL): URL, timeout, answer bound."""
+    settings in force (the file's, with --prometheus's URL): URL, timeout, answer bounds."""
     signals = settings.site.signal_config()
     prom = settings.prometheus
     if prom is None:
         return signals
     return signals.model_copy(update={"url": prom.url, "timeout_seconds": prom.timeout_seconds,
-                                      "max_response_bytes": prom.max_response_bytes})
+                                      "max_response_bytes": prom.max_response_bytes,
+                                      "max_series": prom.max_series})
 
 
 async def kick_on_leadership(elector: LeaderElector, manager: Manager,
@@ -237,10 +238,10 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     kube = await k.connect(args.kubeconfig, args.context)
     signals = signal_config(settings)
     clock = make_clock(args)
+    metrics = Metrics()
     cluster = K8sCluster(kube, prometheus=prom.url if prom else None, signal_config=signals,
                          http=http, instance=args.identity, clock=clock,
-                         topology_labels=settings.site.topology.labels)
-    metrics = Metrics()
+                         topology_labels=settings.site.topology.labels, metrics=metrics)
     elector = LeaderElector(kube, settings.lease_name, settings.lease_namespace,
                             args.identity) if args.leader_elect else None
     checks = settings.site.admission_checks

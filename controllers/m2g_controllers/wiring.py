@@ -30,10 +30,11 @@ from m2g.k8s.writer import apply_plan
 from m2g.model.cluster import CHECK_CONTROLLER, ClusterSnapshot, Rejected
 from m2g.model.labels import DEFAULT_TOPOLOGY_LABELS, TopologyLabels
 from m2g.model.plan import Plan
-from m2g.signals.config import SignalConfig
-from m2g.signals.prometheus import PrometheusClient
+from m2g.signals.config import SignalConfig, SignalName
+from m2g.signals.prometheus import AnswerRefusedError, PrometheusClient, PrometheusError
 from m2g.signals.reader import read_signals
-from m2g.signals.readings import Readings
+from m2g.signals.readings import Readings, build_readings
+from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult
 
 log = logging.getLogger("m2g.wiring")
@@ -55,8 +56,13 @@ class K8sCluster:
                  topology_labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS,
                  readings: Callable[[K8sCluster], Awaitable[Readings | None]] | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 signal_refresh_seconds: float = SIGNAL_REFRESH_SECONDS) -> None:
+                 signal_refresh_seconds: float = SIGNAL_REFRESH_SECONDS,
+                 metrics: Metrics | None = None) -> None:
         self.kube = kube
+        self.metrics = metrics  # the signals' status is exported there (m2g run's registry)
+        self._signals_seen: Readings | None = None  # the last read, for the metrics
+        if metrics is not None:
+            metrics.latest_readings = lambda: self._signals_seen
         self.reachability = Reachability()  # one cache back after an outage wakes the rest
         self.caches = {name: WatchCache(kube, res, params=params(name),
                                         reachability=self.reachability)
@@ -76,6 +82,7 @@ class K8sCluster:
         self._refresh = signal_refresh_seconds  # 0: read on every snapshot
         self._latest: Readings | None = None
         self._read_once: asyncio.Event | None = None
+        self._signal_failures: dict[SignalName, str] = {}  # signal → its last failure's kind
         self._poller: asyncio.Task[None] | None = None
         self.topology_labels = topology_labels  # the site's node labels for clique, rack, ...
         self._clock = clock
@@ -155,15 +162,37 @@ class K8sCluster:
             return None
         if self._http is None:
             self._http = httpx.AsyncClient()
+        cfg = self._signal_config
+        failed: dict[SignalName, PrometheusError] = {}
         try:  # a failed read is stale data (fail-safe rules), never a failed reconcile
-            return await asyncio.wait_for(read_signals(
-                PrometheusClient(self._prometheus, self._http,
-                                 self._signal_config.timeout_seconds,
-                                 max_response_bytes=self._signal_config.max_response_bytes),
-                self._signal_config), 10)
+            readings = await asyncio.wait_for(read_signals(
+                PrometheusClient(self._prometheus, self._http, cfg.timeout_seconds,
+                                 max_response_bytes=cfg.max_response_bytes,
+                                 max_series=cfg.max_series),
+                cfg, failed=failed.__setitem__), 10)
         except Exception as exc:
             log.warning("signals unavailable, treated as stale: %s", exc)
+            why = f"the read failed: {type(exc).__name__}: {exc}"
+            self._signals_seen = build_readings({}, self._clock().timestamp(), cfg,
+                                                errors={n: why for n in cfg.signals})
             return None
+        self._report_signals(failed)
+        self._signals_seen = readings
+        return readings
+
+    def _report_signals(self, failed: Mapping[SignalName, PrometheusError]) -> None:
+        """One log line when a signal starts failing (or fails another way), one when it reads
+        again — not one every read; each answer refused over a bound counted by signal and
+        bound (``m2g_signal_answers_refused_total``)."""
+        for name, exc in failed.items():
+            if self._signal_failures.get(name) != type(exc).__name__:
+                log.warning("signal %s reads as missing (the fail-safe rules apply): %s",
+                            name, exc)
+            if isinstance(exc, AnswerRefusedError) and self.metrics is not None:
+                self.metrics.signal_refused.labels(str(name), exc.bound).inc()
+        for name in sorted(set(self._signal_failures) - set(failed)):
+            log.info("signal %s reads again", name)
+        self._signal_failures = {n: type(e).__name__ for n, e in failed.items()}
 
     def placements_of(self, keys: Iterable[str]) -> dict[str, tuple[str, ...]]:
         """Workload "ns/name" → the nodes its pods are bound to (or Kueue TAS assigned), for

@@ -549,10 +549,10 @@ def test_firm_work_waits_in_an_event_for_room_m2g_can_make() -> None:
                     cfg).intervals[0].busy_gpus == 0
     assert forecast(snap(firm, f=factory(events=(_event(0, 7200, kw + 1),))),
                     cfg).intervals[0].busy_gpus == pytest.approx(36)
-    # over the limit with a flexible job running whose pause frees enough: the firm job
+    # under the limit with a flexible job running whose pause frees enough: the firm job
     # starts; the same job firm (nothing to pause): it waits
     flex = wl("flex", Phase.ADMITTED, 72, 7200, tier=2, ago=60)
-    ev = factory(events=(_event(0, 7200, 70.0),))
+    ev = factory(events=(_event(0, 7200, 100.0),))
     assert forecast(snap(firm, flex, f=ev), cfg).intervals[0].busy_gpus == pytest.approx(108)
     fixed = replace(flex, view=flex.view.model_copy(update={"flex_tier": 0}))
     assert forecast(snap(firm, fixed, f=ev), cfg).intervals[0].busy_gpus == pytest.approx(72)
@@ -589,3 +589,33 @@ def test_new_flex_1_work_is_held_back_during_a_grid_event() -> None:
     assert 144 * IDLE + 1.0 < capped.site_kw < FULL
 
 
+
+
+def test_paused_work_comes_back_before_new_firm_work_in_an_event() -> None:
+    """As m2g's gate (restore_before_firm, on by default): while work m2g paused for a grid
+    event waits to come back, new firm work starts only in the room under the limit beyond
+    that work's kW. The model before started it whenever pausing the running flexible work
+    made room for it (firm work first), as m2g does with restoreBeforeFirm: false."""
+    firm = wl("firm", Phase.PENDING, 36, 3600, tier=0)
+    flex = wl("flex", Phase.ADMITTED, 72, 7200, tier=2, ago=60)
+    ev = factory(events=(_event(0, 7200, 70.0),))  # the flexible job (96 kW) is paused
+    cfg = ForecastConfig(horizon_hours=1, planner=_fast())
+    assert forecast(snap(firm, flex, f=ev), cfg).intervals[0].busy_gpus == pytest.approx(72)
+    for knob in ("restore_before_firm", "restore_during_events"):
+        before = replace(cfg, planner=replace(cfg.planner, **{knob: False}))
+        assert forecast(snap(firm, flex, f=ev), before).intervals[0].busy_gpus == \
+            pytest.approx(108)
+    # a forecast made during the event: a flex-2 job m2g paused waits in the queue beside a
+    # firm job, room under the limit for one of them: the paused one comes back (before: the
+    # firm job started, and the paused one waited)
+    paused = replace(wl("paused", Phase.INACTIVE, 36, 3600, tier=2), shed_by_m2g=True)
+    ev = factory(events=(_event(0, 7200, 50.0),))
+    now = forecast(snap(firm, paused, f=ev), cfg).intervals[0]
+    assert now.flex_kw[2] == pytest.approx(36 * KW, abs=1e-3)
+    assert now.busy_gpus == pytest.approx(36)
+    before = forecast(snap(firm, paused, f=ev), replace(cfg, planner=_fast(
+        restore_before_firm=False))).intervals[0]
+    assert before.flex_kw[2] == 0.0 and before.busy_gpus == pytest.approx(36)
+    # work drained for maintenance is not paused work: the firm job is not held for it
+    drained = replace(paused, drained_for="maintenance/w")
+    assert forecast(snap(firm, drained, f=ev), cfg).intervals[0].flex_kw[2] == 0.0

@@ -207,11 +207,12 @@ class SiteConfig(BaseModel):
 
     def signal_config(self) -> SignalConfig:
         """The signals with this site's overrides, and its Prometheus URL, timeout and
-        answer bound."""
+        answer bounds."""
         prom = self.prometheus or PrometheusSettings()
         return SignalConfig.model_validate({
             "url": prom.url, "timeout_seconds": prom.timeout_seconds,
-            "max_response_bytes": prom.max_response_bytes, "signals": self.signals})
+            "max_response_bytes": prom.max_response_bytes, "max_series": prom.max_series,
+            "signals": self.signals})
 
     def planner_config(self, base: PlannerConfig | None = None) -> PlannerConfig:
         """The planner's knobs; the KAI Topology m2g keeps follows the topology mapping."""

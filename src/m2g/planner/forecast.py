@@ -20,7 +20,9 @@ Model, per interval of ``interval_seconds`` from ``now``:
   CapacityPlan's cap; it draws after the lag; the tiers m2g's admission holds back
   (``gate_tier``: the headroom gate's ``headroom_min_tier``, and ``headroom_event_min_tier``
   while a grid event is active) are not started into a kW CapacityPlan or grid limit they
-  would exceed;
+  would exceed; during a grid event firm work is held as m2g's gate holds it (``_FirmGate``:
+  beyond what pausing the running flexible work frees, and while work m2g paused waits to come
+  back, beyond the room under the limit that work leaves — paused work first);
 * **idle GPUs** draw ``idle_kw_per_gpu``; a fresh site reading calibrates a constant offset
   (the measured draw less the model's at ``now``: the trays' CPUs, NICs, switches; at ``now``
   admitted work draws only on the GPUs its pods hold: the nodes' allocated GPUs);
@@ -740,8 +742,10 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
     """Start the queued work that fits at ``t0`` (appended to ``jobs``); the rest waits.
     Under a kW limit the tiers m2g's admission holds back (``gate_tier``: flex >= 2, and
     flex 1 too during a grid event) are not started into it; the others (firm work) are,
-    except during a grid event under ``hold_firm_beyond_reach``: then only while the limit
-    plus what pausing the running flexible work would save covers them (``_firm_reach``)."""
+    except during a grid event under ``hold_firm_beyond_reach`` (``_FirmGate``): then only
+    while the limit plus what pausing the running flexible work would save covers them, and
+    while work m2g paused waits to come back (``restore_before_firm``) only in the room under
+    the limit beyond that work's kW — the paused work comes back first."""
     t0, cap, lim = at
     scale, kw_scale = scales
     lag = site.pipe.lag
@@ -749,8 +753,10 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
     gate = cfg.planner.headroom_min_tier if lim is None else lim.gate_tier
     busy = sum(j.gpus for j in jobs if j.start <= t0 < j.end)
     busy_kw = sum(j.kw for j in jobs if j.start <= t0 < j.end)
-    firm_limit = None if lim is None or not lim.firm or limit is None else (
-        limit + _firm_reach(jobs, t0, lim.pause_tier, cfg))
+    firm = _FirmGate.of(jobs, t0, lim, cfg, busy_kw)
+    if firm is not None and firm.first:  # m2g's gate admits restored work before firm work
+        queue = sorted(queue, key=lambda w: not _paused(w))
+        firm.waiting = sum(job_kw(w, cfg) * kw_scale for w in queue if _paused(w))
     quotas = _queue_gpus(snap)
     used: dict[str, int] = {}
     for j in jobs:
@@ -767,8 +773,8 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
                                   cfg.reservation_lead_seconds, size)
         kw = job_kw(w, cfg) * kw_scale
         over = limit is not None and busy_kw + kw > limit and w.view.flex_tier >= gate
-        over = over or (firm_limit is not None and w.view.flex_tier < gate
-                        and busy_kw + kw > firm_limit)
+        over = over or (firm is not None and w.view.flex_tier < gate
+                        and firm.holds(busy_kw, kw))
         quota = quotas.get(w.cluster_queue)
         if quota is not None and used.get(w.cluster_queue, 0) + w.view.gpus > quota:
             left.append(w)  # its ClusterQueue is full: Kueue would not admit it
@@ -779,9 +785,52 @@ def _start_queue(snap: ClusterSnapshot, cfg: ForecastConfig, queue: list[Workloa
             used[w.cluster_queue] = used.get(w.cluster_queue, 0) + w.view.gpus
             busy += w.view.gpus
             busy_kw += kw
+            if firm is not None and _paused(w):
+                firm.waiting = max(0.0, firm.waiting - kw)
         else:
             left.append(w)
     return left
+
+
+def _paused(w: WorkloadState) -> bool:
+    """Work m2g paused for power that waits to come back (not drained for maintenance)."""
+    return w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
+
+
+@dataclass
+class _FirmGate:
+    """m2g's gate for firm work during a grid event at one interval start
+    (m2g.planner.headroom: ``hold_firm_beyond_reach``, ``restore_before_firm``).
+
+    ``reach``: the limit plus what pausing the running flexible work would save — firm work
+    is started while that covers it. ``first`` (``restore_before_firm``, with
+    ``restore_during_events``): work m2g paused comes back before new firm work; while any
+    waits — the running work's kW over the limit beyond what caps take (``over``: m2g has
+    paused that much), or m2g-paused workloads in the queue not started yet (``waiting``, kW)
+    — firm work starts only in the room under the limit beyond it."""
+
+    limit: float
+    reach: float
+    first: bool
+    over: float = 0.0
+    waiting: float = 0.0
+
+    @classmethod
+    def of(cls, jobs: list[_Job], t0: datetime, lim: _Limit | None, cfg: ForecastConfig,
+           busy_kw: float) -> _FirmGate | None:
+        if lim is None or not lim.firm:
+            return None
+        p = cfg.planner
+        caps = sum(j.cap_kw for j in jobs if j.start <= t0 < j.end and 0 < j.tier < lim.pause_tier)
+        return cls(lim.kw, lim.kw + _firm_reach(jobs, t0, lim.pause_tier, cfg),
+                   p.restore_before_firm and p.restore_during_events,
+                   max(0.0, busy_kw - lim.kw - caps))
+
+    def holds(self, busy_kw: float, kw: float) -> bool:
+        """Whether a firm job of ``kw`` waits, the started work drawing ``busy_kw``."""
+        if self.first and (self.over > 0 or self.waiting > 0):
+            return busy_kw + self.waiting + kw > self.limit
+        return busy_kw + kw > self.reach
 
 
 def _firm_reach(jobs: list[_Job], t0: datetime, pause_tier: int,

@@ -30,6 +30,10 @@ CAMEL = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, popula
 #: A duration in a configuration, at most (ten years: a larger one overflows a timedelta and
 #: stops every reconcile that adds it to a time).
 MAX_SECONDS = 10 * 365 * 86400
+#: The most series one Prometheus answer may hold (``prometheus.maxSeries``): 1,400 racks of 72
+#: GPUs are 100,800 series of a GPU signal; the rest is room for an exporter's series changing
+#: names. A larger answer fails that signal alone (it reads as missing), read no further.
+MAX_SERIES = 150_000
 
 
 class SignalName(StrEnum):
@@ -141,6 +145,10 @@ class PrometheusSettings(BaseModel):
     #: The largest answer read (bytes, default 64 MiB): a larger or endless one fails that
     #: signal (it reads as missing: the fail-safe), read no further.
     max_response_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
+    #: The most series an answer may hold (default ``MAX_SERIES``, 150,000: 1,400 racks of 72
+    #: GPUs and room to spare): a larger one fails that signal (it reads as missing), read no
+    #: further; the other signals are read as usual.
+    max_series: int = Field(default=MAX_SERIES, ge=1, le=10_000_000)
     #: ``Authorization: Bearer <file's content>``, re-read when the file changes (projected
     #: ServiceAccount tokens rotate). A file that is missing is an error, never anonymous access.
     bearer_token_file: Path | None = None
@@ -182,6 +190,8 @@ class SignalConfig(BaseModel):
     timeout_seconds: float = Field(default=5.0, gt=0, le=3600)
     #: the largest answer read (PrometheusSettings.max_response_bytes)
     max_response_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
+    #: the most series an answer may hold (PrometheusSettings.max_series)
+    max_series: int = Field(default=MAX_SERIES, ge=1, le=10_000_000)
     signals: dict[SignalName, SignalSpec] = Field(default_factory=lambda: dict(DEFAULT_SIGNALS))
 
     @field_validator("signals", mode="before")

@@ -20,8 +20,10 @@ from m2g.signals.readings import Readings
 class SignalStatusCollector(Collector):
     """``m2g_signal_*`` metrics for the latest ``Readings`` (nothing before the first)."""
 
-    def __init__(self, get_readings: Callable[[], Readings | None]) -> None:
+    def __init__(self, get_readings: Callable[[], Readings | None], *, age: bool = True
+                 ) -> None:
         self._get = get_readings
+        self._age = age  # False: the registry has its own m2g_signal_age_seconds
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         readings = self._get()
@@ -46,7 +48,7 @@ class SignalStatusCollector(Collector):
                 series.add_metric([str(name), fresh], float(count))
             failed.add_metric([str(name)], 1.0 if st.error else 0.0)
             stale.add_metric([str(name)], 1.0 if name in readings.stale_signals else 0.0)
-        yield from (age, series, failed, stale)
+        yield from (age, series, failed, stale) if self._age else (series, failed, stale)
 
 
 def status_lines(readings: Readings) -> list[str]:

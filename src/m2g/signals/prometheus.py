@@ -20,6 +20,17 @@ a NaN sample for that series alone — INVALID in the readings (m2g.signals.sani
 ``m2g_signal_series{freshness="invalid"}``, the fail-safe of missing — and the other series of
 the answer are used as they are. (Unpacked as any pair, ``"value": "12"`` read as 2 kW at
 time 1, and one malformed series made the whole signal missing.)
+
+An answer is bounded twice while it downloads, and read no further past either bound: in bytes
+(``max_response_bytes``, ``prometheus.maxResponseBytes``) and in series (``max_series``,
+``prometheus.maxSeries``). Both raise an ``AnswerRefusedError`` for that signal alone (it reads
+as missing: the fail-safe). The series are counted before any decoding, by the answer's JSON
+objects: every series of a vector is two (the element and its ``metric``), so an answer of more
+than ``2 × max_series + 2`` ``{`` bytes holds more than ``max_series`` series or is not what
+Prometheus writes (a ``{`` inside a string only raises the count; no escape hides an object).
+1.8 million tiny series within the 64 MiB byte bound took 28 s of CPU and 1.6 GiB to decode and
+read (past m2g run's 10 s bound on a read: every signal missing); refused at the default bound,
+that signal costs its download up to the bound (bench/signal_series.py).
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import httpx
 from m2g.errors import M2gError
 from m2g.errors import PermanentError as PermanentError  # re-exported: one family
 from m2g.errors import RetryableError as RetryableError
-from m2g.signals.config import SignalConfig, SignalName, redact_url
+from m2g.signals.config import MAX_SERIES, SignalConfig, SignalName, redact_url
 from m2g.signals.sample import Sample
 from m2g.signals.sanity import MAX_FUTURE_SECONDS
 
@@ -78,6 +89,25 @@ class RateLimitedError(RetryableError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class AnswerRefusedError(PermanentError):
+    """An answer over one of the client's bounds, read no further; ``bound`` names it
+    (``maxResponseBytes`` or ``maxSeries``, as in the site configuration)."""
+
+    bound = "maxResponseBytes"
+
+
+class TooManySeriesError(AnswerRefusedError):
+    """An answer of more than ``max_series`` series (counted before decoding)."""
+
+    bound = "maxSeries"
+
+
+def object_bound(max_series: int) -> int:
+    """The most ``{`` bytes an answer of ``max_series`` series has when no label holds one:
+    two a series (the element, its ``metric``), the answer's and its ``data``."""
+    return 2 * max_series + 2
 
 
 class _TimedOut(RetryableError):
@@ -189,6 +219,8 @@ class PrometheusClient:
     jitter: Callable[[], float] = field(default=random.random)
     #: The largest answer read (bytes); a larger or endless body fails this signal.
     max_response_bytes: int = 64 << 20
+    #: The most series an answer may hold (see the module docstring); more fails this signal.
+    max_series: int = MAX_SERIES
     #: Held while an answer is decoded and read: the signals' answers are read one after the
     #: other, so a step of one (not one step of each) is all the event loop waits for.
     _reading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
@@ -263,17 +295,25 @@ class PrometheusClient:
 
     async def _bounded_get(self, url: str, params: dict[str, str], where: str
                            ) -> httpx.Response:
-        """GET, reading at most ``max_response_bytes`` of the body (an answer larger, or one
-        that never ends, is a ``PermanentError`` for this signal: it reads as missing)."""
+        """GET, reading at most ``max_response_bytes`` of the body and ``object_bound`` JSON
+        objects (an answer larger, or one that never ends, is an ``AnswerRefusedError`` for
+        this signal: it reads as missing)."""
+        most = object_bound(self.max_series)
         async with self.http.stream("GET", url, params=params,
                                     timeout=self.timeout_seconds) as resp:
             body = bytearray()
+            objects = 0
             async for chunk in resp.aiter_bytes():  # decoded: a gzip bomb is bounded too
                 body += chunk
+                objects += chunk.count(b"{")
                 if len(body) > self.max_response_bytes:
-                    raise PermanentError(
+                    raise AnswerRefusedError(
                         f"{where} answered with more than {self.max_response_bytes:,} bytes "
                         "(maxResponseBytes); the signal reads as missing")
+                if objects > most:
+                    raise TooManySeriesError(
+                        f"{where} answered with more than {self.max_series:,} series (maxSeries; "
+                        f"over {most:,} JSON objects); the signal reads as missing")
         headers = {k: v for k, v in resp.headers.items()
                    if k.lower() not in ("content-encoding", "content-length")}
         return httpx.Response(resp.status_code, headers=headers, content=bytes(body),

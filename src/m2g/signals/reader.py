@@ -8,22 +8,32 @@ error, rather than an exception out of the reader.
 The answers are read in steps with the event loop free in between (m2g.signals.prometheus
 ``PARSE_CHUNK``) and the readings are built in a worker thread, so a read of many series never
 holds the lease renewal, the admission answers or the watches for its whole length.
+
+``failed`` (optional) is told each signal whose query failed and the error itself (its kind:
+an ``AnswerRefusedError`` over a bound, a timeout, bad PromQL), for a caller's log and metrics;
+it must not raise.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from m2g.signals.config import SignalConfig
-from m2g.signals.prometheus import PrometheusClient, fetch_signals
+from m2g.signals.config import SignalConfig, SignalName
+from m2g.signals.prometheus import PrometheusClient, PrometheusError, fetch_signals
 from m2g.signals.readings import Expected, Readings, build_readings
 
 
 async def read_signals(client: PrometheusClient, config: SignalConfig,
-                       expected: Expected | None = None, now: float | None = None) -> Readings:
+                       expected: Expected | None = None, now: float | None = None,
+                       failed: Callable[[SignalName, PrometheusError], None] | None = None
+                       ) -> Readings:
     """Readings at ``now`` (default: the client's clock)."""
     at = client.clock() if now is None else now
     fetched = await fetch_signals(client, config, at)
+    for name, f in fetched.items():
+        if f.error is not None and failed is not None:
+            failed(name, f.error)
     errors = {n: str(f.error) for n, f in fetched.items() if f.error}
     try:  # in a worker thread: ~1 s of CPU at 20,000 series a signal, the event loop runs on
         return await asyncio.to_thread(
