@@ -65,7 +65,7 @@ class WorkloadState:
     admitted_at: datetime | None = None
     drained_for: str = ""  # set when m2g evicted it off nodes (e.g. "maintenance/<window>")
     #: The newest checkpoint time the Workload itself reports (``m2g.io/last-checkpoint-time``);
-    #: reports on its pods are merged in when the snapshot is built (``view.checkpoint``).
+    #: reports on its pods are merged in when the snapshot is built (``checkpoint_at``).
     checkpoint_reported_at: datetime | None = None
     #: The per-GPU power cap m2g set on it (fraction of each GPU's default limit; 1.0: none),
     #: since when, and the throughput-seconds its earlier caps cost (Workload annotations
