@@ -2,11 +2,14 @@
 
 Reads ``decisions.parquet`` / ``lifecycle.parquet`` (and a previous run's timestamped files
 beside them with ``--all``); a Parquet file still being written has no footer yet, so then the
-CSV of the same table is read instead. The summary itself is m2g_cli.report_view's.
+CSV of the same table is read instead. The files are read in batches (``BATCH_ROWS``), never
+whole: the report's memory is bounded by the log's width, not its length. The summary itself
+is m2g_cli.report_view's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,43 +21,87 @@ from m2g_cli.views import Output, structured
 Rows = list[dict[str, Any]]
 #: --interval at most a year (an infinite or 1e308-second interval raised OverflowError)
 MAX_INTERVAL = 366 * 86400.0
+#: Rows read at a time: the report's memory is one batch of the log's columns (its width),
+#: not the log (its length). Before, a log was read whole: ~3 KB a decision as Python rows,
+#: 5 million decisions ~15 GB (docs/benchmarks.md, "Twenty-fourth session").
+BATCH_ROWS = 16_384
+#: The CSV read at a time (a row must fit in one: a decision's row is ~200 bytes)
+CSV_BLOCK_BYTES = 4 << 20
 
 
 class LogError(Exception):
     """A decision-log file that cannot be read at all (one line: the file and why)."""
 
 
+class LogTable:
+    """The rows of table ``name`` (decisions, lifecycle) in ``folder``, oldest run first, read
+    batch by batch each time it is iterated (m2g_cli.report_view reads the decisions twice).
+
+    A Parquet file still being written has no footer: its CSV is read instead. A CSV row that
+    cannot be read (a line cut short when a run was killed, a value not of its column's type,
+    no time) is left out and described in ``skipped`` (on the first reading only); the other
+    rows are read. Iterating raises LogError for a file that cannot be read at all."""
+
+    def __init__(self, folder: Path, name: str, every_run: bool = False,
+                 skipped: list[str] | None = None) -> None:
+        from m2g.records import DECISIONS, LIFECYCLE
+
+        self.schema = {"decisions": DECISIONS, "lifecycle": LIFECYCLE}[name]
+        stems = sorted({p.stem for p in folder.glob(f"{name}-*.*")}) if every_run else []
+        self.files = [(folder / f"{stem}.parquet", folder / f"{stem}.csv")
+                      for stem in [*stems, name]]
+        self.skipped = skipped if skipped is not None else []
+        self._noted = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        notes = [] if self._noted else self.skipped
+        for parquet, csv in self.files:
+            if _has_footer(parquet):
+                yield from _complete(_parquet_batches(parquet, self.schema), self.schema,
+                                     parquet, notes)
+            elif csv.exists() and (not csv.is_file() or csv.stat().st_size):
+                yield from _complete(_csv_batches(csv, self.schema, notes), self.schema, csv,
+                                     notes)
+        self._noted = True
+
+
 def read_table(folder: Path, name: str, every_run: bool = False,
                skipped: list[str] | None = None) -> Rows:
-    """The rows of table ``name`` (decisions, lifecycle) in ``folder``, oldest run first.
-    A CSV row that cannot be read (a line cut short when a run was killed, a value not of its
-    column's type, no time) is left out and described in ``skipped``; the other rows are
-    read. Raises LogError for a file that cannot be read at all."""
+    """Every row of ``LogTable(folder, name, every_run, skipped)`` in a list."""
+    return list(LogTable(folder, name, every_run, skipped))
+
+
+def _has_footer(path: Path) -> bool:
+    """A Parquet file that can be read (one still being written has no footer yet)."""
     import pyarrow.parquet as pq
 
-    from m2g.records import DECISIONS, LIFECYCLE
-    schema = {"decisions": DECISIONS, "lifecycle": LIFECYCLE}[name]
-    stems = sorted({p.stem for p in folder.glob(f"{name}-*.*")}) if every_run else []
-    rows: Rows = []
-    notes = skipped if skipped is not None else []
-    for stem in [*stems, name]:
-        parquet, csv = folder / f"{stem}.parquet", folder / f"{stem}.csv"
-        try:
-            if parquet.is_file():
-                rows += _complete(pq.read_table(parquet, schema=schema).to_pylist(), schema,
-                                  parquet, notes)
-                continue
-        except (OSError, ValueError):  # still open (no footer yet), or not ours: the CSV
-            pass
-        if csv.exists() and (not csv.is_file() or csv.stat().st_size):
-            rows += _complete(_read_csv(csv, schema, notes), schema, csv, notes)
-    return rows
+    if not path.is_file():
+        return False
+    try:
+        pq.read_metadata(path)
+    except (OSError, ValueError):  # still open, or not ours: the CSV
+        return False
+    return True
 
 
-def _read_csv(path: Path, schema: Any, notes: list[str]) -> Rows:
-    """The rows of one CSV of ``schema``: typed by pyarrow; when a value does not convert,
-    every value read as text and converted row by row, the rows that do not convert left
-    out (before, one bad cell or a line cut short raised out of ``m2g report``)."""
+def _parquet_batches(path: Path, schema: Any) -> Iterator[Rows]:
+    """The rows of one Parquet file of ``schema``, a batch at a time (a column the file lacks
+    reads as empty). Row group by row group: pyarrow.dataset's scanner read ahead ~100 MiB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
+            yield _conform(batch, schema).to_pylist()
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise LogError(f"{path}: cannot read: {str(exc).splitlines()[0][:200]}") from None
+
+
+def _csv_batches(path: Path, schema: Any, notes: list[str]) -> Iterator[Rows]:
+    """The rows of one CSV of ``schema``, a batch at a time: read as text, each batch's
+    columns converted by pyarrow; in a batch where a value does not convert, row by row, the
+    rows that do not convert left out (before, one bad cell or a line cut short raised out of
+    ``m2g report``)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -66,26 +113,43 @@ def _read_csv(path: Path, schema: Any, notes: list[str]) -> Rows:
         cut.append(str(row.text)[:60])
         return "skip"
 
-    parse = pacsv.ParseOptions(invalid_row_handler=ragged)
+    text = pacsv.ConvertOptions(column_types={f.name: pa.string() for f in schema},
+                                strings_can_be_null=True)
     try:
-        try:
-            typed = pacsv.ConvertOptions(column_types=schema, strings_can_be_null=True)
-            got: Rows = pacsv.read_csv(path, parse_options=parse,
-                                       convert_options=typed).to_pylist()
-        except pa.ArrowInvalid as exc:
-            if "conversion error" not in str(exc):
-                raise
-            cut.clear()
-            text = {f.name: pa.string() for f in schema}
-            raw = pacsv.read_csv(path, parse_options=parse, convert_options=pacsv.ConvertOptions(
-                column_types=text, strings_can_be_null=True)).to_pylist()
-            got = [r for r in (_typed(r, schema, path, notes) for r in raw) if r is not None]
+        reader = pacsv.open_csv(
+            path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=ragged), convert_options=text)
+        for batch in reader:
+            yield _converted(batch, schema, path, notes)
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise LogError(f"{path}: cannot read: {str(exc).splitlines()[0][:200]}") from None
     if cut:
         notes.append(f"{path}: {len(cut)} row(s) with the wrong number of columns left out "
                      f"(first: {cut[0]!r})")
-    return got
+
+
+def _conform(batch: Any, schema: Any) -> Any:
+    """``batch`` with exactly ``schema``'s columns, each cast to its type (a column the
+    batch lacks reads as empty); raises pyarrow's error when a value does not convert."""
+    import pyarrow as pa
+
+    names = set(batch.schema.names)
+    return pa.RecordBatch.from_arrays(
+        [batch.column(f.name).cast(f.type) if f.name in names
+         else pa.nulls(batch.num_rows, f.type) for f in schema], schema=schema)
+
+
+def _converted(batch: Any, schema: Any, path: Path, notes: list[str]) -> Rows:
+    """A batch of text read as ``schema``: by columns, or row by row if a value does not
+    convert."""
+    import pyarrow as pa
+
+    try:
+        typed: Rows = _conform(batch, schema).to_pylist()
+    except (pa.ArrowException, ValueError, OverflowError):
+        rows = (_typed(r, schema, path, notes) for r in batch.to_pylist())
+        return [r for r in rows if r is not None]
+    return typed
 
 
 def _typed(row: dict[str, Any], schema: Any, path: Path, notes: list[str]
@@ -106,17 +170,23 @@ def _typed(row: dict[str, Any], schema: Any, path: Path, notes: list[str]
     return out
 
 
-def _complete(rows: Rows, schema: Any, path: Path, notes: list[str]) -> Rows:
+def _complete(batches: Iterable[Rows], schema: Any, path: Path, notes: list[str]
+              ) -> Iterator[dict[str, Any]]:
     """Every row with every column of ``schema`` (a missing column reads as empty) and a
-    time; a row without a time is left out (noted)."""
+    time; a row without a time is left out (noted once for the file)."""
     from datetime import datetime
 
     names = [f.name for f in schema]
-    out = [{n: r.get(n) for n in names} for r in rows]
-    kept = [r for r in out if isinstance(r["time"], datetime)]
-    if len(kept) < len(out):
-        notes.append(f"{path}: {len(out) - len(kept)} row(s) without a time left out")
-    return kept
+    dropped = 0
+    for rows in batches:
+        for r in rows:
+            row = {n: r.get(n) for n in names}
+            if isinstance(row["time"], datetime):
+                yield row
+            else:
+                dropped += 1
+    if dropped:
+        notes.append(f"{path}: {dropped} row(s) without a time left out")
 
 
 def report(
@@ -138,8 +208,8 @@ def report(
         raise typer.Exit(1)
     skipped: list[str] = []
     try:
-        decisions = read_table(log_dir, "decisions", every_run, skipped)
-        lifecycle = read_table(log_dir, "lifecycle", every_run, skipped)
+        data = summary(LogTable(log_dir, "decisions", every_run, skipped),
+                       LogTable(log_dir, "lifecycle", every_run, skipped), interval, event)
     except LogError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -147,10 +217,9 @@ def report(
         typer.echo(f"warning: {note}", err=True)
     if len(skipped) > 20:
         typer.echo(f"warning: ... and {len(skipped) - 20} more", err=True)
-    if not decisions and not lifecycle:
+    if not data["rows"]["decisions"] and not data["rows"]["lifecycle"]:
         typer.echo(f"error: {log_dir}: no decisions.* or lifecycle.* files with rows", err=True)
         raise typer.Exit(1)
-    data = summary(decisions, lifecycle, interval, event)
     text = render_table(data) if output in (Output.TABLE, Output.WIDE) else structured(data,
                                                                                       output)
     typer.echo(text, nl=False)

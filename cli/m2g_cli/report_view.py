@@ -7,6 +7,9 @@ rows): a sample is above target when draw > target × 1.01; ``secondsToTarget`` 
 first sample at or under it; ``secondsAboveTarget`` sums the time from each sample above target
 to the next sample; ``kwhAboveTarget`` integrates max(0, draw − target) the same way. Then the
 actions m2g took during the event, and the lifecycle totals.
+
+The rows are read as they come (m2g_cli.report_cmd reads the log in batches): nothing keeps a
+row, so the memory is the log's width, not its length — but for each grid event's samples.
 """
 
 from __future__ import annotations
@@ -46,23 +49,19 @@ def grid_event_of(event_id: Any) -> str:
     return m.group(1) if m else text
 
 
-def _samples(rows: Iterable[Row], event: str) -> list[tuple[datetime, float, float]]:
-    out = [(r["time"], d, t) for r in rows
-           if r.get("stage") == "Grid" and r.get("outcome") == "Sample"
-           and grid_event_of(r.get("grid_event")) == event
-           and (d := _num(r.get("site_draw_kw"))) is not None
-           and (t := _num(r.get("grid_target_kw"))) is not None]
-    return sorted(out)
+Sample = tuple[datetime, float, float]  # time, site draw kW, grid target kW
 
 
 def _above(draw: float, target: float) -> bool:
     return draw > target * TOLERANCE
 
 
-def delivery(rows: Sequence[Row], event: str, start: datetime, end: datetime,
-             interval_seconds: float) -> dict[str, Any]:
-    """One event's delivery: totals and one entry per interval."""
-    samples = [s for s in _samples(rows, event) if start <= s[0] <= end]
+def delivery(samples: Sequence[Sample], actions: Mapping[str, int], baseline: float | None,
+             event: str, start: datetime, end: datetime, interval_seconds: float
+             ) -> dict[str, Any]:
+    """One event's delivery from its samples (any order), the actions m2g took during it and
+    its baseline: totals and one entry per interval."""
+    samples = sorted(s for s in samples if start <= s[0] <= end)
     above_s = kwh = 0.0
     for (t0, d0, tg0), (t1, _, _) in pairwise(samples):
         dt = (t1 - t0).total_seconds()
@@ -87,11 +86,6 @@ def delivery(rows: Sequence[Row], event: str, start: datetime, end: datetime,
             "targetKw": _round(target),
             "compliant": None if mean is None or target is None else not _above(mean, target)})
         at = nxt
-    actions = Counter(f"{r.get('stage')}/{r.get('outcome')}" for r in rows
-                      if start <= r["time"] <= end and r.get("outcome") != "Sample"
-                      and r.get("stage") != "Grid")
-    baseline = next((b for r in rows if grid_event_of(r.get("grid_event")) == event
-                     and (b := _num(r.get("grid_baseline_kw"))) is not None), None)
     return {
         "event": event, "start": start.isoformat(), "end": end.isoformat(),
         "intervalSeconds": round(step, 3),
@@ -108,42 +102,109 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def events(rows: Sequence[Row]) -> list[tuple[str, datetime, datetime]]:
-    """(id, start, end) of every grid event the log saw, by start: a GridEvent's intervals
-    (``<eventID>/<n>``) are one event, from its first interval's start to its last's end."""
-    seen: dict[str, tuple[datetime, datetime]] = {}
-    for r in rows:
-        ev, start, end = r.get("grid_event"), r.get("grid_event_start"), r.get("grid_event_end")
-        if ev and isinstance(start, datetime) and isinstance(end, datetime):
-            key = grid_event_of(ev)
-            old = seen.get(key)
-            seen[key] = (start, end) if old is None else (min(old[0], start), max(old[1], end))
-    return sorted(((k, *v) for k, v in seen.items()), key=lambda e: (e[1], e[0]))
+class _Decisions:
+    """What the report keeps of the decisions, one row at a time: counters, the time span,
+    the grid events' spans and baselines, and each event's samples (a tuple a Grid/Sample
+    row: the only part that grows with the log, ~100 bytes a sample)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.actions: Counter[str] = Counter()
+        self.times: list[datetime] = []  # the first and the last
+        self.policy_sets: set[str] = set()
+        self.spans: dict[str, tuple[datetime, datetime]] = {}
+        self.baselines: dict[str, float] = {}
+        self.samples: dict[str, list[Sample]] = {}
+
+    def add(self, r: Row) -> None:
+        self.rows += 1
+        t = r["time"]
+        self.times = [min(self.times[0], t), max(self.times[1], t)] if self.times else [t, t]
+        if r.get("outcome") != "Sample":
+            self.actions[f"{r.get('stage')}/{r.get('outcome')}"] += 1
+        if r.get("policy_set"):
+            self.policy_sets.add(str(r.get("policy_set")))
+        key = grid_event_of(r.get("grid_event"))
+        self._span(r, key)
+        if key not in self.baselines and (b := _num(r.get("grid_baseline_kw"))) is not None:
+            self.baselines[key] = b
+        if (r.get("stage") == "Grid" and r.get("outcome") == "Sample"
+                and (d := _num(r.get("site_draw_kw"))) is not None
+                and (tg := _num(r.get("grid_target_kw"))) is not None):
+            self.samples.setdefault(key, []).append((t, d, tg))
+
+    def _span(self, r: Row, key: str) -> None:
+        """A GridEvent's intervals (``<eventID>/<n>``) are one event, from its first
+        interval's start to its last's end."""
+        start, end = r.get("grid_event_start"), r.get("grid_event_end")
+        if r.get("grid_event") and isinstance(start, datetime) and isinstance(end, datetime):
+            old = self.spans.get(key)
+            self.spans[key] = (start, end) if old is None else (min(old[0], start),
+                                                                max(old[1], end))
+
+    def events(self) -> list[tuple[str, datetime, datetime]]:
+        """(id, start, end) of every grid event the log saw, by start."""
+        return sorted(((k, *v) for k, v in self.spans.items()), key=lambda e: (e[1], e[0]))
 
 
-def summary(decisions: Sequence[Row], lifecycle: Sequence[Row], interval_seconds: float,
+def _event_actions(decisions: Iterable[Row], chosen: Sequence[tuple[str, datetime, datetime]]
+                   ) -> dict[str, Counter[str]]:
+    """The actions (not Grid rows) inside each event's span: a second reading of the log,
+    now that the spans are known."""
+    out: dict[str, Counter[str]] = {ev: Counter() for ev, _, _ in chosen}
+    if not chosen:
+        return out
+    for r in decisions:
+        if r.get("outcome") == "Sample" or r.get("stage") == "Grid":
+            continue
+        for ev, start, end in chosen:
+            if start <= r["time"] <= end:
+                out[ev][f"{r.get('stage')}/{r.get('outcome')}"] += 1
+    return out
+
+
+def _lifecycle(lifecycle: Iterable[Row]) -> tuple[int, list[datetime], dict[str, Any]]:
+    """Rows, the first and last time, and the totals: records by event and, from each
+    workload's latest record (of equal times the later one; one small entry a workload),
+    GPU-hours and kWh."""
+    rows, life = 0, Counter[str]()
+    times: list[datetime] = []
+    final: dict[str, tuple[datetime, float, float]] = {}
+    for r in lifecycle:
+        rows += 1
+        t = r["time"]
+        times = [min(times[0], t), max(times[1], t)] if times else [t, t]
+        life[str(r.get("event"))] += 1
+        w = str(r.get("workload"))
+        if w not in final or t >= final[w][0]:
+            final[w] = (t, _num(r.get("gpu_seconds")) or 0.0, _num(r.get("kwh")) or 0.0)
+    gpu_s = sum(g for _, g, _ in final.values())
+    kwh = sum(k for _, _, k in final.values())
+    return rows, times, {"records": dict(sorted(life.items())), "workloads": len(final),
+                         "gpuHours": round(gpu_s / 3600, 3), "kwhEstimated": round(kwh, 3)}
+
+
+def summary(decisions: Iterable[Row], lifecycle: Iterable[Row], interval_seconds: float,
             only_event: str | None = None) -> dict[str, Any]:
-    actions = Counter(f"{r.get('stage')}/{r.get('outcome')}" for r in decisions
-                      if r.get("outcome") != "Sample")
-    times = [r["time"] for r in [*decisions, *lifecycle]]
-    life = Counter(str(r.get("event")) for r in lifecycle)
-    final: dict[str, Row] = {}
-    for r in sorted(lifecycle, key=lambda r: r["time"]):
-        final[str(r.get("workload"))] = r
-    gpu_s = sum(_num(r.get("gpu_seconds")) or 0.0 for r in final.values())
-    kwh = sum(_num(r.get("kwh")) or 0.0 for r in final.values())
+    """The report of a log. ``decisions`` is read twice (a list, or a
+    m2g_cli.report_cmd.LogTable, which reads its files again), ``lifecycle`` once; neither is
+    held: what is kept is the summary's own state (see ``_Decisions``)."""
+    dec = _Decisions()
+    for r in decisions:
+        dec.add(r)
+    life_rows, life_times, life = _lifecycle(lifecycle)
+    chosen = [e for e in dec.events() if only_event is None or e[0] == grid_event_of(only_event)]
+    acted = _event_actions(decisions, chosen)
+    times = [*dec.times, *life_times]
     return {
         "from": min(times).isoformat() if times else None,
         "to": max(times).isoformat() if times else None,
-        "rows": {"decisions": len(decisions), "lifecycle": len(lifecycle)},
-        "policySets": sorted({str(r.get("policy_set")) for r in decisions
-                              if r.get("policy_set")}),
-        "actions": dict(sorted(actions.items())),
-        "events": [delivery(decisions, ev, start, end, interval_seconds)
-                   for ev, start, end in events(decisions)
-                   if only_event is None or ev == grid_event_of(only_event)],
-        "lifecycle": {"records": dict(sorted(life.items())), "workloads": len(final),
-                      "gpuHours": round(gpu_s / 3600, 3), "kwhEstimated": round(kwh, 3)},
+        "rows": {"decisions": dec.rows, "lifecycle": life_rows},
+        "policySets": sorted(dec.policy_sets),
+        "actions": dict(sorted(dec.actions.items())),
+        "events": [delivery(dec.samples.get(ev, []), acted[ev], dec.baselines.get(ev), ev,
+                            start, end, interval_seconds) for ev, start, end in chosen],
+        "lifecycle": life,
     }
 
 

@@ -619,3 +619,31 @@ def test_paused_work_comes_back_before_new_firm_work_in_an_event() -> None:
     # work drained for maintenance is not paused work: the firm job is not held for it
     drained = replace(paused, drained_for="maintenance/w")
     assert forecast(snap(firm, drained, f=ev), cfg).intervals[0].flex_kw[2] == 0.0
+
+
+def test_work_held_at_admission_comes_back_as_a_restore_after_a_grid_event() -> None:
+    """What m2g holds when the event ends is not all paused work: with paused work coming
+    back first (restore_before_firm), the work paused at the end is at most the admitted
+    work's kW over the limit, and the rest was held back at admission — new work, which
+    Kueue asks m2g for again within the Retry hold and binds after the lag, not at the pace
+    of the running work's remaining runtime (R + L). Here a flex-2 job ends a minute into a
+    two-minute event and new flex-2 work (persistence) takes its GPUs, held back at
+    admission: after the event it comes back at once (no lag, no Retry hold), half a minute
+    after with a 60 s hold. The model before refilled it in 1 − exp(−t / 60 s) (R: the job's
+    60 s left), as it still does when paused work does not come first."""
+    ending = wl("ending", Phase.ADMITTED, 72, 3600, tier=2, ago=3540)  # 60 s left
+    ev = factory(events=(_event(0, 120, 80.0),))
+    cfg = ForecastConfig(horizon_hours=4 / 60, interval_seconds=60, new_work=NewWork.PERSIST,
+                         planner=_fast())
+    held = FULL - 80.0  # new work at full, less the limit: held back at admission
+    site = [i.site_kw for i in forecast(snap(ending, f=ev), cfg).intervals]
+    assert site[1] == pytest.approx(80.0, abs=1e-3)
+    assert site[2] == pytest.approx(FULL, abs=1e-3)
+    hold = replace(cfg, planner=_fast(max_retry_hold_seconds=60))
+    assert forecast(snap(ending, f=ev), hold).intervals[2].site_kw == pytest.approx(
+        FULL - held / 2, abs=1e-3)
+    gradual = FULL - held * (1 - math.exp(-1))  # the mean of exp(−t / 60) over a minute
+    for knob in ("restore_before_firm", "restore_during_events", "hold_firm_beyond_reach"):
+        before = replace(cfg, planner=_fast(**{knob: False}))
+        assert forecast(snap(ending, f=ev), before).intervals[2].site_kw == pytest.approx(
+            gradual, abs=1e-3)

@@ -35,10 +35,12 @@ Model, per interval of ``interval_seconds`` from ``now``:
   work of the gated tiers held at admission (what a pause saves), tier 0 nothing —; it moves
   at its ramp, a shed shows ``shed_show_seconds`` after it is decided; while a limit is in
   force, a restore shows the lag plus half the Retry hold after (held work is asked, admitted
-  and bound again); once the limits lift, what m2g held comes back gradually, 1 − exp(−t /
-  (R + L)) of it t seconds after (``refill_seconds``: R the running work's GPU-weighted median
-  remaining runtime, as the room held work needs frees up; L the pipeline's lag). The mean kW
-  held down is ``shedKw``;
+  and bound again); once the limits lift, the work m2g paused comes back gradually, 1 −
+  exp(−t / (R + L)) of it t seconds after (``refill_seconds``: R the running work's
+  GPU-weighted median remaining runtime, as the room held work needs frees up; L the
+  pipeline's lag), and the work its admission held back as a restore does (``_Refill``; with
+  paused work first, ``restore_before_firm``, the paused work at the lift is at most the
+  admitted work's kW over the limit). The mean kW held down is ``shedKw``;
 * **bands**: ``low``/``high`` rerun the model with runtimes × (1 ∓ ``runtime_spread``) and kW ×
   (1 ∓ ``kw_spread``) (unknown runtimes: ``unknown_runtime_spread``);
 * **flexible kW**: per flex tier (1-3), the kW of that tier's running work (what could be shed
@@ -403,9 +405,10 @@ def forecast(snap: ClusterSnapshot, cfg: ForecastConfig | None = None, *,
     refill = refill_seconds(central, site)
     if any(lim is not None for row in limits for lim in row):
         lag = site.pipe.lag.total_seconds()
-        notes.append(f"after a limit, held work refills with a time constant of {refill:.0f} s "
-                     f"(the running work's median remaining runtime {refill - lag:.0f} s + "
-                     f"admission → drawing {lag:.0f} s)")
+        notes.append(f"after a limit, paused work refills with a time constant of {refill:.0f} "
+                     f"s (the running work's median remaining runtime {refill - lag:.0f} s + "
+                     f"admission → drawing {lag:.0f} s); work held back at admission comes "
+                     f"back {lag + cfg.planner.max_retry_hold_seconds / 2:.0f} s after")
     sheds = _pace(cfg, central, limits, site.pipe.lag, offset, refill)
     out: list[Interval] = []
     for i in range(n):
@@ -475,9 +478,14 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     after it is decided (the pods stop, the caps act); while a limit is in force, a restore
     only after the pipeline's ``lag`` plus, on average, half of ``max_retry_hold_seconds``
     (held work is asked again, admitted again and bound again): kW decided off stay off in
-    the draw until then. Once no limit is in force, of the kW held when the last one lifted,
-    1 − exp(−t / ``refill``) are back t seconds after (means over each time step; ``refill``:
-    ``refill_seconds``, 0 = at once)."""
+    the draw until then. Once no limit is in force, what m2g held when the last one lifted
+    comes back (``_Refill``): the work it paused gradually, 1 − exp(−t / ``refill``) of it t
+    seconds after (means over each time step; ``refill``: ``refill_seconds``, 0 = at once);
+    the work its admission held back as a restore does, the lag plus half the Retry hold
+    after. Under a grid event where paused work comes back first (``restore_before_firm``,
+    ``restore_during_events``, ``hold_firm_beyond_reach``) the paused work at the lift is at
+    most the admitted work's kW over the limit (``committed``), the rest was held back at
+    admission; otherwise all of it is taken as paused."""
     p = cfg.planner
     steps = max(1, cfg.substeps)
     dt = cfg.interval_seconds / steps
@@ -488,15 +496,8 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
     decided: list[float] = []
     shown: list[float] = []
     out: list[float] = []
-    lifted = 0.0  # kW held when the last limit lifted
-    since = 0  # time steps since then
-
-    def back(k: int) -> float:
-        """The share of ``lifted`` still held in the k-th step after the lift (its mean)."""
-        if refill <= 0:
-            return 0.0
-        return refill / dt * (math.exp(-k * dt / refill) - math.exp(-(k + 1) * dt / refill))
-
+    first = p.restore_before_firm and p.restore_during_events
+    lift = _Refill(refill, lag.total_seconds() + p.max_retry_hold_seconds / 2, dt)
     for i, row in enumerate(limits):
         c = run.site[i] + offset
         total = 0.0
@@ -511,14 +512,42 @@ def _pace(cfg: ForecastConfig, run: _Run, limits: list[list[_Limit | None]],
             j = len(decided) - 1 - shed_delay
             shown.append(decided[j] if j >= 0 else 0.0)
             if lim is not None:
-                window = shown[max(0, len(shown) - 1 - back_delay):]
-                held, lifted, since = max(window), max(window), 0
-            else:  # the limit lifted: held work refills gradually (``refill``)
-                held = lifted * back(since)
-                since += 1
+                held = max(shown[max(0, len(shown) - 1 - back_delay):])
+                paused = held if not (first and lim.firm) else min(
+                    held, max(0.0, run.committed[i] + offset - lim.kw))
+                lift.hold(held, paused)
+            else:  # the limit lifted: held work comes back (``_Refill``)
+                held = lift.next()
             total += min(held, run.reach(i, 1, None, firm))  # what the levers hold
         out.append(total / steps)
     return out
+
+
+@dataclass
+class _Refill:
+    """What m2g holds after the last limit lifted, time step by time step (``_pace``): of
+    ``paused`` kW (work m2g paused), 1 − exp(−t / ``refill``) are back t s after the lift
+    (the mean over each step; ``refill`` 0: at once); the rest (work m2g's admission held
+    back) comes back ``asked`` s after (asked again, admitted and bound: as a restore)."""
+
+    refill: float
+    asked: float
+    dt: float
+    held: float = 0.0  # kW held when the last limit lifted
+    paused: float = 0.0  # of which work m2g paused
+    since: int = 0  # time steps since the lift
+
+    def hold(self, held: float, paused: float) -> None:
+        """A step with a limit in force: ``held`` kW held, ``paused`` kW of it paused."""
+        self.held, self.paused, self.since = held, min(held, paused), 0
+
+    def next(self) -> float:
+        """The mean kW still held in the next step after the lift."""
+        k, dt, r = self.since, self.dt, self.refill
+        self.since += 1
+        slow = 0.0 if r <= 0 else r / dt * (math.exp(-k * dt / r) - math.exp(-(k + 1) * dt / r))
+        fast = min(1.0, max(0.0, (self.asked - k * dt) / dt))  # share of the step still held
+        return self.paused * slow + (self.held - self.paused) * fast
 
 
 @dataclass
