@@ -17,6 +17,7 @@ from m2g.model.powerlimit import LimitSpec, NodeLimitState
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import cap_saving_kw, flex_used, node_limit_updates, plan_caps
 from m2g.planner.curves import curve_of, kind_curve
+from m2g.planner.headroom import share_beyond
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
@@ -280,3 +281,32 @@ def test_capped_nodes_give_the_limits_of_gathering_every_node() -> None:
     got = _capped_nodes(shared, {"t/a": 0.75, "t/b": 1.0, "t/c": 0.5, "t/d": 0.875})
     assert got == {"n0": ["t/a"], "n1": ["t/a", "t/b"], "n2": ["t/c", "t/d"]}
     assert _capped_nodes(shared, {"t/a": 1.0, "t/b": 1.0}) == {}
+
+
+def test_firm_work_admitted_beyond_the_room_is_curtailed_for_in_the_same_plan(
+        ev: Evaluator) -> None:
+    """During an event, firm work is admitted on what m2g can still free (the firm gate's
+    reach): the running flexible work is curtailed for it in the same plan, not once the
+    meter shows the new work drawing over the limit (a 16-rack twin event, 2026-12-06: ten
+    firm jobs admitted ~170 kW beyond the room, capped only 14 s later when the meter showed
+    the site over its target, which it then stayed for 10 s). Before, the plan admitted it
+    and curtailed nothing: the meter still showed room."""
+    flex = job("x", 2)  # running, alone on its nodes: cappable, and pausing it frees kW
+    firm = replace(job("f", 0, gpus=8), phase=Phase.RESERVED, check="m2g",
+                   check_state=None, admitted_at=None)
+    kw = workload_kw(firm, CFG)
+    s = snap(factory(draw_kw=300.0 - 3.0), flex, firm)  # 3 kW under the 300 kW target
+    plan = make_plan(s, ev, CFG)
+    assert [(u.name, u.state.value) for u in plan.checks] == [("f", "Ready")]
+    beyond = kw - 3.0
+    freed = sum(c.kw for c in plan.caps) + sum(a.kw for a in plan.sheds if not a.active)
+    assert freed >= beyond - 1e-6 and plan.caps
+    assert f"new firm work admitted {beyond:.0f} kW beyond the room" in plan.notes[0]
+    # the room under the limit holds it: nothing to free
+    roomy = snap(factory(draw_kw=300.0 - kw - 1.0), flex, firm)
+    assert share_beyond([], roomy, CFG) == ([], 0.0)
+    calm = make_plan(roomy, ev, CFG)
+    assert [u.state.value for u in calm.checks] == ["Ready"] and not calm.caps
+    # no event: firm work is never held, nor curtailed for
+    quiet = snap(replace(factory(draw_kw=297.0), grid_events=()), flex, firm)
+    assert make_plan(quiet, ev, CFG).caps == ()

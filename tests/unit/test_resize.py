@@ -153,6 +153,23 @@ def test_grow_back_after_paused_work_and_before_cap_lifts(ev: Evaluator) -> None
     assert plan.resizes[0].kw == pytest.approx(-grow_kw)
 
 
+def test_no_grow_back_while_a_grid_event_is_active(ev: Evaluator) -> None:
+    """Kueue admits the larger size as a new Workload slice, which m2g's admission defers as
+    new flexible work during the event, and that Retry stops the running job (a 16-rack twin
+    event, 2026-12-06: three restored flex-2 jobs grown back mid-event never ran again).
+    Shrunk, it keeps running; it grows back once the event is over. Before, it grew back as
+    soon as the room allowed, event or not."""
+    shrunk = replace(elastic("a"), parallelism=4, resized_at=NOW - timedelta(minutes=9))
+    grow_kw = 4 * replica_kw(shrunk, CFG)
+    during = factory(1000.0 - CFG.restore_margin * 1000.0 - grow_kw - 50.0, limit_kw=1000.0)
+    plan = make_plan(snap(during, shrunk), ev, CFG)
+    assert plan.resizes == () and plan.sheds == ()
+    after = replace(during, grid_events=tuple(replace(e, end=NOW - timedelta(seconds=1))
+                                              for e in during.grid_events))
+    assert [(r.name, r.parallelism) for r in make_plan(snap(after, shrunk), ev, CFG).resizes] \
+        == [("a", 8)]
+
+
 def wl(annotations: dict[str, str] | None = None, count: int = 8,
        template_min: str | None = "2", owner_kind: str = "Job") -> dict[str, Any]:
     tmpl: dict[str, Any] = {"spec": {"containers": [{"name": "c", "resources": {

@@ -69,3 +69,13 @@ def test_a_preemptor_whose_victims_wait_is_left_to_the_hold() -> None:
 def test_a_retry_already_given_is_not_written_again() -> None:
     a = gang("again", check_state=CheckState.RETRY)
     assert split([ready(a)], at((a, SPLIT)), CFG) == []
+
+
+def test_an_elastic_jobs_workload_is_left_alone() -> None:
+    """Kueue places an elastic Job unconstrained (it refuses a topology request on one): a
+    split is its placement. And the new slice that grows one back must not get Retry: in a
+    16-rack twin run (2026-12-06) that Retry stopped three running flex-2 jobs m2g had grown
+    back, and they never ran again. Before, they got Retry like any gang."""
+    grown = gang("grown", elastic_job="grown", parallelism=4, min_parallelism=2,
+                 full_parallelism=4)
+    assert split([ready(grown)], at((grown, SPLIT)), CFG) == [ready(grown)]

@@ -141,9 +141,21 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
     """``updates`` with the Ready answers that do not fit in the headroom turned into Retry
     (or dropped, for a workload m2g already deferred); the order is kept. ``spent``: kW this
     plan already brings back (restores)."""
+    return share_beyond(updates, snap, config, spent)[0]
+
+
+def share_beyond(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
+                 config: PlannerConfig, spent: float = 0.0
+                 ) -> tuple[list[CheckUpdate], float]:
+    """``share``, and the kW of the firm work it admits during an active grid event beyond
+    the room under the limit (on what m2g can still free: ``_firm_reach``): the kW the
+    running flexible work must free now (m2g.planner.plan curtails for it in the same plan),
+    not once the meter shows the new work drawing over the limit — in a 16-rack twin event
+    (2026-12-06, 24th session) ten firm jobs (~200 kW) admitted 28 kW into the room held
+    the site over its target from 14 s later, when the meter showed them, for 10 s."""
     head = Headroom.of(snap, config) if config.share_headroom else None
     if head is None or not any(u.state is CheckState.READY for u in updates):
-        return list(updates)
+        return list(updates), 0.0
     marked = sparse.of(snap)
     by_key, tier = marked.by_key, min_tier(snap, config)
     back = {w.key for w in marked.in_flight  # restored, not admitted again: kW in in_flight
@@ -160,6 +172,7 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
                               -w.wait_seconds(snap.now), i, w))
     ready.sort()  # the index is unique: the workloads themselves are never compared
     room, admitted = head.room - spent, 0
+    start, firm_kw = room, 0.0
     held: list[tuple[int, WorkloadState, float, bool]] = []  # (index, workload, kW, firm)
     any_firm = not ready[0][0] if ready else False
     reach = _firm_reach(snap, config, any_firm, bool(head.unknown))
@@ -178,16 +191,19 @@ def share(updates: Sequence[CheckUpdate], snap: ClusterSnapshot, config: Planner
                 not firm and (not firm_held or not fresh) and kw <= room and room >= 0):
             room -= kw
             admitted += 1
+            firm_kw += kw if firm else 0.0
         else:
             firm_held = firm_held or firm
             held.append((i, w, full, firm))
+    # firm work may use the margin: beyond the room under the limit itself, m2g frees it
+    beyond = max(0.0, firm_kw - max(0.0, start + margin)) if reach is not None else 0.0
     if not held:
-        return list(updates)
+        return list(updates), beyond
     out: list[CheckUpdate | None] = list(updates)
     hold = _Holds(head, admitted, config, reach, paused)
     for i, w, kw, firm in held:  # already deferred by m2g: dropped (its Retry stands)
         out[i] = None if w.check_state is CheckState.RETRY else hold.of(updates[i], kw, firm)
-    return [u for u in out if u is not None]
+    return [u for u in out if u is not None], beyond
 
 
 def alone(snap: ClusterSnapshot, w: WorkloadState,

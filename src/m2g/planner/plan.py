@@ -15,7 +15,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import node_limit_updates
 from m2g.planner.fairness import weight_updates
 from m2g.planner.gridstatus import event_statuses, next_boundary
-from m2g.planner.headroom import share
+from m2g.planner.headroom import share_beyond
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
@@ -47,16 +47,19 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     quotas, stops = capacity_updates(evaluator, builder, config,
                                      hourly.gpu_caps(snap, config))
     sheds, caps, resizes, why, vetoed = power_actions(evaluator, builder, config)
+    checks, beyond = share_beyond(split(check_updates(evaluator, builder, config,
+                                                      check_evaluators, book), snap, config),
+                                  snap, config, sum(a.kw for a in sheds if a.active))
+    if beyond > 0:  # firm work admitted on what m2g can free: free it now, not once metered
+        sheds, caps, resizes, why, vetoed = power_actions(evaluator, builder, config,
+                                                          firm_kw=beyond)
     kai_topologies, kai_queues, kai_notes = kai_updates(snap, config)
     acted = frozenset(f"{a.namespace}/{a.name}" for a in sheds)
     drains = drain_actions(builder, config, acted)
     drains += book.drains(acted | {f"{a.namespace}/{a.name}" for a in drains})
     wake = [t for t in (next_boundary(snap), *book.boundaries(), *hourly.boundaries(snap)) if t]
     return Plan(
-        checks=tuple(hold(share(split(check_updates(evaluator, builder, config,
-                                                    check_evaluators, book), snap, config),
-                                snap, config, sum(a.kw for a in sheds if a.active)),
-                          snap, config)),
+        checks=tuple(hold(checks, snap, config)),
         quotas=tuple(quotas),
         stops=tuple(stops),
         sheds=tuple(sheds) + tuple(drains),

@@ -10,7 +10,9 @@ lost: Kueue keeps a scale-down admitted). It goes no lower than its declared min
 its flex allowance allows (the same accounting as caps: the throughput its caps and its
 current shrink already cost is spent). Growing back is the reverse: once nothing m2g paused
 is waiting, before the caps are lifted, the most recent shrink first, to the full size in one
-step (Kueue admits the larger size as a new Workload slice).
+step (Kueue admits the larger size as a new Workload slice) — never while a grid event is
+active (m2g.planner.shedding): the new slice goes through m2g's admission as new flexible
+work, which the event defers, and a Retry of the slice stops the running job.
 """
 
 from __future__ import annotations

@@ -216,13 +216,15 @@ def shed_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCon
 
 
 def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
-                  last: datetime | None = None
+                  last: datetime | None = None, firm_kw: float = 0.0
                   ) -> tuple[list[ShedAction], list[CapAction], list[ResizeAction], str, int]:
     """Sheds, restores, caps and cap lifts, shrinks and grows of elastic Jobs for this
     reconcile (m2g.planner.curtail, m2g.planner.resize: caps and shrinks first, cheapest
     throughput per kW, pauses for the rest; restores in the reverse order), why, in one
     line, and how many drawing workloads a Preemption policy failed on while over the limit
-    (never shed or capped: ``Plan.preemption_failed``)."""
+    (never shed or capped: ``Plan.preemption_failed``). ``firm_kw``: kW of new firm work
+    this plan admits beyond the room under the limit (m2g.planner.headroom.share_beyond),
+    curtailed for now on top of any shortfall the meter shows."""
     factory = builder.snap.factory
     draw = factory.site_draw_kw()
     limit = factory.limit_ahead_kw(config.shed_lead_seconds)
@@ -235,9 +237,15 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     step = _budget_kw(builder, config, last)
     unseen = settling_kw(builder.snap, config)  # shed or capped, not in the meter yet
     shortfall = draw.value - unseen - limit
+    if firm_kw > 0:  # the firm work's kW beyond the room: on top of the meter's shortfall
+        shortfall = max(0.0, shortfall) + firm_kw
     if shortfall > 0:
         why = (f"site draw {draw.value:.0f} kW over the {limit:.0f} kW limit"
-               f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW")
+               f"{_ahead(factory, limit, config)} by {shortfall:.0f} kW"
+               if firm_kw <= 0 else
+               f"new firm work admitted {firm_kw:.0f} kW beyond the room under the "
+               f"{limit:.0f} kW limit (site draw {draw.value:.0f} kW): {shortfall:.0f} kW "
+               "to free")
         sheds, caps, resizes, (failed, vetoed) = _curtail(evaluator, builder, config,
                                                           shortfall, step)
         if caps:
@@ -264,7 +272,12 @@ def power_actions(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     waiting = sum(workload_kw(w, config) for w in sparse.of(builder.snap).shed
                   if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE
                   and w.key not in back)
-    grows = grow_back(builder, config, room - restored - waiting, limit, step - restored)
+    # no grow during an active event: Kueue admits the larger size as a new Workload slice,
+    # which m2g's own admission then defers as new flexible work (grid-demand-response), and
+    # that Retry stops the running job: three restored flex-2 jobs grown back in a 16-rack
+    # twin event (2026-12-06, 24th session) never ran again; shrunk, they keep running
+    grows = [] if active else grow_back(builder, config, room - restored - waiting, limit,
+                                        step - restored)
     grown = -sum(g.kw for g in grows)
     lifts = lift_caps(builder, config, room - restored - waiting - grown, limit,
                       step - restored - grown)

@@ -15,7 +15,11 @@ though its GPUs fit in one of the site's cliques, becomes a Retry (rule ``nvlink
 gang runs slower, a gang that never runs does not run at all. Level-triggered: the wait is
 the Workload's own age, so nothing is counted between reconciles. Left alone: a preemptor
 whose victims wait (a Retry would hand their quota back only for it to preempt them again:
-m2g.planner.preemptors), and a workload whose hosts are not all known nodes.
+m2g.planner.preemptors), a workload whose hosts are not all known nodes, and an elastic Job's
+workload (``WorkloadState.elastic_job``): Kueue refuses a topology request on one and places
+it unconstrained, so a split is its placement, not a miss — and a Retry of the new slice
+that grows it back stops the running job (three grown flex-2 jobs in a 16-rack twin run,
+2026-12-06, never ran again).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def split(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
 
 
 def _may_wait(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
-    return (w.phase is Phase.RESERVED and w.view.topology_assigned
+    return (w.phase is Phase.RESERVED and w.view.topology_assigned and not w.elastic_job
             and w.wait_seconds(snap.now) < config.split_retry_seconds
             and len(snap.placements.get(w.key, ())) > 1)
 
