@@ -222,7 +222,7 @@ def workload_row(w: WorkloadState, now: datetime, raw: Mapping[str, Any] | None 
             else w.phase is not Phase.INACTIVE,
             "m2gCheck": w.check_state.value if w.check_state else "",
             "message": w.check_message, "gpus": v.gpus, "flexTier": v.flex_tier,
-            "kind": v.kind.value, "waitSeconds": v.wait_seconds,
+            "kind": v.kind.value, "waitSeconds": w.wait_seconds(now),
             "ageSeconds": None if created is None else (now - created).total_seconds(),
             "shedByM2g": w.shed_by_m2g}
 

@@ -116,12 +116,12 @@ def signals(snap: ClusterSnapshot) -> Row:
     return row
 
 
-def _workload_cols(w: WorkloadState | None) -> Row:
-    if w is None:
+def _workload_cols(w: WorkloadState | None, now: datetime | None = None) -> Row:
+    if w is None or now is None:
         return {"flex_tier": None, "gpus": None, "estimated_kw": None, "checkpoint_age_s": None}
     v = w.view
     return {"flex_tier": v.flex_tier, "gpus": v.gpus, "estimated_kw": v.estimated_kw or None,
-            "checkpoint_age_s": v.checkpoint.last_age_seconds}
+            "checkpoint_age_s": w.checkpoint_at(now).last_age_seconds}
 
 
 def decision_rows(snap: ClusterSnapshot, plan: Plan) -> list[Row]:
@@ -133,7 +133,7 @@ def decision_rows(snap: ClusterSnapshot, plan: Plan) -> list[Row]:
             value: float | None = None, policy: str = "", rule: str = "") -> None:
         out.append({"stage": stage, "kind": kind, "target": target, "outcome": outcome,
                     "policy": policy, "rule": rule, "message": message, "value": value,
-                    **_workload_cols(by_key.get(target))})
+                    **_workload_cols(by_key.get(target), snap.now)})
 
     for c in plan.checks:
         add("Admission", "Workload", f"{c.namespace}/{c.name}", c.state.value, c.message,
@@ -226,7 +226,7 @@ class Lifecycle:
                     (w.admitted_at or now) if running else None)
         self.known[w.key] = t
         if w.phase in (Phase.PENDING, Phase.RESERVED):
-            since = now.timestamp() - w.view.wait_seconds
+            since = now.timestamp() - w.wait_seconds(now)
             out.append(self._row(datetime.fromtimestamp(since, UTC), w.key, w, "submitted", t,
                                  ""))
         else:

@@ -148,7 +148,7 @@ def test_workload_metadata_wins_over_pod_template_and_bad_values_are_normalised(
                                      "m2g.io/expected-runtime-seconds": "abc",
                                      "m2g.io/last-checkpoint-time": "2026-11-29T22:50:18Z",
                                      "m2g.io/checkpoint-interval-seconds": "600"}
-    v = cv.workload(wl, NOW, local_queues={"rec/default": "cq-from-lq"}).view
+    v = cv.workload(wl, NOW, local_queues={"rec/default": "cq-from-lq"}).view_at(NOW)
     assert v.flex_tier == 3 and v.kind is WorkloadKind.UNSPECIFIED
     assert v.estimated_kw == 0.0 and v.expected_runtime_seconds == 0
     # not running: an eviction loses nothing, whatever the report says
@@ -439,18 +439,22 @@ def test_workload_memo_keeps_states_and_moves_what_depends_on_now() -> None:
     memo = kb.SnapshotMemo()
     first = kb.build_snapshot(objs, None, NOW, memo=memo)
     assert set(memo.workloads) == {"a/admitted", "a/pending"}
-    cached = memo.workloads["a/admitted"][1]
-    waiting = memo.workloads["a/pending"][1]
+    cached = memo.workloads["a/admitted"][3]
     later = NOW + timedelta(minutes=5)
     again = kb.build_snapshot(objs, None, later, memo=memo)
     assert again == kb.build_snapshot(objs, None, later)
     assert cached is first.workloads[0]  # the memo keeps it as the snapshot has it
-    assert memo.workloads["a/admitted"][1] is again.workloads[0]
-    assert again.workloads[0].view.labels is cached.view.labels  # not converted again ...
-    assert again.workloads[0].view.checkpoint.last_age_seconds == \
-        first.workloads[0].view.checkpoint.last_age_seconds + 300  # ... but its age moves
-    assert again.workloads[1].view.wait_seconds == first.workloads[1].view.wait_seconds + 300
-    assert again.workloads[1].view.labels is waiting.view.labels  # a pending one: only its wait
+    # not converted again, nor copied: the time fields are derived at use ...
+    assert again.workloads[0] is first.workloads[0] and again.workloads[1] is first.workloads[1]
+    assert memo.workloads["a/admitted"][3] is again.workloads[0]
+    # ... and they move: the running one's checkpoint age, the pending one's wait
+    assert again.workloads[0].checkpoint_at(later).last_age_seconds == \
+        first.workloads[0].checkpoint_at(NOW).last_age_seconds + 300
+    assert again.workloads[0].view_at(later).checkpoint.last_age_seconds == \
+        first.workloads[0].view_at(NOW).checkpoint.last_age_seconds + 300
+    assert again.workloads[1].wait_seconds(later) == first.workloads[1].wait_seconds(NOW) + 300
+    assert again.workloads[1].view_at(later).wait_seconds == \
+        first.workloads[1].view_at(NOW).wait_seconds + 300
 
 
 def admitted_at(**annotations: str) -> dict[str, Any]:
@@ -462,15 +466,15 @@ def admitted_at(**annotations: str) -> dict[str, Any]:
 
 def test_checkpoint_age_is_the_time_since_the_report_or_since_the_start() -> None:
     ckpt = "m2g.io/last-checkpoint-time"
-    v = cv.workload(admitted_at(**{ckpt: "2026-11-29T22:50:18Z"}), NOW).view.checkpoint
+    v = cv.workload(admitted_at(**{ckpt: "2026-11-29T22:50:18Z"}), NOW).checkpoint_at(NOW)
     assert (v.last_age_seconds, v.reported) == (120, True)
     # no report: it has run 600 s, all of which an eviction throws away (not "just saved")
-    v = cv.workload(admitted_at(), NOW).view.checkpoint
+    v = cv.workload(admitted_at(), NOW).checkpoint_at(NOW)
     assert (v.last_age_seconds, v.reported) == (600, False)
     # a report from before this run started (an earlier run's): the start counts
-    v = cv.workload(admitted_at(**{ckpt: "2026-11-29T20:00:00Z"}), NOW).view.checkpoint
+    v = cv.workload(admitted_at(**{ckpt: "2026-11-29T20:00:00Z"}), NOW).checkpoint_at(NOW)
     assert (v.last_age_seconds, v.reported) == (600, False)
-    v = cv.workload(admitted_at(**{ckpt: "not a time"}), NOW).view.checkpoint
+    v = cv.workload(admitted_at(**{ckpt: "not a time"}), NOW).checkpoint_at(NOW)
     assert (v.last_age_seconds, v.reported) == (600, False)
 
 
@@ -485,10 +489,10 @@ def test_a_pod_reports_the_checkpoint_of_its_workload() -> None:
         {"kind": "Job", "name": "x", "uid": "someone-else"}], annotations={
         "m2g.io/last-checkpoint-time": "2026-11-29T22:52:00Z"})
     objs = kb.ClusterObjects(workloads={"rec/w": wl}, pods={"rec/p": pod, "rec/o": other})
-    ckpt = kb.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
+    ckpt = kb.build_snapshot(objs, None, NOW).workloads[0].checkpoint_at(NOW)
     assert (ckpt.last_age_seconds, ckpt.reported) == (60, True)  # the pod's, newer than the wl's
     pod["metadata"]["annotations"]["m2g.io/last-checkpoint-time"] = "2026-11-29T22:44:18Z"
-    ckpt = kb.build_snapshot(objs, None, NOW).workloads[0].view.checkpoint
+    ckpt = kb.build_snapshot(objs, None, NOW).workloads[0].checkpoint_at(NOW)
     assert ckpt.last_age_seconds == 420  # the Workload's own report is newer now
 
 

@@ -60,11 +60,12 @@ def test_shared_snapshot_equals_the_plain_conversion() -> None:
     floors = cv.min_flex_tiers(objs.cluster_queues.values())
     assert len(snap.workloads) == len(objs.workloads)
     for w in snap.workloads:
-        plain = cv.with_pod_checkpoint(
+        plain = cv.with_pod_report(
             cv.workload(objs.workloads[w.key], later, local_queues=lqs, checks=checks,
-                        tier_floors=floors), reports.get(w.key), later)
+                        tier_floors=floors), reports.get(w.key))
         assert w == plain
         assert w.view == plain.view
+        assert w.view_at(later) == plain.view_at(later)
         for got, want in ((w.view, plain.view), (w.view.checkpoint, plain.view.checkpoint),
                           *zip(w.view.pod_sets, plain.view.pod_sets, strict=True)):
             assert got.model_fields_set == want.model_fields_set

@@ -38,7 +38,6 @@ from m2g.k8s.convert import (
     allocated_gpus,
     allocated_of,
     check_names,
-    checkpoint_now,
     cluster_queue,
     invalid_min_flex_tiers,
     is_gpu_node,
@@ -53,18 +52,16 @@ from m2g.k8s.convert import (
     pod_facts,
     power_domain,
     resource_flavor,
-    with_pod_checkpoint,
+    with_pod_report,
     workload,
     workload_links,
 )
 from m2g.k8s.convert_schedule import capacity_plan, reservation
 from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
-from m2g.k8s.parse import parse_time
 from m2g.model import labels as L
-from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, Rejected, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Rejected, WorkloadState
 from m2g.model.collector import collector_paused
 from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
-from m2g.model.inputs import shallow_copy
 from m2g.model.powerlimit import node_limit_state
 from m2g.signals.readings import Readings, SignalReading
 
@@ -99,18 +96,19 @@ def reading(sig: SignalReading | None) -> Reading:
 class SnapshotMemo:
     """Conversions kept between snapshots (the caller keeps one): a node whose
     resourceVersion, allocated and XID GPUs are unchanged, and a Workload whose
-    resourceVersion, LocalQueues and check names are unchanged are not converted again (a
-    waiting one's wait time and every checkpoint age are set afresh). On a
-    100-rack factory with 2,000 workloads these conversions were most of a snapshot
-    (docs/benchmarks.md, "Controller latency")."""
+    resourceVersion, LocalQueues and check names are unchanged are not converted again, and
+    while its pods' checkpoint report is unchanged too its state is the one the last
+    snapshot had, as it is (its wait time and checkpoint age are derived at use from ``now``:
+    ``WorkloadState.view_at``). On a 100-rack factory with 2,000 workloads these conversions
+    were most of a snapshot (docs/benchmarks.md, "Controller latency")."""
 
     #: name → (key, node, its labels as strings).
     nodes: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = field(
         default_factory=dict)
-    #: name → (key, state as the last snapshot had it, creation time of a waiting workload:
-    #: its wait time is recomputed, and every checkpoint age).
+    #: name → (key, its conversion, its pods' checkpoint report, the state the last snapshot
+    #: had: the conversion with that report).
     workloads: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState,
-                               datetime | None]] = field(default_factory=dict)
+                               datetime | None, WorkloadState]] = field(default_factory=dict)
     #: pod key → (resourceVersion, what the snapshot reads of it).
     pods: dict[str, tuple[str, PodFacts]] = field(default_factory=dict)
     #: Workload key → (resourceVersion, its owners and TAS hosts).
@@ -261,31 +259,6 @@ def _same_objects(a: list[Any], b: list[Any]) -> bool:
     """The same objects in the same order (identity, not equality: cheap, and the memo's
     ``_facts`` keeps an unchanged object)."""
     return len(a) == len(b) and all(map(operator.is_, a, b))
-
-
-def _timeless(w: WorkloadState) -> bool:
-    """Does this state not depend on ``now``? (wait time does; the checkpoint age is set on
-    every snapshot by ``with_pod_checkpoint``, cached or not)"""
-    return w.phase not in (Phase.PENDING, Phase.RESERVED)
-
-
-def _later(w: WorkloadState, created: datetime | None, pod_report: datetime | None,
-           now: datetime) -> WorkloadState:
-    """A cached workload at ``now``: only its wait time (a waiting one's, as ``workload`` sets
-    it) and its checkpoint (``with_pod_checkpoint``) move, the rest of the conversion is kept —
-    in one copy of the view and the state, none when neither moved (every running workload's
-    age moves every snapshot: 60,000 copies at 1,400 racks, 40,000 waiting ones')."""
-    view = w.view
-    wait = (view.wait_seconds if created is None
-            else max(0, int((now - created).total_seconds())))
-    ckpt = checkpoint_now(w, pod_report, now)
-    if ckpt is None:
-        if wait == view.wait_seconds:
-            return w
-        return w.with_view(shallow_copy(view, wait_seconds=wait))
-    if wait == view.wait_seconds:
-        return w.with_view(shallow_copy(view, checkpoint=ckpt))
-    return w.with_view(shallow_copy(view, wait_seconds=wait, checkpoint=ckpt))
 
 
 def _name(obj: Obj) -> str:
@@ -519,35 +492,36 @@ def _workloads(objs: ClusterObjects, now: datetime, memo: SnapshotMemo | None,
             "every flex tier is allowed in this queue", part=f"annotation {L.MIN_FLEX_TIER}"))
     lq_key = hash((frozenset(lq_map.items()), frozenset(floors.items())))
     states: list[WorkloadState] = []
-    kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None]] = {}
+    kept: dict[str, tuple[tuple[str, int, frozenset[str]], WorkloadState, datetime | None,
+                          WorkloadState]] = {}
     pod_reports = iso.one("Pod", {"metadata": {"name": "*"}},
                           lambda _: (pods or _Pods(objs, None)).checkpoints()) or {}
     order, kept_order = sorted_names(objs.workloads,
                                      memo.workload_order if memo is not None else ([], []))
     if memo is not None:
         memo.workload_order = kept_order
+    report_of = pod_reports.get
     for wname in order:
         o = objs.workloads[wname]
         meta = o.get("metadata") or {}
         wkey = (str(meta.get("resourceVersion") or ""), lq_key, checks)
         whit = memo.workloads.get(wname) if memo is not None and wkey[0] else None
         if whit is not None and whit[0] == wkey:
-            created = whit[2]  # its creation time kept
-            ws = _later(whit[1], created, pod_reports.get(whit[1].key), now)
+            got = whit[1]  # its conversion kept: the time fields are derived at use
+            report = report_of(got.key)
+            ws = whit[3] if report == whit[2] else with_pod_report(got, report)
         else:
-            got = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks,
-                          tier_floors=floors)
-            if got is None:
+            fresh = iso.one("Workload", o, workload, now, local_queues=lq_map, checks=checks,
+                            tier_floors=floors)
+            if fresh is None:
                 continue
-            created = None if _timeless(got) else parse_time(meta.get("creationTimestamp"))
-            ws = with_pod_checkpoint(got, pod_reports.get(got.key), now)
-        # kept as the snapshot has it: a running workload's aged copy is not held twice
-        # (the next snapshot ages it again from the same report and start times)
+            got, report = fresh, report_of(fresh.key)
+            ws = with_pod_report(got, report)
         if ws.resize_note:  # a tenant's m2g.io/min-parallelism m2g cannot honour
             iso.rejected.append(Rejected("Workload", ws.key, ws.resize_note,
                                          part=f"annotation {L.MIN_PARALLELISM}"))
         if wkey[0]:
-            kept[wname] = (wkey, ws, created)
+            kept[wname] = (wkey, got, report, ws)
         states.append(ws)
     if memo is not None:
         memo.workloads = kept

@@ -105,6 +105,8 @@ from m2g.model.inputs import (
     PowerCap,
     WorkloadKind,
     WorkloadView,
+    aged_checkpoint,
+    running_checkpoint,
     shallow_copy,
     shared_fields,
 )
@@ -676,6 +678,10 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     def fact(key: str) -> str | None:
         return labels.get(key) if key in labels else annotations.get(key)
 
+    # the time fields are derived at use (WorkloadState.view_at): an age 0 and its start
+    ckpt, ckpt_since = checkpoint_anchor(nonneg_int(fact(L.CHECKPOINT_INTERVAL)), reported,
+                                         admitted_at if phase is Phase.ADMITTED else None)
+
     view = shared_fields(WorkloadView(
         name=name, namespace=ns, queue=queue, cluster_queue=cq,
         priority=int_of(spec.get("priority")),
@@ -685,11 +691,10 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         flex_tier=max(_flex_tier(fact(L.FLEX_TIER)), (tier_floors or {}).get(cq, 0)),
         pod_sets=pod_sets, labels=labels, annotations=annotations,
         expected_runtime_seconds=nonneg_int(fact(L.EXPECTED_RUNTIME)),
-        wait_seconds=max(0, int((now - created).total_seconds())) if waiting and created else 0,
+        wait_seconds=0,  # (set: the copies at use add no field, ``shallow_copy``)
         requeue_count=nonneg_int((st.get("requeueState") or {}).get("count")),
         estimated_kw=nonneg_float(fact(L.ESTIMATED_KW)),
-        checkpoint=checkpoint(nonneg_int(fact(L.CHECKPOINT_INTERVAL)), reported,
-                              admitted_at if phase is Phase.ADMITTED else None, now),
+        checkpoint=ckpt,
         topology_assigned=any(psa.get("topologyAssignment") for psa in (
             st.get("admission") or {}).get("podSetAssignments") or []),
     ))
@@ -719,6 +724,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
         shed_at=shed_at, restored_at=min(restored_at, now) if restored_at else None,
         holds_quota=_true(wl, "QuotaReserved"), admitted_at=admitted_at,
         drained_for=own.get(DRAINED_FOR, ""), checkpoint_reported_at=reported,
+        waiting_since=created if waiting else None, checkpoint_since=ckpt_since,
         power_cap=cap, power_cap_at=min(cap_at, now) if cap_at else None,
         flex_used_seconds=used,
         cap_curve=cap_curve(fact(L.POWER_CURVE)),
@@ -817,35 +823,25 @@ def _idle_checkpoint(interval: int, reported: bool) -> Checkpoint:
     return shared_fields(Checkpoint(interval_seconds=interval, reported=reported))
 
 
-@lru_cache(maxsize=16_384)
-def _running_checkpoint(interval: int, reported: bool, age: int) -> Checkpoint:
-    """A running workload's Checkpoint, one per distinct value (as ``pod_set_views``): the
-    ages of one snapshot's running workloads repeat (seconds, under a few hours)."""
-    return shared_fields(Checkpoint(interval_seconds=interval, reported=reported,
-                                    last_age_seconds=age))
-
-
-#: The fields ``_running_checkpoint`` sets.
-_RUNNING_FIELDS = frozenset({"interval_seconds", "reported", "last_age_seconds"})
-
-
 def checkpoint(interval: int, reported: datetime | None, started: datetime | None,
                now: datetime) -> Checkpoint:
     """What an eviction at ``now`` would lose: the seconds since the newest of the reported
     checkpoint and the start of the current run (a report older than the start is of an
     earlier run, whose work the restart already lost or resumed). Not running: nothing."""
+    had, since = checkpoint_anchor(interval, reported, started)
+    return had if since is None else aged_checkpoint(
+        had, max(0, int((now - since).total_seconds())))
+
+
+def checkpoint_anchor(interval: int, reported: datetime | None, started: datetime | None
+                      ) -> tuple[Checkpoint, datetime | None]:
+    """``checkpoint`` derived at use: the Checkpoint at age 0 and the time its age counts
+    from (None: not running, no age; the Checkpoint is the one at any time)."""
     if started is None:
-        return _idle_checkpoint(interval, reported is not None)
+        return _idle_checkpoint(interval, reported is not None), None
     fresh = reported is not None and reported >= started
-    anchor = reported if reported is not None and fresh else started
-    return _running_checkpoint(interval, fresh, max(0, int((now - anchor).total_seconds())))
-
-
-def _aged(had: Checkpoint, age: int, fresh: bool) -> Checkpoint:
-    """``had`` at a new age: the shared one when ``had`` is as ``checkpoint`` makes them."""
-    if had.__pydantic_fields_set__ == _RUNNING_FIELDS:
-        return _running_checkpoint(had.interval_seconds, fresh, age)
-    return shallow_copy(had, last_age_seconds=age, reported=fresh)
+    return running_checkpoint(interval, fresh, 0), (reported if reported is not None
+                                                    and fresh else started)
 
 
 def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, datetime]:
@@ -865,35 +861,19 @@ def pod_checkpoints(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, 
     return _newest_per_owner(reports, _owners(workloads))
 
 
-def with_pod_checkpoint(w: WorkloadState, pod_report: datetime | None,
-                        now: datetime) -> WorkloadState:
-    """``w`` with its checkpoint age at ``now``, counting its pods' report as well."""
-    ckpt = checkpoint_now(w, pod_report, now)
-    return w if ckpt is None else w.with_view(shallow_copy(w.view, checkpoint=ckpt))
-
-
-def checkpoint_now(w: WorkloadState, pod_report: datetime | None,
-                   now: datetime) -> Checkpoint | None:
-    """The Checkpoint ``with_pod_checkpoint`` gives ``w`` at ``now``; None when it is the one
-    ``w`` has (the same interval, age and reported flag)."""
+def with_pod_report(w: WorkloadState, pod_report: datetime | None) -> WorkloadState:
+    """A converted ``w`` counting its pods' checkpoint report as well (the newer of the two);
+    ``w`` itself when that changes nothing."""
     reported = w.checkpoint_reported_at
-    if pod_report is not None and (reported is None or pod_report > reported):
-        reported = pod_report  # the newer of the two (max: the first of equals)
+    if pod_report is None or (reported is not None and pod_report <= reported):
+        return w  # (max: the first of equals)
     had = w.view.checkpoint
-    if w.phase is not Phase.ADMITTED or w.admitted_at is None:
-        ckpt = checkpoint(had.interval_seconds, reported, None, now)
-        if (ckpt.interval_seconds, ckpt.last_age_seconds, ckpt.reported) == (
-                had.interval_seconds, had.last_age_seconds, had.reported):
-            return None
-        return ckpt
-    # running, as ``checkpoint`` works it out: every snapshot of a running workload moves
-    # its age, so the Checkpoint is copied from the one it had instead of validated anew
-    fresh = reported is not None and reported >= w.admitted_at
-    anchor = reported if reported is not None and fresh else w.admitted_at
-    age = max(0, int((now - anchor).total_seconds()))
-    if age == had.last_age_seconds and fresh is had.reported:
-        return None
-    return _aged(had, age, fresh)
+    running = w.phase is Phase.ADMITTED and w.admitted_at is not None
+    ckpt, since = checkpoint_anchor(had.interval_seconds, pod_report,
+                                    w.admitted_at if running else None)
+    if since == w.checkpoint_since and ckpt == had:
+        return w
+    return w.with_view(shallow_copy(w.view, checkpoint=ckpt), checkpoint_since=since)
 
 
 def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:

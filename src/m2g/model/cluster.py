@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from m2g.model.factory import FactorySnapshot
-from m2g.model.inputs import WorkloadView
+from m2g.model.inputs import Checkpoint, WorkloadView, aged_checkpoint, shallow_copy
 from m2g.model.powerlimit import NodeLimitState
 from m2g.model.schedule import CapacityPlan, Reservation
 
@@ -65,7 +65,7 @@ class WorkloadState:
     admitted_at: datetime | None = None
     drained_for: str = ""  # set when m2g evicted it off nodes (e.g. "maintenance/<window>")
     #: The newest checkpoint time the Workload itself reports (``m2g.io/last-checkpoint-time``);
-    #: reports on its pods are merged in when the snapshot is built (``view.checkpoint``).
+    #: reports on its pods are merged in when the snapshot is built (``checkpoint_at``).
     checkpoint_reported_at: datetime | None = None
     #: The per-GPU power cap m2g set on it (fraction of each GPU's default limit; 1.0: none),
     #: since when, and the throughput-seconds its earlier caps cost (Workload annotations
@@ -99,20 +99,60 @@ class WorkloadState:
     full_parallelism: int = 0
     resized_at: datetime | None = None
     resize_note: str = ""
+    #: The time fields, derived at use (issue 14: a snapshot reuses an unchanged workload's
+    #: state as it is, instead of a copy per workload per reconcile). When set, the view's
+    #: ``wait_seconds`` is 0 and the wait at a moment is counted from ``waiting_since`` (a
+    #: waiting workload's creation); the view's checkpoint age is 0 and counted from
+    #: ``checkpoint_since`` (a running workload's newer of its reported checkpoint and its
+    #: start). Unset (a state made by hand): the view's values are the values. Read them
+    #: through ``wait_seconds``, ``checkpoint_at`` and ``view_at``, never ``view``'s fields.
+    waiting_since: datetime | None = None
+    checkpoint_since: datetime | None = None
 
     @cached_property
     def key(self) -> str:
         """"namespace/name" (worked out once: the planner looks workloads up by it often)."""
         return f"{self.namespace}/{self.name}"
 
-    def with_view(self, view: WorkloadView) -> WorkloadState:
-        """A copy with ``view`` (``dataclasses.replace`` re-runs ``__init__`` over every field:
-        five times the cost, for the view of every running workload on every snapshot)."""
+    def with_view(self, view: WorkloadView, **more: Any) -> WorkloadState:
+        """A copy with ``view`` and the fields in ``more`` (``dataclasses.replace`` re-runs
+        ``__init__`` over every field: five times the cost)."""
         fields = self.__dict__.copy()  # one copy, not an update of an empty dict (resizes)
         fields["view"] = view
+        fields.update(more)
         copied = object.__new__(WorkloadState)
         object.__setattr__(copied, "__dict__", fields)
         return copied
+
+    def wait_seconds(self, now: datetime) -> int:
+        """Seconds it has waited at ``now`` (the view's ``waitSeconds`` then)."""
+        since = self.waiting_since
+        if since is None:
+            return self.view.wait_seconds
+        return max(0, int((now - since).total_seconds()))
+
+    def checkpoint_at(self, now: datetime) -> Checkpoint:
+        """Its checkpoint facts at ``now`` (the view's ``checkpoint`` then)."""
+        since = self.checkpoint_since
+        if since is None:
+            return self.view.checkpoint
+        return aged_checkpoint(self.view.checkpoint,
+                               max(0, int((now - since).total_seconds())))
+
+    def view_at(self, now: datetime, **updates: Any) -> WorkloadView:
+        """Its view at ``now`` (what policies read), with the fields in ``updates`` set too:
+        ``view`` itself when nothing differs, else one copy."""
+        view, waiting, since = self.view, self.waiting_since, self.checkpoint_since
+        if waiting is not None:  # (``wait_seconds`` and ``checkpoint_at`` inlined: per item)
+            wait = max(0, int((now - waiting).total_seconds()))
+            if wait != view.wait_seconds:
+                updates["wait_seconds"] = wait
+        if since is not None:
+            had = view.checkpoint
+            ckpt = aged_checkpoint(had, max(0, int((now - since).total_seconds())))
+            if ckpt is not had:
+                updates["checkpoint"] = ckpt
+        return shallow_copy(view, **updates) if updates else view
 
     def names(self) -> frozenset[str]:
         """"ns/name" of the Workload and of each owner: what a user may call it by."""

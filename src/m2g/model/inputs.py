@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import lru_cache
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
@@ -85,6 +86,28 @@ class Checkpoint(CelModel):
     interval_seconds: Int = Field(default=0, ge=0)
     last_age_seconds: Int = Field(default=0, ge=0)
     reported: Bool = False
+
+
+#: The fields a running workload's Checkpoint sets (``running_checkpoint``).
+RUNNING_CHECKPOINT_FIELDS = frozenset({"interval_seconds", "reported", "last_age_seconds"})
+
+
+@lru_cache(maxsize=16_384)
+def running_checkpoint(interval: int, reported: bool, age: int) -> Checkpoint:
+    """A running workload's Checkpoint, one per distinct value (models are frozen): the ages
+    of one snapshot's running workloads repeat (seconds, under a few hours)."""
+    return shared_fields(Checkpoint(interval_seconds=interval, reported=reported,
+                                    last_age_seconds=age))
+
+
+def aged_checkpoint(had: Checkpoint, age: int) -> Checkpoint:
+    """``had`` at another age: the shared one when ``had`` is as ``running_checkpoint``
+    makes them, else a copy."""
+    if had.last_age_seconds == age:
+        return had
+    if had.__pydantic_fields_set__ == RUNNING_CHECKPOINT_FIELDS:
+        return running_checkpoint(had.interval_seconds, had.reported, age)
+    return shallow_copy(had, last_age_seconds=age)
 
 
 class PowerCap(CelModel):

@@ -96,14 +96,15 @@ def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
 _Step = tuple[float, str, float, float]
 
 
-def pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float) -> float:
-    """Throughput per kW of pausing it instead: all its throughput, plus the work since its
-    last checkpoint spread over the horizon."""
+def pause_cost(w: WorkloadState, config: PlannerConfig, horizon: float, now: datetime
+               ) -> float:
+    """Throughput per kW of pausing it instead at ``now``: all its throughput, plus the work
+    since its last checkpoint spread over the horizon."""
     curve = curve_of(w)
     kw = _full_kw(w, config) * curve.power(w.power_cap) * config.shed_saving_fraction
     if kw <= 0:
         return float("inf")
-    lost = 1.0 + w.view.checkpoint.last_age_seconds / horizon
+    lost = 1.0 + w.checkpoint_at(now).last_age_seconds / horizon
     return w.view.gpus * curve.throughput(w.power_cap) * lost / kw
 
 
@@ -196,7 +197,7 @@ class Ladders:
             first = _step_of(w.key, ladder[0], ladder[1], ladder[2], w.power_cap, ladder[3],
                              ladder[4])
             if first is not None:
-                self.jobs.append(_Job(w, ok, first, pause_cost(w, config, self.horizon),
+                self.jobs.append(_Job(w, ok, first, pause_cost(w, config, self.horizon, self.now),
                                       ladder))
         self.by_key = {j.w.key: j for j in self.jobs}
         self._alone_kw: list[tuple[str, float]] | None = None

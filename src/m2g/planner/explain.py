@@ -98,17 +98,20 @@ def explain(snap: ClusterSnapshot, w: WorkloadState, evaluator: Evaluator,
     """The Admission decision for ``w`` now, and each single change that alters it (each
     through the headroom gate when ``config`` is given)."""
     builder = InputBuilder(snap)
-    now = gated(evaluator.admission(builder.for_workload(w)), snap, w, config)
+    seen = w.view_at(snap.now)  # (the later moments below ask of it as it is now)
+    now = gated(evaluator.admission(builder.for_workload(w, seen)), snap, w, config)
     queues = sorted(q.name for q in snap.queues)
-    variants = _view_variants(w.view, queues)
+    variants = _view_variants(seen, queues)
     inputs = [builder.for_workload(w, view) for _, view in variants]
     results = evaluator.admission_many(inputs) if inputs else []
-    results = [gated(res, snap, replace(w, view=view), config)
+    results = [gated(res, snap, replace(w, view=view, waiting_since=None,
+                                        checkpoint_since=None), config)
                for (_, view), res in zip(variants, results, strict=True)]
     alternatives = [Counterfactual(change, res) for (change, _), res
                     in zip(variants, results, strict=True) if res.decision != now.decision]
     for change, later in _time_variants(snap):
-        res = gated(evaluator.admission(InputBuilder(later).for_workload(w)), later, w, config)
+        res = gated(evaluator.admission(InputBuilder(later).for_workload(w, seen)), later, w,
+                    config)
         if res.decision != now.decision:
             alternatives.append(Counterfactual(change, res))
             break

@@ -690,7 +690,8 @@ def bind_lag(snap: ClusterSnapshot, allocated: float) -> tuple[timedelta, frozen
 def _queue(snap: ClusterSnapshot) -> list[WorkloadState]:
     waiting = [w for w in snap.workloads if w.phase in (Phase.PENDING, Phase.RESERVED)
                or (w.phase is Phase.INACTIVE and (w.shed_by_m2g or w.drained_for))]
-    return sorted(waiting, key=lambda w: (-w.view.priority, -w.view.wait_seconds, w.key))
+    now = snap.now
+    return sorted(waiting, key=lambda w: (-w.view.priority, -w.wait_seconds(now), w.key))
 
 
 def _held(reservations: Iterable[Reservation], w: WorkloadState | None, t: datetime,

@@ -169,7 +169,7 @@ def share_beyond(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
             if w is not None:
                 v = w.view
                 ready.append((v.flex_tier >= tier, w.key not in back, -v.priority,
-                              -v.wait_seconds, i, w))
+                              -w.wait_seconds(snap.now), i, w))
     ready.sort()  # the index is unique: the workloads themselves are never compared
     room, admitted = head.room - spent, 0
     start, firm_kw = room, 0.0

@@ -113,11 +113,11 @@ def _finishes_before(w: WorkloadState, start: datetime) -> bool:
         w.admitted_at + timedelta(seconds=runtime) <= start
 
 
-def _checkpoint_order(w: WorkloadState) -> tuple[int, float, str]:
+def _checkpoint_order(w: WorkloadState, now: datetime) -> tuple[int, float, str]:
     """Freshest reported checkpoint first (least work lost), then workloads that reported
     none, the most recently started first."""
-    return (0 if w.view.checkpoint.reported else 1), float(w.view.checkpoint.last_age_seconds), \
-        w.key
+    ckpt = w.checkpoint_at(now)
+    return (0 if ckpt.reported else 1), float(ckpt.last_age_seconds), w.key
 
 
 def drain_actions(builder: InputBuilder, config: PlannerConfig,
@@ -178,7 +178,7 @@ def _paced(builder: InputBuilder, config: PlannerConfig,
         config.max_step_kw, config.ramp_kw_per_second * max(0.0, (now - last).total_seconds()))
     out: list[ShedAction] = []
     used = 0.0
-    for w, win in sorted(due, key=lambda x: (x[1].start, _checkpoint_order(x[0]))):
+    for w, win in sorted(due, key=lambda x: (x[1].start, _checkpoint_order(x[0], now))):
         left = (win.start - now).total_seconds()
         kw = workload_kw(w, config)
         urgent = left <= config.drain_deadline_seconds

@@ -264,7 +264,7 @@ class ReservationBook:
             w.view.gpus for w in self.snap.workloads if w.phase is Phase.ADMITTED
             and not owns(h.r, w) and ends_by(w, self.config, self.now) <= h.r.start)
         out: list[WorkloadState] = []
-        for w in sorted(due, key=lambda x: (not x.view.checkpoint.reported, x.key)):
+        for w in sorted(due, key=lambda x: (not x.checkpoint_at(self.now).reported, x.key)):
             if free >= h.free_need:
                 break
             out.append(w)

@@ -92,7 +92,7 @@ def shrinkable(builder: InputBuilder, config: PlannerConfig, horizon: float,
             continue
         gpus = w.view.pod_sets[0].gpus_per_pod
         cost = gpus * curve_of(w).throughput(w.power_cap) / kw
-        out.append(Shrinkable(w, floor, cost, kw, pause_cost(w, config, horizon)))
+        out.append(Shrinkable(w, floor, cost, kw, pause_cost(w, config, horizon, snap.now)))
     return out
 
 

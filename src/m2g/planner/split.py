@@ -25,6 +25,7 @@ that grows it back stops the running job (three grown flex-2 jobs in a 16-rack t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CheckUpdate
@@ -63,13 +64,13 @@ def split(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
         if i not in retry:
             out.append(u)
         elif retry[i][0].check_state is not CheckState.RETRY:
-            out.append(_retry(u, *retry[i], config))
+            out.append(_retry(u, *retry[i], config, snap.now))
     return out
 
 
 def _may_wait(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
     return (w.phase is Phase.RESERVED and w.view.topology_assigned and not w.elastic_job
-            and w.view.wait_seconds < config.split_retry_seconds
+            and w.wait_seconds(snap.now) < config.split_retry_seconds
             and len(snap.placements.get(w.key, ())) > 1)
 
 
@@ -85,9 +86,9 @@ def _cliques(snap: ClusterSnapshot) -> tuple[dict[str, str], int]:
 
 
 def _retry(u: CheckUpdate, w: WorkloadState, cliques: tuple[str, ...],
-           config: PlannerConfig) -> CheckUpdate:
+           config: PlannerConfig, now: datetime) -> CheckUpdate:
     wait = config.split_retry_requeue_seconds
-    left = max(0, config.split_retry_seconds - w.view.wait_seconds)
+    left = max(0, config.split_retry_seconds - w.wait_seconds(now))
     shown = ", ".join(cliques[:4]) + (", …" if len(cliques) > 4 else "")
     why = (f"Kueue assigned its {w.view.gpus} GPUs {len(cliques)} NVLink domains ({shown}) "
            f"though they fit in one; handing the quota back for a new assignment, asking "
