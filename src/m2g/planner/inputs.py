@@ -59,23 +59,24 @@ def kw_floor_per_gpu(snap: ClusterSnapshot, default_kw_per_gpu: float) -> float:
     return min(default_kw_per_gpu, max(0.0, draw) / allocated)
 
 
+def _raised_kw(view: WorkloadView, floor_per_gpu: float) -> dict[str, float]:
+    """``{"estimated_kw": floor}`` when ``view``'s declared kW is below GPUs × ``floor_per_gpu``,
+    else nothing (what ``trusted_view`` and ``policy_view`` change)."""
+    floor = view.gpus * floor_per_gpu
+    return {} if view.estimated_kw >= floor else {"estimated_kw": floor}
+
+
 def trusted_view(view: WorkloadView, floor_per_gpu: float) -> WorkloadView:
     """``view`` with its declared kW raised to GPUs × ``floor_per_gpu`` when below it (the
     safe value wins: for admission, a higher draw)."""
-    floor = view.gpus * floor_per_gpu
-    if view.estimated_kw >= floor:
-        return view
-    return view.model_copy(update={"estimated_kw": floor})
+    raised = _raised_kw(view, floor_per_gpu)
+    return view.model_copy(update=raised) if raised else view
 
 
 def policy_view(w: WorkloadState, now: datetime, floor_per_gpu: float) -> WorkloadView:
     """What policies read of ``w`` at ``now``: its view at that moment (the time fields) and
     trusted (``trusted_view``), in one copy at most."""
-    view = w.view
-    floor = view.gpus * floor_per_gpu
-    if view.estimated_kw >= floor:
-        return w.view_at(now)
-    return w.view_at(now, estimated_kw=floor)
+    return w.view_at(now, **_raised_kw(w.view, floor_per_gpu))
 
 
 class InputBuilder:
