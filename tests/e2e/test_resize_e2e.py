@@ -26,6 +26,7 @@ from test_controller_e2e import (
     running_m2g,
     site_with_budget,
     until,
+    workload_of,
 )
 from test_curtail_e2e import active, event
 
@@ -91,6 +92,12 @@ async def test_a_grid_event_shrinks_an_elastic_job_before_pausing_and_grows_it_b
             w if count(w := admitted_slice(cluster, namespace, "flex2")) == 8 else None),
             timeout=90)
         assert first["metadata"]["annotations"].get(L.ELASTIC_JOB) == "true"
+        # both jobs running before the event: a firm job admitted only once the event has
+        # begun is firm work beyond the room, which m2g makes room for by pausing (CI, loaded,
+        # once admitted "firm" after the event began)
+        await until("both jobs running (Kueue's PodsReady)", lambda: all(
+            (c := condition(workload_of(cluster, namespace, name) or {}, "PodsReady"))
+            and c["status"] == "True" for name in ("firm", "flex2")), timeout=90)
         # 2 racks idle 40 kW + 48 GPUs x 1.3 = 102.4 kW; a limit of 94 kW is 8.4 kW short:
         # two replicas of the elastic job (5.4 kW each, estimated) cover it, no pause needed
         ends_in = 40.0
