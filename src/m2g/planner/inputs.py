@@ -98,6 +98,11 @@ class InputBuilder:
         self._covered: dict[str, dict[str, DomainView]] = {}
         self._cliques_under: dict[str, list[str]] | None = None  # parent → its cliques' names
         self._position: dict[str, int] = {}  # a domain's place in ``domains``
+        #: What a planner stage derives from this snapshot once per reconcile and may read
+        #: again in the same plan (m2g.planner.shedding's Preemption facts: ``make_plan``
+        #: plans the power actions twice when firm work is admitted beyond the room), by the
+        #: stage's name; each entry checks the evaluator and config it was made with.
+        self.derived: dict[str, object] = {}
 
     def queue(self, name: str) -> QueueView:
         if name not in self._qviews:
