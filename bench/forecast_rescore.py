@@ -11,7 +11,10 @@ the same run's sampled kW:
         bench/forecast_rescore.py /tmp/fc16/m2g-forecast-inputs.pickle /tmp/fc16/m2g-series.json
 
 Prints one JSON object: the figures (``mapePct``, ``committedMapePct``, ``nrmsePct``,
-``biasPct``, ``bandCoveragePct``, ...), the per-interval error and the model's notes. The
+``biasPct``, ``bandCoveragePct``, ...), the per-interval error and the model's notes; with
+the run's ``<baseline>-jobs.json`` as a third argument also ``committedWorkMapePct`` and
+``committedFloorPct`` (the committed forecast against the draw of the work it knew of,
+twinkit.forecast) and the per-interval ``committedWorkKw``. The
 pickle is this machine's own output (``m2g forecast --save-inputs``): load only files you wrote.
 """
 
@@ -29,7 +32,8 @@ from m2g.planner.forecast import forecast
 from m2g_cli.forecast_view import ForecastOutput, render
 
 
-def rescore(inputs: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
+def rescore(inputs: dict[str, Any], series: dict[str, Any],
+            jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     window = inputs.get("window")
     fc = forecast(inputs["snapshot"], inputs["config"],
                   extra_windows=(window,) if window is not None else ())
@@ -37,7 +41,7 @@ def rescore(inputs: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
     samples = [(float(t), float(kw)) for t, kw in series["siteKw"]]
     gpus = [(float(s[0]), float(s[1])) for s in series.get("driverSamples") or []]
     got = F.figures(made, samples, float(series["t0"]), float(series.get("timeScale") or 60.0),
-                    gpus)
+                    gpus, jobs)
     if got is None:
         return {"error": "no whole forecast interval inside the sampled replay"}
     rows = got.pop("intervals")
@@ -45,6 +49,9 @@ def rescore(inputs: dict[str, Any], series: dict[str, Any]) -> dict[str, Any]:
     got["errorPct"] = [r["errorPct"] for r in rows]
     got["forecastKw"] = [r["forecastKw"] for r in rows]
     got["actualKw"] = [r["actualKw"] for r in rows]
+    got["committedKw"] = [r["committedKw"] for r in rows]
+    if jobs:
+        got["committedWorkKw"] = [r["committedWorkKw"] for r in rows]
     got["notes"] = made.get("notes")
     return got
 
@@ -53,10 +60,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("inputs", type=Path, help="<baseline>-forecast-inputs.pickle")
     p.add_argument("series", type=Path, help="<baseline>-series.json of the same run")
+    p.add_argument("jobs", type=Path, nargs="?",
+                   help="<baseline>-jobs.json of the same run (the committed work's draw)")
     args = p.parse_args()
-    inputs = pickle.loads(args.inputs.read_bytes())  # the twin's own file (--save-inputs)
-    series = json.loads(args.series.read_text())
-    print(json.dumps(rescore(inputs, series), indent=1))
+    try:
+        inputs = pickle.loads(args.inputs.read_bytes())  # the twin's own file (--save-inputs)
+        series = json.loads(args.series.read_text())
+        jobs = json.loads(args.jobs.read_text()) if args.jobs else None
+    except (OSError, ValueError, pickle.UnpicklingError) as exc:
+        raise SystemExit(f"forecast_rescore: cannot read the run's files: {exc}") from None
+    print(json.dumps(rescore(inputs, series, jobs), indent=1))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,15 @@ draw the twin then sampled, interval by interval: the forecast's intervals are i
 (wall seconds; one interval = one trace hour at the twin's time scale), the actual of an
 interval is the mean of the site-draw samples inside it. Only whole intervals inside the
 replay are compared.
+
+With the driver's job records (``jobs``), each interval also gets ``committedWorkKw``: the
+sampled draw less what the work submitted after the forecast was made drew above idle (its
+GPUs × its kind's kW per GPU less the idle kW, from its first bound pod to its finish: the
+simulator's uncapped power model, so capped or paused new work counts at full draw). That
+is the draw of the work the committed forecast (``committedKw``) knew of, so
+``committedWorkMapePct`` scores the committed forecast on the work it forecasts, and
+``committedFloorPct`` is the best committed-only MAPE any forecast of that work could score
+against the site's draw (the share of the draw that work arriving later accounts for).
 """
 
 from __future__ import annotations
@@ -12,6 +21,9 @@ from __future__ import annotations
 import math
 from datetime import datetime
 from typing import Any
+
+from m2g.model.inputs import WorkloadKind
+from m2g.planner.forecast import KIND_KW_PER_GPU, ForecastConfig
 
 Obj = dict[str, Any]
 
@@ -52,18 +64,54 @@ def compare(fc: Obj, samples: list[tuple[float, float]], t0: float,
     return rows
 
 
-def _mape(rows: list[Obj], key: str) -> float | None:
-    errs = [abs(r[key] - r["actualKw"]) / r["actualKw"] * 100 for r in rows
-            if r.get(key) is not None and r["actualKw"] > 0]
+def _above_idle(kind: str) -> float:
+    """kW per GPU a job of ``kind`` draws above idle (a foreign job: the unspecified kind's)."""
+    try:
+        k = WorkloadKind(kind)
+    except ValueError:
+        k = WorkloadKind.UNSPECIFIED
+    per_gpu = KIND_KW_PER_GPU.get(k, KIND_KW_PER_GPU[WorkloadKind.UNSPECIFIED])
+    return per_gpu - ForecastConfig().idle_kw_per_gpu
+
+
+def later_work_kw(jobs: list[Obj], made: float, start: float, end: float) -> float:
+    """Mean kW over [start, end) (wall s from the replay's start) that the jobs submitted
+    after ``made`` drew above idle: each from its first bound pod to its finish (or on)."""
+    kw = 0.0
+    for j in jobs:
+        sub, bound = j.get("submitted"), j.get("bound")
+        if sub is None or bound is None or sub <= made:
+            continue
+        fin = j.get("finished")
+        overlap = min(end, math.inf if fin is None else fin) - max(start, bound)
+        if overlap > 0:
+            kw += j["gpus"] * _above_idle(j.get("kind") or "") * overlap / (end - start)
+    return kw
+
+
+def _committed_work(rows: list[Obj], jobs: list[Obj], made: float) -> None:
+    for r in rows:
+        r["committedWorkKw"] = round(r["actualKw"] - later_work_kw(jobs, made, r["startS"],
+                                                                   r["endS"]), 1)
+
+
+def _mape(rows: list[Obj], key: str, against: str = "actualKw") -> float | None:
+    errs = [abs(r[key] - r[against]) / r[against] * 100 for r in rows
+            if r.get(key) is not None and r.get(against) is not None and r[against] > 0]
     return _r(_mean(errs), 2)
 
 
 def figures(fc: Obj, samples: list[tuple[float, float]], t0: float, time_scale: float,
-            gpu_samples: list[tuple[float, float]] | None = None) -> Obj | None:
-    """``runs.<run>.forecast`` (docs/twin-metrics.md "Forecast"); None without a comparison."""
+            gpu_samples: list[tuple[float, float]] | None = None,
+            jobs: list[Obj] | None = None) -> Obj | None:
+    """``runs.<run>.forecast`` (docs/twin-metrics.md "Forecast"); None without a comparison.
+    ``jobs``: the driver's job records (``committedWorkKw`` and the figures on it)."""
     rows = compare(fc, samples, t0, gpu_samples)
     if not rows:
         return None
+    made = _epoch(fc["madeAt"]) - t0
+    if jobs:
+        _committed_work(rows, jobs, made)
     interval = float(fc.get("intervalSeconds") or rows[0]["endS"] - rows[0]["startS"])
     actual = [r["actualKw"] for r in rows]
     mean_actual = sum(actual) / len(actual)
@@ -73,7 +121,7 @@ def figures(fc: Obj, samples: list[tuple[float, float]], t0: float, time_scale: 
     return {
         "clock": "intervals and madeAtSeconds in wall seconds from the replay's start "
                  "(m2g's clock); one interval = one trace hour; horizonHours in trace hours",
-        "madeAtSeconds": round(_epoch(fc["madeAt"]) - t0, 1),
+        "madeAtSeconds": round(made, 1),
         "intervalSeconds": interval,
         "horizonHours": round(len(rows) * interval * time_scale / 3600, 2),
         "intervalsCompared": len(rows),
@@ -83,6 +131,8 @@ def figures(fc: Obj, samples: list[tuple[float, float]], t0: float, time_scale: 
                       / mean_actual * 100, 2) if mean_actual else None,
         "bandCoveragePct": _r(sum(1 for r in rows if r["inBand"]) / len(rows) * 100),
         "committedMapePct": _mape(rows, "committedKw"),
+        "committedWorkMapePct": _mape(rows, "committedKw", "committedWorkKw") if jobs else None,
+        "committedFloorPct": _mape(rows, "committedWorkKw") if jobs else None,
         "flexibleSharePct": _r(_mean(flex)),
         "calibrationKw": fc.get("calibrationKw"),
         "intervals": rows,

@@ -58,7 +58,8 @@ def forecast_section(data: RunData) -> Obj | None:
     if not fc:
         return None
     gpus = [(float(s[0]), float(s[1])) for s in data.driver.get("samples") or []]
-    got = F.figures(fc, data.samples, data.t0, float(data.extra.get("timeScale") or 60.0), gpus)
+    got = F.figures(fc, data.samples, data.t0, float(data.extra.get("timeScale") or 60.0), gpus,
+                    data.driver.get("jobs") or [])
     if got is not None:
         got["forecastCliSeconds"] = M._r(data.extra.get("forecastSeconds"), 1)
         got["deliveryReport"] = (data.log_summary or {}).get("events")

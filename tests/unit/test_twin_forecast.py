@@ -100,3 +100,31 @@ def test_a_saved_forecast_snapshot_is_rescored_against_the_same_draw(
     assert again["intervalsCompared"] == direct["intervalsCompared"] == 3
     assert again["mapePct"] == direct["mapePct"] and again["biasPct"] == direct["biasPct"]
     assert again["forecastKw"] == [iv["siteKw"] for iv in made["intervals"]]
+
+
+def test_the_committed_work_draw_is_the_draw_less_what_later_work_drew() -> None:
+    """``committedWorkKw``: the sampled draw less what the jobs submitted after the forecast
+    drew above idle over the interval (first bound pod → finish); the committed forecast is
+    scored against it (``committedWorkMapePct``), and it against the draw (the floor)."""
+    from m2g.model.inputs import WorkloadKind
+    from m2g.planner.forecast import KIND_KW_PER_GPU, ForecastConfig
+
+    samples = [(float(t), 100.0 if t < 70 else 200.0) for t in range(10, 130, 2)]
+    above = KIND_KW_PER_GPU[WorkloadKind.TRAINING] - ForecastConfig().idle_kw_per_gpu
+    jobs = [  # known at the forecast (submitted at 5 s): not subtracted
+        {"submitted": 5.0, "bound": 6.0, "finished": None, "gpus": 8, "kind": "training"},
+        # submitted after it: drawing from 100 s to the end of the second interval (half)
+        {"submitted": 90.0, "bound": 100.0, "finished": None, "gpus": 10, "kind": "training"},
+        # never bound: drew nothing
+        {"submitted": 20.0, "bound": None, "finished": None, "gpus": 50, "kind": "training"}]
+    got = F.figures(fc([110.0, 150.0, 999.0]), samples, T0.timestamp(), 60.0, None, jobs)
+    assert got is not None
+    work = [r["committedWorkKw"] for r in got["intervals"]]
+    assert work == [100.0, pytest.approx(200.0 - 10 * above / 2, abs=0.05)]
+    committed = [55.0, 75.0]  # the fixture's committedKw: half the forecast
+    assert got["committedWorkMapePct"] == pytest.approx(
+        sum(abs(c - w) / w * 100 for c, w in zip(committed, work, strict=True)) / 2, abs=0.01)
+    assert got["committedFloorPct"] == pytest.approx((0 + (200 - work[1]) / 200 * 100) / 2,
+                                                     abs=0.01)
+    assert F.figures(fc([110.0, 150.0]), samples, T0.timestamp(), 60.0)["committedFloorPct"] \
+        is None  # type: ignore[index]
