@@ -2,12 +2,19 @@
 the byte bound, ``prometheus.maxResponseBytes``, 64 MiB), the other six with a site's normal
 answers. One ``read_signals`` per child process, so each case's peak RSS is its own.
 
-For each N: the read's wall and CPU time, the child's peak RSS (and the same child's RSS before
-the read), what the read made of the signals — the flooded one and the others (fresh or
-not) — and whether it ended within ``m2g run``'s 10 s bound on a read (past it, the controller
-cancels the read and every signal reads missing; here it runs to its end, to show its cost).
+For each N: the read's wall and CPU time, the child's peak RSS during the read (Linux's VmHWM,
+reset before it; and the same child's RSS before the read), what the read made of the signals
+— the flooded one and the others (fresh or not) — and whether it ended within ``m2g run``'s
+10 s bound on a read (past it, the controller cancels the read and every signal reads missing;
+here it runs to its end, to show its cost).
 ``--max-series M`` reads with that bound instead of the configuration's default (when the code
 has one: run with ``PYTHONPATH`` at an older ``src`` to measure the code before the bound).
+
+``--array``: the flooded signal is answered with ONE series whose ``value`` is an array of N
+numbers (``0.5``, 4 bytes each with its comma: 16 M numbers are 61 MiB, within the byte bound)
+instead of N series; ``--padded S`` puts S tiny series before that series (the most values an
+answer within the series bound can carry). ``--max-values-per-series K`` reads with that
+bound instead of the default (``prometheus.maxValuesPerSeries``, when the code has one).
 
 Run: ``.venv/bin/python bench/signal_series.py [N ...]`` (default 0 500000 2000000). A
 benchmark script: it prints what it measured and asserts nothing about time or memory.
@@ -22,6 +29,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 
 import httpx
 
@@ -54,29 +62,66 @@ def _flood(n: int) -> bytes:
             + b",".join([tiny] * n) + b"]}}")
 
 
-def _rss_mib() -> float:
+def _array(n: int, padded: int) -> bytes:
+    """One series whose ``value`` is an array of n numbers, after ``padded`` tiny series."""
+    tiny = b'{"metric":{},"value":[1000000,"1"]},'
+    return (b'{"status":"success","data":{"resultType":"vector","result":[' + tiny * padded
+            + b'{"metric":{},"value":[' + b"0.5," * (n - 1) + b"0.5]}]}}")
+
+
+class _Chunks(httpx.AsyncByteStream):
+    """A canned answer sent in chunks of 64 KiB, as a socket delivers it (one chunk of 61 MiB
+    would be counted, and copied, whole before any bound is checked)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        view = memoryview(self.body)
+        for at in range(0, len(view), 1 << 16):
+            yield bytes(view[at:at + (1 << 16)])
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def _one(n: int, max_series: int | None) -> str:
+def _reset_peak() -> None:
+    """Reset the peak RSS (Linux's VmHWM) so that the read's own peak is measured, not the
+    building of the canned answers (a no-op where /proc/self/clear_refs cannot be written)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+async def _one(n: int, args: argparse.Namespace) -> str:
     config = SignalConfig()
-    if max_series is not None:
-        config = config.model_copy(update={"max_series": max_series})
+    bounds = {"max_series": args.max_series,
+              "max_values_per_series": args.max_values_per_series}
+    config = config.model_copy(update={k: v for k, v in bounds.items() if v is not None})
     flooded = config.signals[FLOODED].query
-    bodies = {(q.query, s): (_flood(n) if q.query == flooded else _normal(q.query, s))
+    answer = _array(n, args.padded) if args.array else _flood(n)
+    bodies = {(q.query, s): (answer if q.query == flooded else _normal(q.query, s))
               for q in config.signals.values() for s in (False, True)}
 
     def handler(req: httpx.Request) -> httpx.Response:
         q = req.url.params["query"]
         stamps = q.startswith("timestamp(")
-        return httpx.Response(200, content=bodies[(q[10:-1] if stamps else q, stamps)])
+        return httpx.Response(200, stream=_Chunks(bodies[(q[10:-1] if stamps else q, stamps)]))
 
-    bound = {"max_series": config.max_series} if hasattr(config, "max_series") else {}
+    bound = {k: getattr(config, k) for k in bounds if hasattr(config, k)}
     client = PrometheusClient("http://prom", httpx.AsyncClient(
         transport=httpx.MockTransport(handler)), clock=lambda: NOW,
         max_response_bytes=config.max_response_bytes, **bound)
     size = len(bodies[(flooded, False)])
-    before = _rss_mib()
+    before = _status_mib("VmRSS")
+    _reset_peak()
     wall, cpu = time.perf_counter(), time.process_time()
     readings = await read_signals(client, config)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -86,8 +131,10 @@ async def _one(n: int, max_series: int | None) -> str:
     what = (f"refused: {flood.error[:90]}" if flood.error
             else f"{flood.fresh} fresh, {flood.invalid} invalid, {flood.missing} missing")
     within = "yes" if wall <= CONTROLLER_BOUND else "NO: m2g run cancels it, every signal missing"
-    return (f"N={n:>9,} ({size / 2**20:5.1f} MiB)  bound={bound.get('max_series', 'none')}  "
-            f"wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {_rss_mib():7.0f} MiB "
+    shape = f"array+{args.padded:,}" if args.array else "series"
+    return (f"N={n:>10,} {shape} ({size / 2**20:5.1f} MiB)  "
+            f"bounds={'/'.join(f'{v:,}' for v in bound.values()) or 'none'}  "
+            f"wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {_status_mib('VmHWM'):7.0f} MiB "
             f"(before {before:.0f})  others fresh {others}/6  {FLOODED}: {what}  "
             f"within {CONTROLLER_BOUND:g} s: {within}")
 
@@ -96,13 +143,18 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("n", type=int, nargs="*", default=[0, 500_000, 2_000_000])
     p.add_argument("--max-series", type=int)
+    p.add_argument("--max-values-per-series", type=int)
+    p.add_argument("--array", action="store_true")
+    p.add_argument("--padded", type=int, default=0)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(asyncio.run(_one(args.n[0], args.max_series)), flush=True)
+        print(asyncio.run(_one(args.n[0], args)), flush=True)
         return
+    extra = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+             if k in ("max_series", "max_values_per_series", "padded") and v]
+    extra += ["--array"] if args.array else []
     for n in args.n:
-        extra = ["--max-series", str(args.max_series)] if args.max_series else []
         subprocess.run([sys.executable, __file__, "--child", str(n), *extra], check=True)
 
 

@@ -2,16 +2,18 @@
 
 Reads ``decisions.parquet`` / ``lifecycle.parquet`` (and a previous run's timestamped files
 beside them with ``--all``); a Parquet file still being written has no footer yet, so then the
-CSV of the same table is read instead. The files are read in batches (``BATCH_ROWS``), never
-whole: the report's memory is bounded by the log's width, not its length. The summary itself
-is m2g_cli.report_view's.
+CSV of the same table is read instead. A file that cannot be read is named in one line: a
+``warning:`` when the log has other rows (they are reported), else an ``error:`` (exit 1). The
+files are read in batches (``BATCH_ROWS``), never whole: the report's memory is bounded by the
+log's width, not its length. The summary itself is m2g_cli.report_view's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -19,6 +21,7 @@ from m2g_cli.report_view import render_table, summary
 from m2g_cli.views import Output, structured
 
 Rows = list[dict[str, Any]]
+T = TypeVar("T")
 #: --interval at most a year (an infinite or 1e308-second interval raised OverflowError)
 MAX_INTERVAL = 366 * 86400.0
 #: Rows read at a time: the report's memory is one batch of the log's columns (its width),
@@ -40,10 +43,13 @@ class LogTable:
     A Parquet file still being written has no footer: its CSV is read instead. A CSV row that
     cannot be read (a line cut short when a run was killed, a value not of its column's type,
     no time) is left out and described in ``skipped`` (on the first reading only); the other
-    rows are read. Iterating raises LogError for a file that cannot be read at all."""
+    rows are read. A file that cannot be read at all — a Parquet without a footer and no CSV
+    beside it (corrupt, cut short, not Parquet), a Parquet or CSV whose data cannot be decoded,
+    not a regular file — raises LogError, or, given an ``unreadable`` list, is described there
+    (on the first reading only) and left out from where it failed: the other files are read."""
 
     def __init__(self, folder: Path, name: str, every_run: bool = False,
-                 skipped: list[str] | None = None) -> None:
+                 skipped: list[str] | None = None, unreadable: list[str] | None = None) -> None:
         from m2g.records import DECISIONS, LIFECYCLE
 
         self.schema = {"decisions": DECISIONS, "lifecycle": LIFECYCLE}[name]
@@ -51,18 +57,31 @@ class LogTable:
         self.files = [(folder / f"{stem}.parquet", folder / f"{stem}.csv")
                       for stem in [*stems, name]]
         self.skipped = skipped if skipped is not None else []
+        self.unreadable = unreadable
         self._noted = False
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         notes = [] if self._noted else self.skipped
         for parquet, csv in self.files:
-            if _has_footer(parquet):
-                yield from _complete(_parquet_batches(parquet, self.schema), self.schema,
-                                     parquet, notes)
-            elif csv.exists() and (not csv.is_file() or csv.stat().st_size):
-                yield from _complete(_csv_batches(csv, self.schema, notes), self.schema, csv,
-                                     notes)
+            try:
+                yield from self._file(parquet, csv, notes)
+            except LogError as exc:
+                if self.unreadable is None:
+                    raise
+                if not self._noted:
+                    self.unreadable.append(str(exc))
         self._noted = True
+
+    def _file(self, parquet: Path, csv: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
+        """The rows of one run's table: its Parquet, else its CSV (see the class)."""
+        problem = _footer_problem(parquet)
+        if problem is None:
+            yield from _complete(_parquet_batches(parquet, self.schema), self.schema, parquet,
+                                 notes)
+        elif csv.exists() and (not csv.is_file() or csv.stat().st_size):
+            yield from _complete(_csv_batches(csv, self.schema, notes), self.schema, csv, notes)
+        elif parquet.exists() or parquet.is_symlink():
+            raise LogError(f"{parquet}: cannot read: {problem}")
 
 
 def read_table(folder: Path, name: str, every_run: bool = False,
@@ -71,17 +90,26 @@ def read_table(folder: Path, name: str, every_run: bool = False,
     return list(LogTable(folder, name, every_run, skipped))
 
 
-def _has_footer(path: Path) -> bool:
-    """A Parquet file that can be read (one still being written has no footer yet)."""
+def _why(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, at most 200 characters, with what is not printable
+    written as an escape (pyarrow quotes bytes of a corrupt file: they must not reach the
+    terminal)."""
+    line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+
+
+def _footer_problem(path: Path) -> str | None:
+    """Why the Parquet file ``path`` cannot be read (one line), or None when it can: one
+    still being written has no footer yet (then its CSV is read)."""
     import pyarrow.parquet as pq
 
     if not path.is_file():
-        return False
+        return "not a regular file" if path.exists() else "no such file"
     try:
         pq.read_metadata(path)
-    except (OSError, ValueError):  # still open, or not ours: the CSV
-        return False
-    return True
+    except (OSError, ValueError) as exc:  # still open, or not ours
+        return _why(exc)
+    return None
 
 
 def _parquet_batches(path: Path, schema: Any) -> Iterator[Rows]:
@@ -94,7 +122,7 @@ def _parquet_batches(path: Path, schema: Any) -> Iterator[Rows]:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
             yield _conform(batch, schema).to_pylist()
     except (OSError, pa.ArrowException, ValueError) as exc:
-        raise LogError(f"{path}: cannot read: {str(exc).splitlines()[0][:200]}") from None
+        raise LogError(f"{path}: cannot read: {_why(exc)}") from None
 
 
 def _csv_batches(path: Path, schema: Any, notes: list[str]) -> Iterator[Rows]:
@@ -116,16 +144,42 @@ def _csv_batches(path: Path, schema: Any, notes: list[str]) -> Iterator[Rows]:
     text = pacsv.ConvertOptions(column_types={f.name: pa.string() for f in schema},
                                 strings_can_be_null=True)
     try:
-        reader = pacsv.open_csv(
+        reader = _quiet(ragged, lambda: pacsv.open_csv(
             path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=ragged), convert_options=text)
-        for batch in reader:
+            parse_options=pacsv.ParseOptions(invalid_row_handler=ragged), convert_options=text))
+        while (batch := _quiet(ragged, lambda: _next_batch(reader))) is not None:
             yield _converted(batch, schema, path, notes)
     except (OSError, pa.ArrowException, ValueError) as exc:
-        raise LogError(f"{path}: cannot read: {str(exc).splitlines()[0][:200]}") from None
+        raise LogError(f"{path}: cannot read: {_why(exc)}") from None
     if cut:
         notes.append(f"{path}: {len(cut)} row(s) with the wrong number of columns left out "
                      f"(first: {cut[0]!r})")
+
+
+def _next_batch(reader: Any) -> Any:
+    """The next batch of a pyarrow reader, None at its end."""
+    try:
+        return reader.read_next_batch()
+    except StopIteration:
+        return None
+
+
+def _quiet(handler: object, call: Callable[[], T]) -> T:
+    """``call()``, with the exceptions ``handler`` raises inside pyarrow dropped: pyarrow
+    decodes an invalid row's text as UTF-8 before it calls its handler, and a row that is not
+    UTF-8 was printed as an "Exception ignored" traceback to stderr — the read then fails
+    with one line (LogError), which names the file."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.object is not handler:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        return call()
+    finally:
+        sys.unraisablehook = previous
 
 
 def _conform(batch: Any, schema: Any) -> Any:
@@ -189,6 +243,14 @@ def _complete(batches: Iterable[Rows], schema: Any, path: Path, notes: list[str]
         notes.append(f"{path}: {dropped} row(s) without a time left out")
 
 
+def _warn(notes: list[str], most: int = 20) -> None:
+    """The first ``most`` notes as ``warning:`` lines, then how many more there were."""
+    for note in notes[:most]:
+        typer.echo(f"warning: {note}", err=True)
+    if len(notes) > most:
+        typer.echo(f"warning: ... and {len(notes) - most} more", err=True)
+
+
 def report(
     log_dir: Annotated[Path, typer.Argument(help="the folder of m2g run --decision-log")],
     output: Annotated[Output, typer.Option("--output", "-o", help="table | json | yaml")] =
@@ -207,19 +269,21 @@ def report(
                    err=True)
         raise typer.Exit(1)
     skipped: list[str] = []
-    try:
-        data = summary(LogTable(log_dir, "decisions", every_run, skipped),
-                       LogTable(log_dir, "lifecycle", every_run, skipped), interval, event)
-    except LogError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    for note in skipped[:20]:
-        typer.echo(f"warning: {note}", err=True)
-    if len(skipped) > 20:
-        typer.echo(f"warning: ... and {len(skipped) - 20} more", err=True)
+    unreadable: list[str] = []
+    data = summary(LogTable(log_dir, "decisions", every_run, skipped, unreadable),
+                   LogTable(log_dir, "lifecycle", every_run, skipped, unreadable),
+                   interval, event)
+    _warn(skipped)
     if not data["rows"]["decisions"] and not data["rows"]["lifecycle"]:
-        typer.echo(f"error: {log_dir}: no decisions.* or lifecycle.* files with rows", err=True)
+        for problem in unreadable:
+            typer.echo(f"error: {problem}", err=True)
+        if not unreadable:
+            typer.echo(f"error: {log_dir}: no decisions.* or lifecycle.* files with rows",
+                       err=True)
         raise typer.Exit(1)
+    for problem in unreadable:
+        typer.echo(f"warning: {problem} (left out from there; the other rows are reported)",
+                   err=True)
     text = render_table(data) if output in (Output.TABLE, Output.WIDE) else structured(data,
                                                                                       output)
     typer.echo(text, nl=False)

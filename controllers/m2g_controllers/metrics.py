@@ -35,8 +35,9 @@ class Metrics:
             registry=r)
         self.signal_refused = Counter(
             "m2g_signal_answers_refused_total",
-            "Prometheus answers refused over a bound (maxSeries, maxResponseBytes) and read no "
-            "further: the signal read as missing", ["signal", "bound"], registry=r)
+            "Prometheus answers refused over a bound (maxSeries, maxValuesPerSeries, "
+            "maxResponseBytes) and read no further: the signal read as missing",
+            ["signal", "bound"], registry=r)
         #: The latest signal read (K8sCluster sets it): m2g_signal_series{signal,freshness},
         #: m2g_signal_query_failed{signal} and m2g_signal_stale{signal} (the alert
         #: M2GSignalStale) from it, at each scrape.

@@ -34,6 +34,12 @@ MAX_SECONDS = 10 * 365 * 86400
 #: GPUs are 100,800 series of a GPU signal; the rest is room for an exporter's series changing
 #: names. A larger answer fails that signal alone (it reads as missing), read no further.
 MAX_SERIES = 150_000
+#: The most JSON values a Prometheus answer may hold a series (``maxValuesPerSeries``): a series
+#: as Prometheus writes it is 5 values and one a label (the element, its ``metric``, each label
+#: value, its ``value`` pair and the pair's two items), so 64 fits series of up to 59 labels
+#: (DCGM exporter's with Kubernetes' and Thanos's are ~15-20). A larger answer — e.g. one series
+#: whose ``value`` is an array of millions of numbers — fails that signal alone, read no further.
+MAX_VALUES_PER_SERIES = 64
 
 
 class SignalName(StrEnum):
@@ -149,6 +155,10 @@ class PrometheusSettings(BaseModel):
     #: GPUs and room to spare): a larger one fails that signal (it reads as missing), read no
     #: further; the other signals are read as usual.
     max_series: int = Field(default=MAX_SERIES, ge=1, le=10_000_000)
+    #: The most JSON values an answer may hold a series (default ``MAX_VALUES_PER_SERIES``, 64:
+    #: series of up to 59 labels): a larger one fails that signal (it reads as missing), read
+    #: no further; the other signals are read as usual.
+    max_values_per_series: int = Field(default=MAX_VALUES_PER_SERIES, ge=8, le=1_000_000)
     #: ``Authorization: Bearer <file's content>``, re-read when the file changes (projected
     #: ServiceAccount tokens rotate). A file that is missing is an error, never anonymous access.
     bearer_token_file: Path | None = None
@@ -192,6 +202,8 @@ class SignalConfig(BaseModel):
     max_response_bytes: int = Field(default=64 << 20, ge=1 << 10, le=1 << 30)
     #: the most series an answer may hold (PrometheusSettings.max_series)
     max_series: int = Field(default=MAX_SERIES, ge=1, le=10_000_000)
+    #: the most JSON values an answer may hold a series (PrometheusSettings.max_values_per_series)
+    max_values_per_series: int = Field(default=MAX_VALUES_PER_SERIES, ge=8, le=1_000_000)
     signals: dict[SignalName, SignalSpec] = Field(default_factory=lambda: dict(DEFAULT_SIGNALS))
 
     @field_validator("signals", mode="before")

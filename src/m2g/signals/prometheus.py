@@ -31,6 +31,16 @@ Prometheus writes (a ``{`` inside a string only raises the count; no escape hide
 1.8 million tiny series within the 64 MiB byte bound took 28 s of CPU and 1.6 GiB to decode and
 read (past m2g run's 10 s bound on a read: every signal missing); refused at the default bound,
 that signal costs its download up to the bound (bench/signal_series.py).
+
+A third bound counts the answer's JSON values the same way (``max_values_per_series``,
+``prometheus.maxValuesPerSeries``): every value after the first of its array or object follows
+a ``,`` and every container's first one its ``{`` or ``[``, so the ``,``, ``{`` and ``[`` bytes
+are at least the values; an answer may hold ``max_values_per_series`` of them for each pair of
+``{`` (a series: its element and its ``metric``), a ``TooManyValuesError`` past that. One series
+whose ``value`` is an array of 16 million numbers (61 MiB, one series, within both other
+bounds) cost seconds of CPU and ~700 MiB to decode; it is refused after its first chunk. (A
+``,`` inside a label value makes the bound stricter; a ``{`` inside one loosens it by at most
+half a series' allowance, never past ``max_series`` series' allowance.)
 """
 
 from __future__ import annotations
@@ -49,7 +59,13 @@ import httpx
 from m2g.errors import M2gError
 from m2g.errors import PermanentError as PermanentError  # re-exported: one family
 from m2g.errors import RetryableError as RetryableError
-from m2g.signals.config import MAX_SERIES, SignalConfig, SignalName, redact_url
+from m2g.signals.config import (
+    MAX_SERIES,
+    MAX_VALUES_PER_SERIES,
+    SignalConfig,
+    SignalName,
+    redact_url,
+)
 from m2g.signals.sample import Sample
 from m2g.signals.sanity import MAX_FUTURE_SECONDS
 
@@ -104,6 +120,20 @@ class TooManySeriesError(AnswerRefusedError):
     bound = "maxSeries"
 
 
+class TooManyValuesError(AnswerRefusedError):
+    """An answer of more than ``max_values_per_series`` JSON values a series (counted before
+    decoding)."""
+
+    bound = "maxValuesPerSeries"
+
+
+def value_allowance(objects: int, per_series: int) -> int:
+    """The most JSON values an answer of ``objects`` ``{`` bytes so far may hold: ``per_series``
+    for each pair of objects (a series' element and its ``metric``; the answer and its ``data``
+    count as one), at least ``per_series``."""
+    return per_series * max(1, objects // 2)
+
+
 def object_bound(max_series: int) -> int:
     """The most ``{`` bytes an answer of ``max_series`` series has when no label holds one:
     two a series (the element, its ``metric``), the answer's and its ``data``."""
@@ -143,6 +173,16 @@ def _number(text: Any) -> float:
     except (TypeError, ValueError, OverflowError):
         raise PermanentError(f"not a number in the Prometheus response: {str(text)[:60]!r}") \
             from None
+
+
+#: The head of a range query's answer: its samples are many values a series, so the values
+#: bound refuses it before it is decoded; the reason is then this, not the bound.
+_MATRIX = re.compile(rb'"resultType"\s*:\s*"matrix"')
+
+
+def _not_a_vector(kind: Any, promql: str) -> str:
+    return (f"{promql!r} returned a {kind or 'missing'} result; a signal needs an instant "
+            "vector (drop any [range] selector)")
 
 
 def _pair(value: Any) -> tuple[float, float] | None:
@@ -221,6 +261,8 @@ class PrometheusClient:
     max_response_bytes: int = 64 << 20
     #: The most series an answer may hold (see the module docstring); more fails this signal.
     max_series: int = MAX_SERIES
+    #: The most JSON values an answer may hold a series (see the module docstring).
+    max_values_per_series: int = MAX_VALUES_PER_SERIES
     #: Held while an answer is decoded and read: the signals' answers are read one after the
     #: other, so a step of one (not one step of each) is all the event loop waits for.
     _reading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
@@ -295,29 +337,47 @@ class PrometheusClient:
 
     async def _bounded_get(self, url: str, params: dict[str, str], where: str
                            ) -> httpx.Response:
-        """GET, reading at most ``max_response_bytes`` of the body and ``object_bound`` JSON
-        objects (an answer larger, or one that never ends, is an ``AnswerRefusedError`` for
-        this signal: it reads as missing)."""
-        most = object_bound(self.max_series)
+        """GET, reading at most ``max_response_bytes`` of the body, ``object_bound`` JSON
+        objects and ``value_allowance`` JSON values (an answer larger, or one that never ends,
+        is an ``AnswerRefusedError`` for this signal: it reads as missing)."""
         async with self.http.stream("GET", url, params=params,
                                     timeout=self.timeout_seconds) as resp:
             body = bytearray()
-            objects = 0
+            objects = values = 0
             async for chunk in resp.aiter_bytes():  # decoded: a gzip bomb is bounded too
                 body += chunk
-                objects += chunk.count(b"{")
-                if len(body) > self.max_response_bytes:
-                    raise AnswerRefusedError(
-                        f"{where} answered with more than {self.max_response_bytes:,} bytes "
-                        "(maxResponseBytes); the signal reads as missing")
-                if objects > most:
-                    raise TooManySeriesError(
-                        f"{where} answered with more than {self.max_series:,} series (maxSeries; "
-                        f"over {most:,} JSON objects); the signal reads as missing")
+                opened = chunk.count(b"{")
+                objects += opened
+                values += opened + chunk.count(b"[") + chunk.count(b",")
+                try:
+                    self._within_bounds(len(body), objects, values, where)
+                except TooManyValuesError:
+                    if _MATRIX.search(bytes(body[:256])):  # a [range] selector: say so
+                        raise PermanentError(_not_a_vector("matrix", params["query"])) from None
+                    raise
         headers = {k: v for k, v in resp.headers.items()
                    if k.lower() not in ("content-encoding", "content-length")}
         return httpx.Response(resp.status_code, headers=headers, content=bytes(body),
                               request=resp.request)
+
+    def _within_bounds(self, size: int, objects: int, values: int, where: str) -> None:
+        """Raise the ``AnswerRefusedError`` of the first bound an answer of ``size`` bytes so far,
+        ``objects`` ``{`` bytes and ``values`` JSON values (see the module docstring) is over."""
+        if size > self.max_response_bytes:
+            raise AnswerRefusedError(
+                f"{where} answered with more than {self.max_response_bytes:,} bytes "
+                "(maxResponseBytes); the signal reads as missing")
+        most = object_bound(self.max_series)
+        if objects > most:
+            raise TooManySeriesError(
+                f"{where} answered with more than {self.max_series:,} series (maxSeries; "
+                f"over {most:,} JSON objects); the signal reads as missing")
+        allowed = value_allowance(objects, self.max_values_per_series)
+        if values > allowed:
+            raise TooManyValuesError(
+                f"{where} answered with more than {self.max_values_per_series:,} JSON values a "
+                f"series (maxValuesPerSeries; over {allowed:,} values with {objects:,} JSON "
+                "objects); the signal reads as missing")
 
     @staticmethod
     def _json(resp: httpx.Response, where: str) -> dict[str, Any]:
@@ -357,9 +417,7 @@ class PrometheusClient:
             yield Sample({}, pair[1], pair[0])
             return
         if kind != "vector" or not isinstance(result, list):
-            raise PermanentError(
-                f"{promql!r} returned a {kind or 'missing'} result; a signal needs an instant "
-                "vector (drop any [range] selector)")
+            raise PermanentError(_not_a_vector(kind, promql))
         for item in result:
             if not isinstance(item, dict) or "metric" not in item:
                 raise PermanentError(f"malformed vector element in the answer to {promql!r}")
