@@ -280,10 +280,16 @@ class Rejected:
 class LivePods:
     """A workload's bound, unfinished pods as one snapshot saw them: ``running`` of them, and
     ``stopping`` of those being deleted (``metadata.deletionTimestamp`` set: Kueue evicted it,
-    its pods are terminating and still draw power until they are gone)."""
+    its pods are terminating and still draw power until they are gone). ``started_at``: when
+    the last of them started running (its containers' ``startedAt``, else the pod's
+    ``startTime``; None: not known), and ``waiting``: how many of them are bound but not
+    running yet (phase Pending): new work shows in the site meter only some seconds after it
+    starts (m2g.planner.shedding.not_drawing_yet)."""
 
     running: int
     stopping: int = 0
+    started_at: datetime | None = None
+    waiting: int = 0
 
 
 @dataclass(frozen=True)
