@@ -12,7 +12,7 @@ GPUs × its kind's kW per GPU less the idle kW, from its first bound pod to its 
 simulator's uncapped power model, so capped or paused new work counts at full draw). That
 is the draw of the work the committed forecast (``committedKw``) knew of, so
 ``committedWorkMapePct`` scores the committed forecast on the work it forecasts, and
-``committedFloorPct`` is the best committed-only MAPE any forecast of that work could score
+``committedFloorPct`` is the committed-only MAPE an exact forecast of that work scores
 against the site's draw (the share of the draw that work arriving later accounts for).
 """
 

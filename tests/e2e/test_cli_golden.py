@@ -219,14 +219,6 @@ def both(factory: Factory, stdout: str, stderr: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("args", [
-    ["queues"], ["queues", "-o", "wide"], ["queues", "-o", "json"],
-    ["workloads", "-n", "research"], ["workloads", "-A", "-o", "wide"],
-    ["workloads", "-A", "-q", "inference", "-o", "yaml"],
-    ["workloads", "-n", "prod-training", "-o", "json"],
-    ["signals"], ["signals", "-o", "wide"], ["signals", "-o", "yaml"],
-    ["queues", "--no-headers", "--sort-by", ".usedGpus"],
-], ids=lambda a: "_".join(a).replace("-", ""))
 def pending_counts(kubeconfig: Path) -> dict[str, int]:
     """Kueue's own ``status.pendingWorkloads`` of the fixture's ClusterQueues, as the API has
     it now."""
@@ -239,6 +231,14 @@ def pending_counts(kubeconfig: Path) -> dict[str, int]:
 STEADY_PENDING = {"inference": 0, "prod-training": 0, "research": 1}
 
 
+@pytest.mark.parametrize("args", [
+    ["queues"], ["queues", "-o", "wide"], ["queues", "-o", "json"],
+    ["workloads", "-n", "research"], ["workloads", "-A", "-o", "wide"],
+    ["workloads", "-A", "-q", "inference", "-o", "yaml"],
+    ["workloads", "-n", "prod-training", "-o", "json"],
+    ["signals"], ["signals", "-o", "wide"], ["signals", "-o", "yaml"],
+    ["queues", "--no-headers", "--sort-by", ".usedGpus"],
+], ids=lambda a: "_".join(a).replace("-", ""))
 def test_read_commands(factory: Factory, args: list[str]) -> None:
     """The golden is compared on a read taken while Kueue's pending counts are the fixture's
     (``STEADY_PENDING``) both before and after it: Kueue requeues research/huge now and then

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rack, Reading
 from m2g.model.inputs import Checkpoint, WorkloadKind, WorkloadView
 from m2g.model.powerlimit import LimitSpec, NodeLimitState
@@ -310,3 +310,33 @@ def test_firm_work_admitted_beyond_the_room_is_curtailed_for_in_the_same_plan(
     # no event: firm work is never held, nor curtailed for
     quiet = snap(replace(factory(draw_kw=297.0), grid_events=()), flex, firm)
     assert make_plan(quiet, ev, CFG).caps == ()
+
+
+def test_caps_are_not_lifted_into_room_that_bound_work_not_yet_metered_takes(
+        ev: Evaluator) -> None:
+    """Work whose pods run but are not in the site reading yet (started less than
+    ``meter_lag_seconds`` before it, or bound and not running yet) still counts as in flight:
+    the room the cap lifts read is not theirs. In a 16-rack twin event (2026-12-06, 24th
+    session) m2g capped 12 jobs for ~180 kW of firm and restored work and lifted 11 of those
+    caps 0.7–3.6 s later, as soon as the pods were bound ("82 kW headroom remains"): the
+    meter showed them 5–10 s after that. Before, bound pods counted as drawing at once, and
+    the cap below was lifted in every case."""
+    flex = replace(job("x", 2), power_cap=0.5, power_cap_at=NOW - timedelta(seconds=1))
+    firm = replace(job("f", 0, gpus=8), admitted_at=NOW - timedelta(seconds=2))
+    lift = -cap_saving_kw(flex, CFG, 0.5, 1.0)
+    assert workload_kw(firm, CFG) > 2.0
+    # the reading (5 s old) shows room for the lift and 2 kW more beyond the restore margin
+    draw = 300.0 * (1 - CFG.restore_margin) - lift - 2.0
+
+    def lifted(firm_pods: LivePods) -> bool:
+        live = {flex.key: LivePods(4, started_at=NOW - timedelta(hours=1)),
+                firm.key: firm_pods}
+        plan = make_plan(replace(snap(factory(draw), flex, firm), live_pods=live), ev, CFG)
+        return any(c.name == "x" and c.fraction == 1.0 for c in plan.caps)
+
+    assert not lifted(LivePods(2, started_at=NOW - timedelta(seconds=1)))  # not metered yet
+    assert not lifted(LivePods(2, waiting=2))  # bound, not running yet
+    assert not lifted(LivePods(2, waiting=1, started_at=NOW - timedelta(seconds=30)))
+    # started 20 s ago: in the reading taken 5 s ago (meter lag 5 s) — the room is real
+    assert lifted(LivePods(2, started_at=NOW - timedelta(seconds=20)))
+    assert lifted(LivePods(2))  # start not known: drawing once bound, as before

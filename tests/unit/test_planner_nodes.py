@@ -223,4 +223,17 @@ def test_live_pods_count_bound_unfinished_pods_and_those_stopping() -> None:
     assert cv.live_pods(pods, wls) == want
     links = [cv.workload_links(w) for w in wls]
     assert cv.live_pods_of([cv.pod_facts(p) for p in pods], links) == want
+    # when they started running (the latest container start, else startTime), and how many
+    # are bound but not running yet: new work shows in the meter only after it starts
+    pods[0]["status"] = {"phase": "Running", "startTime": "2026-11-29T15:59:00Z",
+                         "containerStatuses": [
+                             {"state": {"running": {"startedAt": "2026-11-29T15:59:02Z"}}},
+                             {"state": {"running": {"startedAt": "2026-11-29T15:59:04Z"}}}]}
+    pods[1]["status"] = {"phase": "Pending"}
+    started = datetime(2026, 11, 29, 15, 59, 4, tzinfo=UTC)
+    want = {"t/w": LivePods(2, stopping=1, started_at=started, waiting=1)}
+    assert cv.live_pods(pods, wls) == want
+    assert cv.live_pods_of([cv.pod_facts(p) for p in pods], links) == want
+    pods[0]["status"].pop("containerStatuses")
+    assert cv.live_pods(pods, wls)["t/w"].started_at == started - timedelta(seconds=4)
     assert "t/done" in cv.placements(pods, wls)  # its TAS hosts: placed, yet nothing runs

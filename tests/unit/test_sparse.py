@@ -38,6 +38,12 @@ def _when(rng: random.Random) -> datetime | None:
     return None if rng.random() < 0.5 else NOW - timedelta(seconds=rng.choice((1, 20, 100, 900)))
 
 
+def _started(rng: random.Random) -> datetime | None:
+    """A pod's start: not known, within the meter's lag, in the reading, or long ago."""
+    return None if rng.random() < 0.3 else NOW - timedelta(
+        seconds=rng.choice((1, 8, 60, sparse.STARTING_SECONDS, 900)))
+
+
 def _snapshot(seed: int) -> ClusterSnapshot:
     rng = random.Random(seed)
     f = FactorySnapshot(now=NOW, site_budget_kw=5000.0, power_domains=(PowerDomain("pd-0"),),
@@ -56,7 +62,8 @@ def _snapshot(seed: int) -> ClusterSnapshot:
     placed = [w for w in ws if rng.random() < 0.6]
     placements = {w.key: (f"n{rng.randrange(8)}",) for w in placed}
     live = None if rng.random() < 0.4 else {
-        w.key: LivePods(1, rng.randint(0, 1)) for w in placed if rng.random() < 0.8}
+        w.key: LivePods(1, rng.randint(0, 1), _started(rng), rng.choice((0, 0, 0, 1)))
+        for w in placed if rng.random() < 0.8}
     return ClusterSnapshot(f, tuple(ws), placements=placements, live_pods=live)
 
 
@@ -97,6 +104,9 @@ def test_the_random_snapshots_reach_every_subset() -> None:
     for name in ("shed", "capped", "stamped", "in_flight"):
         assert sum(len(getattr(sparse.of(s), name)) for s in snaps) > 20, name
     assert sum(1 for s in snaps if in_flight_kw(s, CFG) > 0) > 5
+    # bound work in flight too: its pods not running yet, or not in the reading yet
+    assert sum(1 for s in snaps if s.live_pods for w in sparse.of(s).in_flight
+               if w.key in s.live_pods and not_drawing_yet(w, s, CFG)) > 5
     assert sum(1 for s in snaps if settling_kw(s, CFG) > settling_cap_kw(s, CFG)) > 5
 
 

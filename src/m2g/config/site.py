@@ -82,6 +82,8 @@ class PlannerSettings(BaseModel):
     settle_max_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: A shed workload stays shed at least this long (dwell before a restore).
     min_shed_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    #: ... unless its pause has settled in the meter and there is room for it twice over.
+    early_restore: bool | None = None
     restore_margin: float | None = Field(default=None, ge=0, lt=1)
     #: Cap on the requeueAfterSeconds of a Retry answer.
     max_retry_hold_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)

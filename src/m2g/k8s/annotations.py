@@ -3,9 +3,11 @@ lowers and hands back (pure: no I/O).
 
 On Workloads (a shed or drain): ``m2g.io/shed-at``, ``m2g.io/shed-reason``, ``m2g.io/drained-for``
 (with shed-at: evicted off nodes for maintenance, not for power). All removed on restore, which
-writes ``m2g.io/restored-at`` instead (removed by the next shed): the ramp counts from the last
-restore too, and a restore erased its shed's time — so without it the next restore (by this
-replica or by a successor after a failover) was not paced.
+writes ``m2g.io/restored-at`` instead: the ramp counts from the last restore too, and a restore
+erased its shed's time — so without it the next restore (by this replica or by a successor
+after a failover) was not paced. A shed keeps ``m2g.io/restored-at`` (until 2026-12-07 it
+removed it): a workload shed again within ``min_shed_seconds`` of its last restore does not
+come back early (m2g.planner.shedding.settled: no flapping).
 A power cap: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``.
 A shrunk elastic Job: ``m2g.io/resized-from``, ``m2g.io/resized-at`` (Workload and Job).
 

@@ -478,7 +478,7 @@ class Applier:
             write = active or SHED_AT not in annotations
             marks: dict[str, Any] = {
                 SHED_AT: annotations.get(SHED_AT) or self._shed_stamp(target),
-                SHED_REASON: _cut(a.reason, 1024), RESTORED_AT: None}
+                SHED_REASON: _cut(a.reason, 1024)}  # restored-at stays: early restores read it
             if a.drain:
                 marks[DRAINED_FOR] = a.drain
             body = {"metadata": {"annotations": marks}, "spec": {"active": False}}

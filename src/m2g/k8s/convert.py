@@ -357,21 +357,37 @@ class PodFacts(NamedTuple):
     uids: tuple[str, ...]
     checkpoint: datetime | None
     stopping: bool = False  # bound, unfinished and being deleted (deletionTimestamp set)
+    #: a bound, unfinished pod's start (``started_at``; None: not running or not known) and
+    #: whether it is bound but not running yet (phase Pending)
+    started: datetime | None = None
+    waiting: bool = False
 
 
 def pod_facts(pod: Obj) -> PodFacts:
     """One pod's PodFacts; raises where ``allocated_gpus``, ``placements`` or
     ``pod_checkpoints`` could raise on it (and on some pods where they would not: the caller
     then uses those functions themselves)."""
-    meta, spec = _meta(pod), _spec(pod)
+    meta, spec, status = _meta(pod), _spec(pod), _status(pod)
     at = parse_time((meta.get("annotations") or {}).get(L.LAST_CHECKPOINT))
-    terminal = _status(pod).get("phase") in TERMINAL_POD_PHASES
+    phase = status.get("phase")
+    terminal = phase in TERMINAL_POD_PHASES
     node_name = spec.get("nodeName")
     live = str(node_name) if node_name and not terminal else ""
     uids = (*(str(r.get("uid", "")) for r in meta.get("ownerReferences") or []),
             str(meta.get("uid", "")))
     return PodFacts(live, container_gpus(spec) if live else 0, uids,
-                    None if terminal else at, bool(live and meta.get("deletionTimestamp")))
+                    None if terminal else at, bool(live and meta.get("deletionTimestamp")),
+                    started_at(status) if live and phase == "Running" else None,
+                    bool(live) and phase == "Pending")
+
+
+def started_at(status: Obj) -> datetime | None:
+    """When a Running pod started: the latest ``startedAt`` of its running containers, else
+    its ``startTime`` (None: neither readable)."""
+    starts = [t for c in status.get("containerStatuses") or () if isinstance(c, dict)
+              if (t := parse_time(((c.get("state") or {}).get("running") or {})
+                                  .get("startedAt"))) is not None]
+    return max(starts) if starts else parse_time(status.get("startTime"))
 
 
 class WorkloadLinks(NamedTuple):
@@ -427,15 +443,19 @@ def live_pods_of(pods: Iterable[PodFacts], workloads: Iterable[WorkloadLinks]
     the pods' facts and the workloads' links, matched by owner UID as ``placements``."""
     owner_of = {u: wl.key for wl in workloads for u in wl.owners}
     counts: dict[str, list[int]] = {}
+    starts: dict[str, datetime] = {}  # the latest start of each workload's pods
     for p in pods if owner_of else ():
         if not p.node:
             continue
         owner = next((owner_of[u] for u in p.uids if u in owner_of), None)
         if owner is not None:
-            c = counts.setdefault(owner, [0, 0])
+            c = counts.setdefault(owner, [0, 0, 0])
             c[0] += 1
             c[1] += p.stopping
-    return {k: LivePods(n, s) for k, (n, s) in counts.items()}
+            c[2] += p.waiting
+            if p.started is not None and (owner not in starts or p.started > starts[owner]):
+                starts[owner] = p.started
+    return {k: LivePods(n, s, starts.get(k), w) for k, (n, s, w) in counts.items()}
 
 
 def live_pods(pods: Iterable[Obj], workloads: Iterable[Obj]) -> dict[str, LivePods]:

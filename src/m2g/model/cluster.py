@@ -142,6 +142,14 @@ class WorkloadState:
     def view_at(self, now: datetime, **updates: Any) -> WorkloadView:
         """Its view at ``now`` (what policies read), with the fields in ``updates`` set too:
         ``view`` itself when nothing differs, else one copy."""
+        moved = self.updates_at(now, updates)
+        return shallow_copy(self.view, **moved) if moved else self.view
+
+    def updates_at(self, now: datetime, updates: dict[str, Any]) -> dict[str, Any]:
+        """What differs between ``view`` and its view at ``now``: ``updates`` (filled in
+        place) with the time fields that moved — ``view_at`` is ``view`` with these set. A
+        batch item keeps them beside the stored view instead of a copy of it
+        (m2g.model.inputs.WorkloadItem)."""
         view, waiting, since = self.view, self.waiting_since, self.checkpoint_since
         if waiting is not None:  # (``wait_seconds`` and ``checkpoint_at`` inlined: per item)
             wait = max(0, int((now - waiting).total_seconds()))
@@ -152,7 +160,7 @@ class WorkloadState:
             ckpt = aged_checkpoint(had, max(0, int((now - since).total_seconds())))
             if ckpt is not had:
                 updates["checkpoint"] = ckpt
-        return shallow_copy(view, **updates) if updates else view
+        return updates
 
     def names(self) -> frozenset[str]:
         """"ns/name" of the Workload and of each owner: what a user may call it by."""
@@ -272,10 +280,16 @@ class Rejected:
 class LivePods:
     """A workload's bound, unfinished pods as one snapshot saw them: ``running`` of them, and
     ``stopping`` of those being deleted (``metadata.deletionTimestamp`` set: Kueue evicted it,
-    its pods are terminating and still draw power until they are gone)."""
+    its pods are terminating and still draw power until they are gone). ``started_at``: when
+    the last of them started running (its containers' ``startedAt``, else the pod's
+    ``startTime``; None: not known), and ``waiting``: how many of them are bound but not
+    running yet (phase Pending): new work shows in the site meter only some seconds after it
+    starts (m2g.planner.shedding.not_drawing_yet)."""
 
     running: int
     stopping: int = 0
+    started_at: datetime | None = None
+    waiting: int = 0
 
 
 @dataclass(frozen=True)

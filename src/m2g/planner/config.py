@@ -49,6 +49,16 @@ class PlannerConfig:
     #: A shed workload stays shed at least this long: restoring one that Kueue is still
     #: evicting can leave its Job suspended for good (seen with Kueue v0.19.2).
     min_shed_seconds: float = 60.0
+    #: ... unless its pause has settled: Kueue released its quota (its pods stopped) at least
+    #: ``meter_lag_seconds`` before the site reading, which then shows it gone, and no pod of
+    #: it is bound. Then it may come back early (m2g.planner.shedding.settled), with room for
+    #: it twice over beyond ``restore_margin`` under the lowest limit known for the next
+    #: ``min_shed_seconds`` (hysteresis), and not if it was shed within ``min_shed_seconds``
+    #: of its last restore (a workload that flapped waits the full dwell). A 16-rack twin
+    #: event (2026-12-06) had 27–60 kW of room from 40 s on while the paused flex-2/3 jobs
+    #: waited for the 60 s dwell: ~0.10 of its weighted performance. False: every restore
+    #: waits ``min_shed_seconds``.
+    early_restore: bool = True
     #: Restore only while the site stays this fraction below its target after the restore
     #: (and admit flexible work only while it does: ``share_headroom``).
     restore_margin: float = 0.05

@@ -11,8 +11,9 @@ policies:
 * room = the limit in force (an active grid event's target, else the site budget) less
   ``restore_margin`` of it (the margin restores keep), less the measured draw, less the kW
   the meter does not show yet (m2g.planner.shedding.in_flight_kw: work admitted within
-  ``settle_seconds`` whose pods are not bound yet — bound pods draw at once — and work m2g
-  restored that is not admitted again yet);
+  ``settle_seconds`` that is not in the reading yet — no pod bound, or not running yet, or
+  started less than ``meter_lag_seconds`` before the reading — and work m2g restored that
+  is not admitted again yet);
 * the tiers that demand response holds back (the shipped grid-demand-response's: flex ≥ 2,
   or flex ≥ 1 from SIMPLE level 2 of an active event; ``headroom_min_tier``) are gated, and
   during an active event every tier from ``headroom_event_min_tier`` (1: new flex-1 work too,

@@ -98,6 +98,11 @@ class InputBuilder:
         self._covered: dict[str, dict[str, DomainView]] = {}
         self._cliques_under: dict[str, list[str]] | None = None  # parent → its cliques' names
         self._position: dict[str, int] = {}  # a domain's place in ``domains``
+        #: What a planner stage derives from this snapshot once per reconcile and may read
+        #: again in the same plan (m2g.planner.shedding's Preemption facts: ``make_plan``
+        #: plans the power actions twice when firm work is admitted beyond the room), by the
+        #: stage's name; each entry checks the evaluator and config it was made with.
+        self.derived: dict[str, object] = {}
 
     def queue(self, name: str) -> QueueView:
         if name not in self._qviews:
@@ -125,9 +130,12 @@ class InputBuilder:
 
     def items(self, workloads: Iterable[WorkloadState]) -> list[WorkloadItem]:
         """``item`` of each workload, in one comprehension (no method call per workload:
-        40,000 waiting and 60,000 running at 1,400 racks)."""
+        40,000 waiting and 60,000 running at 1,400 racks). Each item's ``workload`` is
+        ``policy_view``'s, kept as the stored view and what differs (WorkloadItem): no copy
+        of a view per workload unless something reads it whole."""
         floor, queue, now = self.kw_floor, self.queue, self.snap.now
-        return [WorkloadItem(policy_view(w, now, floor), queue(w.cluster_queue))
+        return [WorkloadItem(w.view, queue(w.cluster_queue),
+                             w.updates_at(now, _raised_kw(w.view, floor)))
                 for w in workloads]
 
     def for_flavor(self, flavor: FlavorState, nominal: int) -> PolicyInput:

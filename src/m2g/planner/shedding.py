@@ -15,11 +15,13 @@ shed (the meter lags), so a reconcile never sheds twice for the same kW.
   (each one passes Kueue's webhooks), and no more overshoot than needed.
 * Stale or missing power: never shed (docs/signals.md: a stale reading is no reason to act).
 * Restore: when there is no shortfall, workloads m2g shed come back (once Kueue has finished
-  evicting them: ``evicted``), oldest first, each that keeps the site ``restore_margin`` below
-  its limit with their kW and the kW not drawing yet (``in_flight_kw``) added, at the same
-  ramp (first fit: one that does not fit leaves the room to a smaller one paused after it —
-  stopping at it left a 16-rack twin event 30–80 kW under its target for 150 s with 25
-  paused jobs of 4–21 kW waiting behind a 21 kW one, 2026-12-06) —
+  evicting them: ``evicted``; before ``min_shed_seconds`` once the reading shows their
+  pause and they fit twice over: ``settled``), oldest first, each that keeps the site
+  ``restore_margin`` below its limit with their kW and the kW not drawing yet
+  (``in_flight_kw``) added, at the same ramp (first fit: one that does not fit leaves the
+  room to a smaller one paused after it — stopping at it left a 16-rack twin event 30–80
+  kW under its target for 150 s with 25 paused jobs of 4–21 kW waiting behind a 21 kW
+  one, 2026-12-06) —
   during an active grid event too (``restore_during_events``): the kW that jobs finishing
   during the event free go back to the paused work before new flexible work gets them
   (m2g.planner.headroom admits restored work first).
@@ -40,7 +42,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders, lift_caps, settling_cap_kw
 from m2g.planner.curves import curve_of
 from m2g.planner.inputs import InputBuilder
-from m2g.planner.resize import grow_back, plan_levers, settling_shrink_kw, shrinkable
+from m2g.planner.resize import Shrinkable, grow_back, plan_levers, settling_shrink_kw, shrinkable
 from m2g.planner.resize import potential_kw as shrink_potential_kw
 from m2g.policy import Evaluator, PreemptionResult
 
@@ -71,12 +73,31 @@ def drawing(w: WorkloadState, snap: ClusterSnapshot) -> bool:
     return snap.live_pods is None or w.key in snap.live_pods
 
 
-def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
-    """Admitted within ``settle_seconds`` and no pod of it bound yet."""
-    bound = snap.placements if snap.live_pods is None else snap.live_pods
-    return (w.phase is Phase.ADMITTED and w.admitted_at is not None
-            and (snap.now - w.admitted_at).total_seconds() < config.settle_seconds
-            and w.key not in bound)
+def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
+                    read_at: datetime | None = None) -> bool:
+    """Admitted within ``settle_seconds`` and not in the site reading yet: no pod of it bound,
+    or (the pods read: ``live_pods``) one bound and not running yet, or its last pod started
+    running less than ``meter_lag_seconds`` before the reading (``read_at``, default: the
+    site reading's time; at most ``sparse.STARTING_SECONDS`` before now). A pod's draw shows
+    in the meter only after the exporter's interval and the scrape, as a cap's does: counted
+    as drawing once bound, the kW of a 16-rack twin's firm and restored jobs (~180 kW, bound
+    and not metered for 5–10 s) read as room, and m2g lifted 11 of the 12 caps it had just
+    set for them 0.7–3.6 s later (2026-12-06, 24th session)."""
+    if not (w.phase is Phase.ADMITTED and w.admitted_at is not None
+            and (snap.now - w.admitted_at).total_seconds() < config.settle_seconds):
+        return False
+    live = snap.live_pods
+    if live is None:
+        return w.key not in snap.placements
+    pods = live.get(w.key)
+    if pods is None or pods.waiting:
+        return True
+    start = pods.started_at
+    if start is None or start <= snap.now - timedelta(seconds=sparse.STARTING_SECONDS):
+        return False  # not known when it started (drawing, as before), or long ago
+    if read_at is None:
+        read_at = _read_at(snap) or snap.now
+    return start + timedelta(seconds=config.meter_lag_seconds) > read_at
 
 
 def restoring(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
@@ -88,10 +109,11 @@ def restoring(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) ->
 
 
 def in_flight_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
-    """kW the meter does not show yet but will: work admitted and not bound yet, and work
-    restored and not admitted again yet."""
+    """kW the meter does not show yet but will: work admitted and not in the reading yet
+    (``not_drawing_yet``), and work restored and not admitted again yet."""
+    read_at = _read_at(snap) or snap.now
     return sum(workload_kw(w, config) for w in sparse.of(snap).in_flight
-               if not_drawing_yet(w, snap, config) or restoring(w, snap, config))
+               if not_drawing_yet(w, snap, config, read_at) or restoring(w, snap, config))
 
 
 def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | None) -> float:
@@ -150,6 +172,22 @@ def evicted(w: WorkloadState, now: datetime, config: PlannerConfig) -> bool:
     age = (now - w.shed_at).total_seconds()
     return age >= config.min_shed_seconds and (
         not w.holds_quota or age >= config.settle_max_seconds)
+
+
+def settled(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
+            read_at: datetime | None) -> bool:
+    """May a shed workload come back before ``min_shed_seconds`` (``early_restore``): the
+    reading taken at ``read_at`` shows its pause (Kueue released its quota, so its pods have
+    stopped and the eviction is over, ``meter_lag_seconds`` before it: ``metered``), no pod
+    of it is bound, and it was not shed within ``min_shed_seconds`` of its last restore
+    (``restored_at``, kept through a shed: one that flapped waits the full dwell)."""
+    if not config.early_restore or w.shed_at is None or read_at is None \
+            or not metered(w, read_at, config):
+        return False
+    if w.key in (snap.placements if snap.live_pods is None else snap.live_pods):
+        return False
+    back = w.restored_at
+    return back is None or (w.shed_at - back).total_seconds() >= config.min_shed_seconds
 
 
 def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
@@ -298,13 +336,57 @@ def _ahead(factory: FactorySnapshot, limit: float, config: PlannerConfig) -> str
         if limit > 0 and (in_force <= 0 or limit < in_force) else ""
 
 
-def _preemption(evaluator: Evaluator, builder: InputBuilder) -> dict[str, PreemptionResult]:
-    """The Preemption stage for every admitted workload, once per reconcile (one batch)."""
+def _preemption(evaluator: Evaluator, builder: InputBuilder
+                ) -> tuple[list[WorkloadState], dict[str, PreemptionResult]]:
+    """The admitted workloads, and the Preemption stage for each of them by key, once per
+    reconcile (one batch)."""
     running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
     if not running:
-        return {}
+        return running, {}
     results = evaluator.preemption_items(builder.base(), builder.items(running))
-    return {w.key: r for w, r in zip(running, results, strict=True)}
+    return running, {w.key: r for w, r in zip(running, results, strict=True)}
+
+
+@dataclass(frozen=True)
+class CurtailFacts:
+    """What ``_curtail`` reads of one snapshot whatever the shortfall and the ramp: the
+    Preemption stage's ``results`` for every admitted workload, the drawing ones by key,
+    the words for those a policy failed on, the eligible as ``candidates``' groups, and with
+    power caps the cap ladders and the shrinkable elastic Jobs. ``facts`` works them out
+    once per reconcile: ``make_plan`` plans the power actions a second time when firm work
+    is admitted beyond the room, and that second plan redoes only the pause rounds and the
+    levers (1.0–1.3 s CPU of a reconcile at 1,400 racks otherwise)."""
+
+    evaluator: Evaluator
+    config: PlannerConfig
+    results: dict[str, PreemptionResult]
+    by_key: dict[str, WorkloadState]
+    failed: tuple[str, int]
+    groups: list[tuple[float, list[Candidate]]]
+    ladders: Ladders | None
+    elastic: list[Shrinkable]
+
+
+def facts(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig) -> CurtailFacts:
+    """``builder``'s CurtailFacts for ``evaluator`` and ``config``: the ones kept on the
+    builder when made with these very objects (a snapshot's facts never change; the
+    evaluator's policies and the config are what else they read), else new ones, kept."""
+    got = builder.derived.get("curtail")
+    if isinstance(got, CurtailFacts) and got.evaluator is evaluator and got.config is config:
+        return got
+    running, results = _preemption(evaluator, builder)
+    live = builder.snap.live_pods  # (``drawing``, inlined: 60,000 at 1,400 racks)
+    by_key = {w.key: w for w in running if live is None or w.key in live}
+    groups = candidates(config, results, by_key)  # once: the rounds differ only in `paused`
+    ladders, elastic = None, list[Shrinkable]()
+    if config.power_caps:
+        min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
+        ladders = Ladders(builder, config, min_caps)  # once: the rounds differ in `paused`
+        elastic = shrinkable(builder, config, ladders.horizon)
+    got = CurtailFacts(evaluator, config, results, by_key, _failed_on(results, by_key), groups,
+                       ladders, elastic)
+    builder.derived["curtail"] = got
+    return got
 
 
 def _failed_on(results: dict[str, PreemptionResult], drawing_keys: Mapping[str, object]
@@ -332,16 +414,11 @@ def _curtail(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig,
     stage's order for the rest), then the caps on the jobs not paused for what is left.
     The Preemption stage's ``minCap`` bounds each job's caps. The last part: the words for
     the drawing workloads a Preemption policy failed on ("" when none) and their count."""
-    results = _preemption(evaluator, builder)
-    by_key = {w.key: w for w in builder.snap.workloads
-              if w.key in results and drawing(w, builder.snap)}
-    failed = _failed_on(results, by_key)
-    groups = candidates(config, results, by_key)  # once: the rounds differ only in `paused`
-    if not config.power_caps:
+    known = facts(evaluator, builder, config)
+    by_key, failed, groups = known.by_key, known.failed, known.groups
+    ladders, elastic = known.ladders, known.elastic
+    if ladders is None:  # no power caps
         return _shed(config, shortfall, step, groups, by_key), [], [], failed
-    min_caps = {k: r.min_cap for k, r in results.items() if r.min_cap is not None}
-    ladders = Ladders(builder, config, min_caps)  # once: the rounds differ only in `paused`
-    elastic = shrinkable(builder, config, ladders.horizon)
     # what the event needs paused, whatever the ramp: (candidate, the round's shortfall),
     # the actions built only for those the ramp lets go (a 30 % cut at 1,400 racks pauses
     # all 23,000 candidates here, of which 385 fit: 0.1 s of messages, 2026-12-04)
@@ -485,18 +562,29 @@ def _pause(c: Candidate, shortfall: float, by_key: Mapping[str, WorkloadState]
 
 def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
              step: float) -> list[ShedAction]:
-    now = builder.snap.now
-    shed = sorted((w for w in sparse.of(builder.snap).shed if w.shed_by_m2g and not w.drained_for
-                   and w.phase is Phase.INACTIVE and evicted(w, now, config)),
-                  key=lambda w: (w.shed_at or now, w.key))
+    """The paused workloads that come back (oldest shed first, first fit, within ``room``
+    less ``restore_margin`` and the ramp's ``step``): those ``evicted`` after
+    ``min_shed_seconds``, and those whose pause has ``settled`` earlier when they fit twice
+    over in the room under the lowest limit known for the next ``min_shed_seconds``."""
+    snap = builder.snap
+    now, read_at = snap.now, _read_at(snap)
+    shed = sorted(((w, evicted(w, now, config)) for w in sparse.of(snap).shed
+                   if w.shed_by_m2g and not w.drained_for and w.phase is Phase.INACTIVE),
+                  key=lambda wd: (wd[0].shed_at or now, wd[0].key))
     out: list[ShedAction] = []
     used = 0.0
     margin = limit * config.restore_margin
-    for w in shed:
+    ahead = snap.factory.limit_ahead_kw(max(config.min_shed_seconds, config.shed_lead_seconds))
+    early_room = room - max(0.0, limit - ahead) if ahead > 0 else room
+    for w, due in shed:
+        if not due and not settled(w, snap, config, read_at):
+            continue
         kw = workload_kw(w, config)
-        if used + kw > room - margin or not _fits(used + kw, step, bool(out), config):
+        need, free = (kw, room) if due else (2 * kw, early_room)  # early: room for it twice
+        if used + need > free - margin or not _fits(used + kw, step, bool(out), config):
             continue  # first fit: a smaller one paused later may fit in what is left
         used += kw
         out.append(ShedAction(w.namespace, w.name, True, kw,
-                              f"restore {kw:.0f} kW: {room - used:.0f} kW headroom remains"))
+                              f"restore {kw:.0f} kW{'' if due else ' (its pause settled)'}: "
+                              f"{room - used:.0f} kW headroom remains"))
     return out

@@ -18,11 +18,16 @@ Every subset is a superset of what its reader selects: the readers keep their ow
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cached_property
 
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 
 _ATTR = "_m2g_sparse"
+#: Work whose pods started running longer ago than this is in the site reading, whatever the
+#: meter's lag (m2g.planner.shedding.not_drawing_yet reads no further back): the in-flight
+#: selection need not look at it (at 1,400 racks nearly every admitted workload is bound).
+STARTING_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -36,8 +41,9 @@ class Sparse:
     capped: tuple[WorkloadState, ...]
     #: any of ``shed_at``, ``restored_at``, ``power_cap_at`` set: the ramp's last action
     stamped: tuple[WorkloadState, ...]
-    #: admitted with an admission time and no bound pod (``not_drawing_yet`` before its time
-    #: test), or restored by m2g (``restoring`` before its phase and time tests): in flight
+    #: admitted with an admission time and no bound pod, a bound pod not running yet or
+    #: pods started within ``STARTING_SECONDS`` (``not_drawing_yet`` before its time tests),
+    #: or restored by m2g (``restoring`` before its phase and time tests): in flight
     in_flight: tuple[WorkloadState, ...]
     #: admitted, flex tier 1 and up and not shed by m2g: the running flexible work pausing
     #: could still free kW from (``reach_kw`` before its tier and ``drawing`` tests)
@@ -61,7 +67,8 @@ def of(snap: ClusterSnapshot) -> Sparse:
 
 def select(snap: ClusterSnapshot) -> Sparse:
     """The selection itself, one pass over the workloads."""
-    bound = snap.placements if snap.live_pods is None else snap.live_pods
+    live, placements = snap.live_pods, snap.placements
+    recent = snap.now - timedelta(seconds=STARTING_SECONDS)
     shed: list[WorkloadState] = []
     capped: list[WorkloadState] = []
     stamped: list[WorkloadState] = []
@@ -78,8 +85,15 @@ def select(snap: ClusterSnapshot) -> Sparse:
         if w.shed_at is not None or w.restored_at is not None or w.power_cap_at is not None \
                 or w.resized_at is not None:
             stamped.append(w)
-        if w.restored_at is not None or (
-                w.phase is admitted and w.admitted_at is not None and w.key not in bound):
+        if w.restored_at is not None:
             flight.append(w)
+        elif w.phase is admitted and w.admitted_at is not None:
+            if live is None:
+                if w.key not in placements:
+                    flight.append(w)
+            elif (pods := live.get(w.key)) is None or pods.waiting or (
+                    pods.started_at is not None and pods.started_at > recent):
+                flight.append(w)
     return Sparse(snap.workloads, tuple(shed), tuple(capped), tuple(stamped), tuple(flight),
                   tuple(flexible))
+

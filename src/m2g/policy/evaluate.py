@@ -87,7 +87,8 @@ class _Updates:
 
 
 def _pod_set_names(inp: Item) -> list[str]:
-    return [ps.name or "main" for ps in inp.workload.pod_sets] or ["main"]
+    sets = inp.field("pod_sets") if isinstance(inp, WorkloadItem) else inp.workload.pod_sets
+    return [ps.name or "main" for ps in sets] or ["main"]
 
 
 def _issue(err: Err) -> EvalIssue:

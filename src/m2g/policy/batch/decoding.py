@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from m2g.model.inputs import CelModel, QueueView, WorkloadView
+from m2g.model.inputs import CelModel, QueueView, WorkloadItem, WorkloadView
 from m2g.policy.batch.caches import FusedCache
 from m2g.policy.batch.cel_source import FIELD_ALIAS
 from m2g.policy.batch.memo import frozen as _frozen
@@ -135,6 +135,17 @@ def workload_data(workload: WorkloadView, fields: set[str] | None) -> dict[str, 
         return workload.model_dump(mode="json", by_alias=True, include=fields)
 
 
+def item_data(inp: Item, fields: set[str] | None) -> dict[str, Any]:
+    """``workload_data`` of ``inp``'s workload, read off a WorkloadItem's stored view and
+    what differs from it (``WorkloadItem.field``) without making the view, when it can."""
+    if fields is not None and type(inp) is WorkloadItem and inp.updates is not None:
+        try:
+            return {FIELD_ALIAS[f]: _plain(inp.field(f)) for f in fields}
+        except TypeError:
+            pass
+    return workload_data(inp.workload, fields)
+
+
 def batch_items(cache: FusedCache, policies: Sequence[CompiledPolicy],
                 inputs: Sequence[Item]) -> list[dict[str, Any]]:
     """What ``m2g__items()`` returns: each workload's data (only the fields the policies read),
@@ -147,7 +158,7 @@ def items_of(inputs: Sequence[Item], fields: set[str] | None, queue: bool
              ) -> list[dict[str, Any]]:
     """Each input's workload ``fields`` (None: all), with its queue at ``m2g__q`` when
     ``queue``."""
-    items = [workload_data(inp.workload, fields) for inp in inputs]
+    items = [item_data(inp, fields) for inp in inputs]
     if queue:
         for item, inp in zip(items, inputs, strict=True):
             item["m2g__q"] = inp.queue_data()
@@ -313,6 +324,8 @@ class ClassKeys:
         self._queues: dict[int, Any] = {}
         self._proj: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._all_views: list[Any] = []
+        self._all_moved: list[dict[str, Any] | None] = []  # WorkloadItem.updates, per input
+        self._moved: set[str] = set()  # the fields some input's ``updates`` set
 
     def _name(self, field: str, project: Mapping[str, tuple[str, ...]] | None) -> str:
         """The column of ``field``: the field itself, or for a map field in ``project``
@@ -334,20 +347,38 @@ class ClassKeys:
                     col += [self._queue(inp) for inp in self.inputs[len(col):upto]]
                 elif name in self._proj:  # str values or None (absent): their own keys
                     field, keys = self._proj[name]
-                    col += [tuple(map(getattr(inp.workload, field).get, keys))
-                            for inp in self.inputs[len(col):upto]]
+                    col += [tuple(map(v.get, keys)) for v in self._values(field, len(col), upto)]
                 else:
-                    col += _keys_of(list(map(operator.attrgetter(name), self._views(
-                        len(col), upto))))
+                    col += _keys_of(self._values(name, len(col), upto))
             except TypeError:  # a value _plain does not know: every item on its own
                 self._bad.add(name)
                 return None
         return col
 
+    def _values(self, field: str, start: int, stop: int) -> list[Any]:
+        """The inputs' workloads' ``field`` from ``start`` to ``stop``: read off their stored
+        views (in C), those a WorkloadItem's ``updates`` set taken from there."""
+        values = list(map(operator.attrgetter(field), self._views(start, stop)))
+        if field in self._moved:
+            moved = self._all_moved[start:stop]
+            values = [v if m is None or field not in m else m[field]
+                      for v, m in zip(values, moved, strict=True)]
+        return values
+
     def _views(self, start: int, stop: int) -> list[Any]:
-        """The inputs' workload views from ``start`` to ``stop``, gathered once per batch."""
+        """The inputs' workload views from ``start`` to ``stop``, gathered once per batch: a
+        WorkloadItem's stored view (``_values`` applies its ``updates``), not a copy."""
         if len(self._all_views) < stop:
-            self._all_views += [inp.workload for inp in self.inputs[len(self._all_views):]]
+            rest = self.inputs[len(self._all_views):]
+            if all(type(inp) is WorkloadItem for inp in rest):
+                items: Sequence[WorkloadItem] = rest  # type: ignore[assignment]
+                moved = [inp.updates for inp in items]
+                self._all_views += [inp.stored for inp in items]
+                self._moved.update(*filter(None, moved))
+            else:
+                moved = [None] * len(rest)
+                self._all_views += [inp.workload for inp in rest]
+            self._all_moved += moved
         return self._all_views[start:stop]
 
     def _cheap(self, name: str) -> bool:
@@ -388,7 +419,7 @@ class ClassKeys:
         out = []
         for pos in positions:
             inp = self.inputs[pos]
-            item = workload_data(inp.workload, wanted)
+            item = item_data(inp, wanted)
             if queue:
                 item["m2g__q"] = inp.queue_data()
             out.append(item)
