@@ -4,8 +4,10 @@ every change to the namespace's Workloads (from a watch, so no flip is missed be
 polls), and a fresh controller's decisions to compare a survivor's with.
 
 The rack power is the model of m2g.testing.kit (idle kW + 1.3 kW per GPU of the pods bound to
-the rack), computed here from the API server and served as the facility PDU series m2g reads
-by default, so the processes need no power reader of the tests'.
+the rack; with ``caps``, on a node whose GPUPowerLimit the node agent reports in force, times
+the pre-training curve's power at that cap), computed here from the API server and served as
+the facility PDU series m2g reads by default, so the processes need no power reader of the
+tests'.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from fake_prometheus import fake_prometheus
 from kubernetes import watch
 from manifests_helpers import _free_port, http_get
 
-from m2g.k8s.annotations import SHED_AT
+from m2g.k8s.annotations import POWER_CAP, RESTORED_AT, SHED_AT
 from m2g.k8s.convert import allocated_gpus
+from m2g.model.inputs import WorkloadKind
 from m2g.model.plan import Plan
+from m2g.model.powerlimit import node_limit_state
+from m2g.planner.curves import kind_curve
 from m2g.testing.kit import IDLE_KW, KW_PER_GPU
 
 RACK_LABEL = "network.topology.nvidia.com/accelerator"
@@ -48,29 +53,43 @@ def chaos_seed() -> random.Random:
 
 # ---- rack power from the pods ---------------------------------------------------------------
 
-def _rack_watts(cluster: Cluster, rack_of: dict[str, str]) -> dict[str, float]:
+def applied_caps(cluster: Cluster) -> dict[str, float]:
+    """Node → the fraction of the default limit its agent reports in force (capped nodes)."""
+    items = cluster.custom.list_cluster_custom_object("m2g.io", "v1alpha1",
+                                                      "gpupowerlimits")["items"]
+    return {s.node: s.applied_fraction for o in items
+            if (s := node_limit_state(o)) is not None and s.applied_fraction is not None
+            and s.applied_fraction < 1.0}
+
+
+def _rack_watts(cluster: Cluster, rack_of: dict[str, str], caps: bool = False
+                ) -> dict[str, float]:
     pods = cluster.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
     raw = [cluster.api.sanitize_for_serialization(p) for p in pods.items]
     kw = dict.fromkeys(set(rack_of.values()), IDLE_KW)
+    capped = applied_caps(cluster) if caps else {}
+    power = kind_curve(WorkloadKind.TRAINING).power
     for node, gpus in allocated_gpus(raw).items():
         if node in rack_of:
-            kw[rack_of[node]] += gpus * KW_PER_GPU
+            kw[rack_of[node]] += gpus * KW_PER_GPU * (power(capped[node]) if node in capped
+                                                      else 1.0)
     return {rack: v * 1000.0 for rack, v in kw.items()}
 
 
 @contextlib.contextmanager
 def pod_power_prometheus(cluster: Cluster, rack_of: dict[str, str],
-                         period: float = 0.5) -> Iterator[str]:
-    """A Prometheus stand-in whose PDU series follow the pods (refreshed every ``period``)."""
+                         period: float = 0.5, caps: bool = False) -> Iterator[str]:
+    """A Prometheus stand-in whose PDU series follow the pods (refreshed every ``period``)
+    and, with ``caps``, the GPU power limits the node agent reports in force."""
     series: dict[str, dict[str, float]] = {
-        "facility_pdu_power_watts": _rack_watts(cluster, rack_of),
+        "facility_pdu_power_watts": _rack_watts(cluster, rack_of, caps),
         "facility_rack_inlet_temperature_celsius": dict.fromkeys(set(rack_of.values()), 24.0)}
     stop = threading.Event()
 
     def refresh() -> None:
         while not stop.wait(period):
             with contextlib.suppress(Exception):  # an API hiccup keeps the last reading
-                series["facility_pdu_power_watts"] = _rack_watts(cluster, rack_of)
+                series["facility_pdu_power_watts"] = _rack_watts(cluster, rack_of, caps)
 
     thread = threading.Thread(target=refresh, daemon=True)
     thread.start()
@@ -186,6 +205,8 @@ class Seen:
     active: bool
     shed_at: str
     check: str
+    cap: str = ""  # m2g.io/power-cap (the fraction), "" when none
+    restored_at: str = ""  # m2g.io/restored-at (a restore's or a cap lift's time)
 
 
 def _job_of(wl: Obj) -> str:
@@ -211,7 +232,8 @@ class WorkloadRecorder:
                       if e.get("name") == self.check), {})
         self.seen.setdefault(_job_of(wl), []).append(Seen(
             time.monotonic(), (wl.get("spec") or {}).get("active", True) is not False,
-            str(notes.get(SHED_AT) or ""), str(entry.get("state") or "")))
+            str(notes.get(SHED_AT) or ""), str(entry.get("state") or ""),
+            str(notes.get(POWER_CAP) or ""), str(notes.get(RESTORED_AT) or "")))
 
     def _run(self) -> None:
         custom = self.cluster.custom
@@ -265,6 +287,26 @@ class WorkloadRecorder:
             if before.active != active and after.active == active:
                 at = after.at
         return at
+
+    def caps(self, job: str) -> list[str]:
+        """The job's ``m2g.io/power-cap`` over time, repeats collapsed: ["", "0.75", ""] is
+        one cap and one lift."""
+        out: list[str] = []
+        for s in self.seen.get(job, []):
+            if not out or out[-1] != s.cap:
+                out.append(s.cap)
+        return out
+
+    def lifted(self, job: str) -> float | None:
+        """When the job's cap was last removed (monotonic), if it was."""
+        at = None
+        for before, after in itertools.pairwise(self.seen.get(job, [])):
+            if before.cap and not after.cap:
+                at = after.at
+        return at
+
+    def restored_stamps(self, job: str) -> set[str]:
+        return {s.restored_at for s in self.seen.get(job, []) if s.restored_at}
 
     def stamps(self, job: str) -> set[str]:
         return {s.shed_at for s in self.seen.get(job, []) if s.shed_at}

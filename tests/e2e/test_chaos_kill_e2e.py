@@ -14,14 +14,28 @@ recorded from a watch); each shed workload is restored exactly once; no workload
 Ready against the policy while the event is active; and at the end a fresh controller, never
 disturbed, would write nothing: quotas, sheds and answers are what it decides.
 
+A second case kills the leader **between two cap lifts**: a grid event caps three flexible
+jobs through the node agent (in this process, fake NVML), one cap a ramp step; the event
+ends and the caps are lifted one a step (the most recent first, ~10 s apart); the leader is
+killed at a seeded point after the first lift. Invariants: the successor lifts the other
+caps, paced from the first lift's ``m2g.io/restored-at``; every capped node is back at full
+power with no GPUPowerLimit left; each job's cap only went down until it was lifted once
+(its ``m2g.io/power-cap`` went none → cap(s) → none, one ``restored-at`` stamp, one
+PowerCapLifted Event); no node capped again after its lift (the limit in force, sampled from
+the fake NVML); nothing paused; and a fresh controller would write nothing.
+
 ``M2G_CHAOS_SEED=<n>`` replays a schedule (the seed is printed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import test_controller_e2e as ctl
@@ -36,6 +50,7 @@ from chaos_helpers import (
     undone,
 )
 from e2e_helpers import Cluster, unique
+from test_curtail_e2e import delete_all_limits, fake_watts, limits, nodes_of, running_agent
 
 from m2g.config import load_site_config
 from m2g.k8s import client as k
@@ -45,6 +60,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.policy import make_runtime
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
+from m2g_controllers.nodeagent import Agent
 from m2g_controllers.policies import PolicyStore
 from m2g_controllers.wiring import K8sCluster
 
@@ -247,3 +263,153 @@ async def test_kill_9_of_the_leading_m2g_run_mid_reconcile_mid_shed_and_mid_rest
         finally:
             fleet.stop_all()
             cluster.core.patch_node(victim, {"spec": {"taints": None}})
+
+
+#: Caps set and lifted one a step: a 16-GPU job capped at 0.75 gives ~4.9 kW, at most one
+#: within a 6 kW step, and 0.5 kW/s gives the next step ~10 s after the last cap or lift.
+CAPS = {"rampKwPerSecond": 0.5, "maxStepKw": 6.0, "settleSeconds": 5.0,
+        "shedSavingFraction": 1.0, "minShedSeconds": 5.0, "powerCaps": True}
+FULL_W = 1400.0  # the fake NVML's default limit
+
+
+@contextlib.asynccontextmanager
+async def watts_timeline(agent: Agent, period: float = 0.2
+                         ) -> AsyncIterator[dict[str, list[float]]]:
+    """Each node's GPU limit in force (the lowest of its GPUs) as the fake NVML holds it,
+    sampled every ``period``, repeats collapsed: [1400, 1050, 1400] is one cap and one lift."""
+    seen: dict[str, list[float]] = {}
+
+    async def sample() -> None:
+        while True:
+            for node, core in list(agent.cores.items()):
+                watts = [d.limit_w for d in core.backend.devices()]
+                if watts and (not (line := seen.setdefault(node, []))
+                              or line[-1] != min(watts)):
+                    line.append(min(watts))
+            await asyncio.sleep(period)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def once_down_and_back(line: list[Any], full: Any, top: float) -> bool:
+    """``line`` (a cap's values over time, repeats collapsed) starts and ends at ``full``
+    (``top`` as a number) and in between only goes down: capped (maybe deeper, step by step),
+    then lifted once — never lifted and capped again."""
+    if len(line) < 3 or not line[0] == line[-1] == full or full in line[1:-1]:
+        return False
+    middle = [float(v) for v in line[1:-1]]
+    return middle == sorted(middle, reverse=True) and all(v < top for v in middle)
+
+
+def event_counts(cluster: Cluster, namespace: str, reason: str) -> dict[str, int]:
+    """m2g's Events of ``reason`` by Workload, each counted as often as it happened (a
+    repeated Event is one object with a count)."""
+    out: dict[str, int] = {}
+    for e in cluster.core.list_namespaced_event(namespace).items:
+        if e.reason == reason and e.reporting_component == "m2g.io/policy":
+            name = e.involved_object.name
+            out[name] = out.get(name, 0) + max(1, e.count or 1,
+                                               (e.series.count if e.series else 0) or 0)
+    return out
+
+
+def caps_in_force(cluster: Cluster, nodes: list[str]) -> bool:
+    ls = limits(cluster)
+    return all((ls.get(n, {}).get("status") or {}).get("phase") == "Applied" for n in nodes)
+
+
+async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
+        kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
+        m2g_crds: None, tmp_path_factory: pytest.TempPathFactory) -> None:
+    rng = chaos_seed()
+    delay = rng.uniform(0.0, 6.0)  # after the first lift; the next is ~10 s after it
+    print("kill delay after the first lift (s):", round(delay, 2))
+    ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 144)
+    racks = ctl.site_with_budget(cluster, 1000.0)
+    cluster.cleanup.append(lambda: delete_all_limits(cluster))
+    out = tmp_path_factory.mktemp("capkill")
+    site = site_file(out / "site.yaml", ctl.CHECK, CAPS)
+    config = load_site_config(site).planner_config(PlannerConfig(check_name=ctl.CHECK))
+    flex = ["flex0", "flex1", "flex2"]
+    async with running_agent(kubeconfig) as agent, watts_timeline(agent) as watts:
+        with pod_power_prometheus(cluster, racks, caps=True) as prom, \
+                WorkloadRecorder(cluster, namespace, ctl.CHECK) as rec:
+            fleet = Fleet(kubeconfig, site, policy_dir, namespace, unique("m2g-caps"), out,
+                          prom)
+            kills = Kills(cluster, fleet)
+            try:
+                await kills.first_leader()
+                await capped_then_lifted_across_a_kill(cluster, namespace, agent, rec, kills,
+                                                       flex, delay)
+                capped = {n for job in flex for n in nodes_of(cluster, namespace, job)}
+                # invariants over the whole run
+                for job in flex:
+                    caps = rec.caps(job)
+                    assert once_down_and_back(caps, "", 1.0), f"{job}: m2g.io/power-cap went {caps}"
+                    assert len(rec.restored_stamps(job)) == 1, \
+                        f"{job} lifted more than once: {rec.restored_stamps(job)}"
+                    assert rec.flips(job) == [True], f"{job} paused: {rec.flips(job)}"
+                assert rec.caps("firm") == [""] and rec.flips("firm") == [True]
+                back = sorted(t for job in flex if (t := rec.lifted(job)) is not None)
+                # ~4.9 kW at 0.5 kW/s: ~10 s apart (the successor counts from restored-at)
+                assert all(b - a >= 5.0 for a, b in itertools.pairwise(back)), \
+                    f"lifts not paced: {back}"
+                names = {ctl.workload_of(cluster, namespace, j)["metadata"]["name"]
+                         for j in flex}
+                lifted = event_counts(cluster, namespace, "PowerCapLifted")
+                assert lifted == dict.fromkeys(names, 1), f"PowerCapLifted Events: {lifted}"
+                assert set(event_counts(cluster, namespace, "PowerCapped")) == names
+                for node in sorted(capped):
+                    line = watts.get(node, [])
+                    assert once_down_and_back(line, FULL_W, FULL_W), \
+                        f"{node}: the limit in force went {line}"
+                await converged(kubeconfig, cluster, namespace, policy_dir, config, racks)
+                plan = await fresh_plan(kubeconfig, policy_dir, config, racks)
+                assert not plan.caps and not plan.node_limits, (plan.caps, plan.node_limits)
+                live = fleet.live()
+                assert len(live) == 2, f"a replica died by itself:\n{fleet.tails()}"
+                await ctl.until("exactly one replica leading, all ready", lambda: sorted(
+                    r.metric("m2g_leader") or 0.0 for r in live) == [0.0, 1.0] and all(
+                    r.ready()[0] == 200 for r in live), timeout=15)
+                print("takeover (s):", [round(t, 1) for t in kills.takeovers])
+            finally:
+                fleet.stop_all()
+
+
+async def capped_then_lifted_across_a_kill(cluster: Cluster, namespace: str, agent: Agent,
+                                           rec: WorkloadRecorder, kills: Kills,
+                                           flex: list[str], delay: float) -> None:
+    """Firm work and three flexible jobs running; a grid event caps the three (one a step);
+    it ends; the leader is killed ``delay`` s after the first lift; every cap is lifted and
+    every capped node back at full power."""
+    cluster.batch.create_namespaced_job(namespace, ctl.job("firm", 16, tier=0))
+    for i, name in enumerate(flex):
+        cluster.batch.create_namespaced_job(namespace, ctl.job(name, 16, tier=2 + i % 2))
+    await ctl.until("the four jobs running", lambda: len(cluster.core.list_namespaced_pod(
+        namespace, field_selector="status.phase=Running").items) == 16, timeout=90)
+    nodes = [n for job in flex for n in nodes_of(cluster, namespace, job)]
+    assert len(nodes) == 12
+    # 40 kW idle + 64 GPUs x 1.3 = 123.2 kW; a limit of 111 kW: 12.2 kW short, three caps
+    # at 0.75 (~4.9 kW each) cover it, one a ramp step (~12 s apart)
+    event = ctl.grid_event(cluster, target_kw=111.0)
+    await ctl.until("the three jobs capped, the caps in force", lambda: caps_in_force(
+        cluster, nodes), timeout=120)
+    await asyncio.sleep(4)  # and nothing more: the caps cover the shortfall
+    assert all(rec.flips(j) == [True] for j in [*flex, "firm"]), "a job was paused"
+    ctl._delete(cluster, "gridevents", event)
+    first = await ctl.until("the first cap lifted", lambda: [
+        j for j in flex if rec.lifted(j) is not None], timeout=60)
+    assert len(first) == 1, f"lifted together: {first}"
+    await asyncio.sleep(delay)
+    await kills.kill_leader("between two cap lifts")
+    await ctl.until("every cap lifted and every GPUPowerLimit released", lambda: all(
+        rec.lifted(j) is not None for j in flex) and not limits(cluster), timeout=120)
+    await ctl.until("full power on every capped node", lambda: fake_watts(
+        agent, nodes) == {FULL_W}, timeout=30)
+    await asyncio.sleep(4)  # and nothing more
