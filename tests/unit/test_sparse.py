@@ -22,6 +22,7 @@ from m2g.planner.shedding import (
     drawing,
     in_flight_kw,
     last_action,
+    not_drawing_share,
     not_drawing_yet,
     reach_kw,
     restoring,
@@ -62,7 +63,7 @@ def _snapshot(seed: int) -> ClusterSnapshot:
     placed = [w for w in ws if rng.random() < 0.6]
     placements = {w.key: (f"n{rng.randrange(8)}",) for w in placed}
     live = None if rng.random() < 0.4 else {
-        w.key: LivePods(1, rng.randint(0, 1), _started(rng), rng.choice((0, 0, 0, 1)))
+        w.key: LivePods(2, rng.randint(0, 1), _started(rng), rng.choice((0, 0, 0, 1, 2)))
         for w in placed if rng.random() < 0.8}
     return ClusterSnapshot(f, tuple(ws), placements=placements, live_pods=live)
 
@@ -79,8 +80,13 @@ def _full_scans(snap: ClusterSnapshot) -> tuple[float, float, float, datetime | 
     settle = sum(saving_kw(w, CFG) for w in snap.workloads
                  if w.shed_by_m2g and w.shed_at is not None
                  and _settles(w, snap, CFG, read_at)) + caps
-    flight = sum(workload_kw(w, CFG) for w in snap.workloads
-                 if not_drawing_yet(w, snap, CFG) or restoring(w, snap, CFG))
+    flight = 0.0
+    for w in snap.workloads:
+        share = not_drawing_share(w, snap, CFG)
+        if share > 0.0:
+            flight += workload_kw(w, CFG) * share
+        elif restoring(w, snap, CFG):
+            flight += workload_kw(w, CFG)
     times = [t for w in snap.workloads for t in (w.shed_at, w.restored_at, w.power_cap_at)
              if t is not None]
     return settle, caps, flight, max(times) if times else None

@@ -75,29 +75,40 @@ def drawing(w: WorkloadState, snap: ClusterSnapshot) -> bool:
 
 def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
                     read_at: datetime | None = None) -> bool:
-    """Admitted within ``settle_seconds`` and not in the site reading yet: no pod of it bound,
-    or (the pods read: ``live_pods``) one bound and not running yet, or its last pod started
-    running less than ``meter_lag_seconds`` before the reading (``read_at``, default: the
-    site reading's time; at most ``sparse.STARTING_SECONDS`` before now). A pod's draw shows
-    in the meter only after the exporter's interval and the scrape, as a cap's does: counted
-    as drawing once bound, the kW of a 16-rack twin's firm and restored jobs (~180 kW, bound
-    and not metered for 5–10 s) read as room, and m2g lifted 11 of the 12 caps it had just
-    set for them 0.7–3.6 s later (2026-12-06, 24th session)."""
+    """Admitted within ``settle_seconds`` and some of it not in the site reading yet
+    (``not_drawing_share`` > 0)."""
+    return not_drawing_share(w, snap, config, read_at) > 0.0
+
+
+def not_drawing_share(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
+                      read_at: datetime | None = None) -> float:
+    """The share of its kW not in the site reading yet, for work admitted within
+    ``settle_seconds`` (else 0): all of it when no pod of it is bound, or (the pods read:
+    ``live_pods``) when its last pod started running less than ``meter_lag_seconds`` before
+    the reading (``read_at``, default: the site reading's time; at most
+    ``sparse.STARTING_SECONDS`` before now); else the share of its bound pods not running
+    yet. A pod's draw shows in the meter only after the exporter's interval and the scrape,
+    as a cap's does: counted as drawing once bound, the kW of a 16-rack twin's firm and
+    restored jobs (~180 kW, bound and not metered for 5–10 s) read as room, and m2g lifted 11
+    of the 12 caps it had just set for them 0.7–3.6 s later (2026-12-06, 24th session).
+    (Counting a gang whole while any of its pods waited read 1,469 kW beside a 1,865 kW
+    reading at a twin's warm start, 2026-12-07: more than the factory draws.)"""
     if not (w.phase is Phase.ADMITTED and w.admitted_at is not None
             and (snap.now - w.admitted_at).total_seconds() < config.settle_seconds):
-        return False
+        return 0.0
     live = snap.live_pods
     if live is None:
-        return w.key not in snap.placements
+        return 0.0 if w.key in snap.placements else 1.0
     pods = live.get(w.key)
-    if pods is None or pods.waiting:
-        return True
+    if pods is None:
+        return 1.0
     start = pods.started_at
-    if start is None or start <= snap.now - timedelta(seconds=sparse.STARTING_SECONDS):
-        return False  # not known when it started (drawing, as before), or long ago
-    if read_at is None:
-        read_at = _read_at(snap) or snap.now
-    return start + timedelta(seconds=config.meter_lag_seconds) > read_at
+    if start is not None and start > snap.now - timedelta(seconds=sparse.STARTING_SECONDS):
+        if read_at is None:
+            read_at = _read_at(snap) or snap.now
+        if start + timedelta(seconds=config.meter_lag_seconds) > read_at:
+            return 1.0
+    return min(1.0, pods.waiting / pods.running) if pods.waiting and pods.running else 0.0
 
 
 def restoring(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) -> bool:
@@ -110,10 +121,16 @@ def restoring(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig) ->
 
 def in_flight_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     """kW the meter does not show yet but will: work admitted and not in the reading yet
-    (``not_drawing_yet``), and work restored and not admitted again yet."""
+    (its ``not_drawing_share``), and work restored and not admitted again yet."""
     read_at = _read_at(snap) or snap.now
-    return sum(workload_kw(w, config) for w in sparse.of(snap).in_flight
-               if not_drawing_yet(w, snap, config, read_at) or restoring(w, snap, config))
+    total = 0.0
+    for w in sparse.of(snap).in_flight:
+        share = not_drawing_share(w, snap, config, read_at)
+        if share > 0.0:
+            total += workload_kw(w, config) * share
+        elif restoring(w, snap, config):
+            total += workload_kw(w, config)
+    return total
 
 
 def _budget_kw(builder: InputBuilder, config: PlannerConfig, since: datetime | None) -> float:
