@@ -7,7 +7,7 @@ then overran the controller's 10 s bound: every signal missing (bench/signal_ser
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -18,46 +18,24 @@ from m2g.config.site import load_site_config
 from m2g.signals.config import MAX_SERIES, SignalConfig, SignalName
 from m2g.signals.prometheus import PrometheusClient, TooManySeriesError, fetch_signals
 from m2g.signals.reader import read_signals
-
-GPU_QUERY = SignalConfig().signals[SignalName.GPU_POWER_W].query
-
-
-def _vector(elements: list[str]) -> bytes:
-    return (b'{"status":"success","data":{"resultType":"vector","result":['
-            + ",".join(elements).encode() + b"]}}")
+from tests.unit.prom_answers import GPU_QUERY, Handler, cli_readings, controller, site, vector
+from tests.unit.prom_answers import client as bounded
 
 
 def _gpus(n: int, key: str = "metric", value: str = "500") -> bytes:
     """n GPU series (4 a node), each as Prometheus writes it."""
-    return _vector([f'{{"{key}":{{"Hostname":"n{i // 4}","gpu":"{i % 4}"}},'
+    return vector([f'{{"{key}":{{"Hostname":"n{i // 4}","gpu":"{i % 4}"}},'
                     f'"value":[1000,"{value}"]}}' for i in range(n)])
 
 
-def _rack(value: str) -> bytes:
-    return _vector([f'{{"metric":{{"rack":"r0"}},"value":[1000,"{value}"]}}'])
-
-
-def _site(gpus: int, key: str = "metric") -> Callable[[httpx.Request], httpx.Response]:
+def _site(gpus: int, key: str = "metric") -> Handler:
     """GPU power answered with ``gpus`` series (its query and its timestamp(): scraped at
     995), every other signal with one rack's series."""
-    def handler(req: httpx.Request) -> httpx.Response:
-        query = req.url.params["query"]
-        stamps = query.startswith("timestamp(")
-        if GPU_QUERY in query:
-            return httpx.Response(200, content=_gpus(gpus, key, "995" if stamps else "500"))
-        return httpx.Response(200, content=_rack("995" if stamps else "5000"))
-    return handler
+    return site(lambda stamps: _gpus(gpus, key, "995" if stamps else "500"))
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
-def _client(handler: Callable[[httpx.Request], httpx.Response], max_series: int
-            ) -> PrometheusClient:
-    transport = httpx.MockTransport(handler)
-    return PrometheusClient("http://prom:9090", httpx.AsyncClient(transport=transport),
-                            clock=lambda: 1000.0, sleep=_no_sleep, max_series=max_series)
+def _client(handler: Handler, max_series: int) -> PrometheusClient:
+    return bounded(handler, max_series=max_series)
 
 
 @pytest.mark.parametrize(("series", "refused"), [(12, False), (13, True)])
@@ -132,17 +110,10 @@ async def test_the_controller_logs_once_counts_each_refusal_and_exports_the_stat
     ``m2g_signal_query_failed`` / ``m2g_signal_stale``, one line when it reads again."""
     from prometheus_client import generate_latest
 
-    from m2g.testing.kube import FakeKube
-    from m2g_controllers.metrics import Metrics
-    from m2g_controllers.wiring import K8sCluster
-
     answer = {"gpus": 13}
     http = httpx.AsyncClient(transport=httpx.MockTransport(
         lambda req: _site(answer["gpus"])(req)))
-    metrics = Metrics()
-    cluster = K8sCluster(FakeKube(), prometheus="http://prom:9090",  # type: ignore[arg-type]
-                         signal_config=SignalConfig(max_series=12), http=http,
-                         signal_refresh_seconds=0, metrics=metrics)
+    cluster, metrics = controller(http, SignalConfig(max_series=12))
     caplog.set_level(logging.INFO, logger="m2g.wiring")
     try:
         for _ in range(2):
@@ -171,17 +142,9 @@ async def test_the_controller_logs_once_counts_each_refusal_and_exports_the_stat
 async def test_the_cli_reads_with_the_site_bound(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """``m2g signals`` / ``explain`` read with the site configuration's ``maxSeries`` too."""
-    from m2g.signals import http as signals_http
-    from m2g_cli import cluster
-
-    f = tmp_path / "site.yaml"
-    f.write_text("prometheus: {url: 'http://prom:9090', maxSeries: 12}\n")
-    monkeypatch.setenv("M2G_CONFIG", str(f))
-    real = signals_http.make_http_client
-    monkeypatch.setattr(cluster, "make_http_client", lambda prom: real(
-        prom, httpx.MockTransport(_site(13))))
     warnings: list[str] = []
-    readings = await cluster._readings(None, warnings)
+    readings = await cli_readings("prometheus: {url: 'http://prom:9090', maxSeries: 12}\n",
+                                  _site(13), tmp_path, monkeypatch, warnings)
     assert "more than 12 series" in (readings.status[SignalName.GPU_POWER_W].error or "")
     assert readings.racks["r0"].power_kw.last_value == pytest.approx(5.0)  # read (old: stale)
     assert not readings.status[SignalName.RACK_POWER_KW].error

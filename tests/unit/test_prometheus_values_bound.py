@@ -8,7 +8,7 @@ seconds of CPU and ~700 MiB an answer (bench/signal_series.py ``--array``)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,24 +19,19 @@ from m2g.config.site import load_site_config
 from m2g.signals.config import MAX_VALUES_PER_SERIES, SignalConfig, SignalName
 from m2g.signals.prometheus import (
     PermanentError,
-    PrometheusClient,
     TooManyValuesError,
     fetch_signals,
 )
 from m2g.signals.reader import read_signals
-
-GPU_QUERY = SignalConfig().signals[SignalName.GPU_POWER_W].query
-
-
-def _vector(elements: list[str]) -> bytes:
-    return (b'{"status":"success","data":{"resultType":"vector","result":['
-            + ",".join(elements).encode() + b"]}}")
+from tests.unit.prom_answers import GPU_QUERY, cli_readings, controller, vector
+from tests.unit.prom_answers import client as _client
+from tests.unit.prom_answers import site as _site
 
 
 def _gpus(n: int, labels: int = 0, value: str = "500") -> bytes:
     """n GPU series (4 a node) as Prometheus writes them, each with ``labels`` extra labels."""
     extra = "".join(f',"l{j}":"v"' for j in range(labels))
-    return _vector([f'{{"metric":{{"Hostname":"n{i // 4}","gpu":"{i % 4}"{extra}}},'
+    return vector([f'{{"metric":{{"Hostname":"n{i // 4}","gpu":"{i % 4}"{extra}}},'
                     f'"value":[1000,"{value}"]}}' for i in range(n)])
 
 
@@ -53,34 +48,7 @@ def _hostile(kind: str, stamps: bool) -> bytes:
     good = [f'{{"metric":{{"Hostname":"n0","gpu":"{g}"}},'
             f'"value":[1000,"{995 if stamps else 500}"]}}' for g in range(3)]
     head = "" if kind.startswith("a metric") else '"metric":{"Hostname":"n0","gpu":"3"},'
-    return _vector([*good, "{" + head + HOSTILE[kind] + "}"])
-
-
-def _rack(value: str) -> bytes:
-    return _vector([f'{{"metric":{{"rack":"r0"}},"value":[1000,"{value}"]}}'])
-
-
-def _site(gpus: Callable[[bool], bytes]) -> Callable[[httpx.Request], httpx.Response]:
-    """GPU power answered with ``gpus(stamps)``, every other signal with one rack's series
-    (scraped at 995)."""
-    def handler(req: httpx.Request) -> httpx.Response:
-        query = req.url.params["query"]
-        stamps = query.startswith("timestamp(")
-        if GPU_QUERY in query:
-            return httpx.Response(200, content=gpus(stamps))
-        return httpx.Response(200, content=_rack("995" if stamps else "5000"))
-    return handler
-
-
-async def _no_sleep(_: float) -> None:
-    return None
-
-
-def _client(handler: Callable[[httpx.Request], httpx.Response], **bounds: int
-            ) -> PrometheusClient:
-    transport = httpx.MockTransport(handler)
-    return PrometheusClient("http://prom:9090", httpx.AsyncClient(transport=transport),
-                            clock=lambda: 1000.0, sleep=_no_sleep, **bounds)
+    return vector([*good, "{" + head + HOSTILE[kind] + "}"])
 
 
 @pytest.mark.parametrize("kind", sorted(HOSTILE))
@@ -169,16 +137,9 @@ async def test_the_controller_logs_once_and_counts_each_refusal(
     in ``m2g_signal_answers_refused_total{bound="maxValuesPerSeries"}``."""
     from prometheus_client import generate_latest
 
-    from m2g.testing.kube import FakeKube
-    from m2g_controllers.metrics import Metrics
-    from m2g_controllers.wiring import K8sCluster
-
     http = httpx.AsyncClient(transport=httpx.MockTransport(
         _site(lambda stamps: _hostile("a value of 1,000 numbers", stamps))))
-    metrics = Metrics()
-    cluster = K8sCluster(FakeKube(), prometheus="http://prom:9090",  # type: ignore[arg-type]
-                         signal_config=SignalConfig(), http=http,
-                         signal_refresh_seconds=0, metrics=metrics)
+    cluster, metrics = controller(http, SignalConfig())
     caplog.set_level(logging.INFO, logger="m2g.wiring")
     try:
         for _ in range(2):
@@ -195,16 +156,9 @@ async def test_the_controller_logs_once_and_counts_each_refusal(
 async def test_the_cli_reads_with_the_site_bound(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """``m2g signals`` / ``explain`` read with the site configuration's bound too."""
-    from m2g.signals import http as signals_http
-    from m2g_cli import cluster
-
-    f = tmp_path / "site.yaml"
-    f.write_text("prometheus: {url: 'http://prom:9090', maxValuesPerSeries: 12}\n")
-    monkeypatch.setenv("M2G_CONFIG", str(f))
-    real = signals_http.make_http_client
-    monkeypatch.setattr(cluster, "make_http_client", lambda prom: real(
-        prom, httpx.MockTransport(_site(lambda stamps: _gpus(8, 8)))))
-    readings = await cluster._readings(None, [])
+    readings = await cli_readings(
+        "prometheus: {url: 'http://prom:9090', maxValuesPerSeries: 12}\n",
+        _site(lambda stamps: _gpus(8, 8)), tmp_path, monkeypatch)
     assert readings is not None
     assert "more than 12 JSON values" in (readings.status[SignalName.GPU_POWER_W].error or "")
     assert not readings.status[SignalName.RACK_POWER_KW].error
