@@ -74,6 +74,12 @@ def drawing(w: WorkloadState, snap: ClusterSnapshot) -> bool:
     return snap.live_pods is None or w.key in snap.live_pods
 
 
+def bound(w: WorkloadState, snap: ClusterSnapshot) -> bool:
+    """Has a pod of it been bound to a node: in the pods read (``live_pods``), else, the pods
+    not read, in Kueue's placements."""
+    return w.key in (snap.placements if snap.live_pods is None else snap.live_pods)
+
+
 def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
                     read_at: datetime | None = None) -> bool:
     """Admitted within ``settle_seconds`` and some of it not in the site reading yet
@@ -99,7 +105,7 @@ def not_drawing_share(w: WorkloadState, snap: ClusterSnapshot, config: PlannerCo
         return 0.0
     live = snap.live_pods
     if live is None:
-        return 0.0 if w.key in snap.placements else 1.0
+        return 0.0 if bound(w, snap) else 1.0
     pods = live.get(w.key)
     if pods is None:
         return 1.0
@@ -202,7 +208,7 @@ def settled(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
     if not config.early_restore or w.shed_at is None or read_at is None \
             or not metered(w, read_at, config):
         return False
-    if w.key in (snap.placements if snap.live_pods is None else snap.live_pods):
+    if bound(w, snap):
         return False
     return not flapped(w, config)
 
