@@ -85,6 +85,8 @@ class PlannerSettings(BaseModel):
     #: ... unless its pause has settled in the meter and there is room for it twice over.
     early_restore: bool | None = None
     restore_margin: float | None = Field(default=None, ge=0, lt=1)
+    #: The site meter's noise, a fraction of the limit: the least a restore keeps under it.
+    meter_noise_fraction: float | None = Field(default=None, ge=0, lt=1)
     #: Cap on the requeueAfterSeconds of a Retry answer.
     max_retry_hold_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     shed_saving_fraction: float | None = Field(default=None, gt=0, le=1)
