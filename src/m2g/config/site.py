@@ -216,7 +216,7 @@ class SiteConfig(BaseModel):
         return SignalConfig.model_validate({
             "url": prom.url, "timeout_seconds": prom.timeout_seconds,
             "max_response_bytes": prom.max_response_bytes, "max_series": prom.max_series,
-            "max_values_per_series": prom.max_values_per_series,
+            "max_values_per_series": prom.max_values_per_series, "max_values": prom.max_values,
             "signals": self.signals})
 
     def planner_config(self, base: PlannerConfig | None = None) -> PlannerConfig:
