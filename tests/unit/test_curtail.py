@@ -400,6 +400,14 @@ def test_a_cap_is_not_lapsed_while_in_force_or_once_renewed(ev: Evaluator) -> No
                if s.spec is not None}
     plan = make_plan(snap(f, a, limits=renewed), ev, CFG)
     assert plan.caps == () and plan.node_limits == ()
+    # the record set anew after the lapse, the object read before its renewal (the caches
+    # are not read at one instant): not lapsed either — no lift of the new cap
+    anew = replace(a, power_cap_at=NOW - timedelta(seconds=2))
+    stale = {f"n{i}": lapsed(f"n{i}", "t/a") for i in range(4)}
+    plan = make_plan(snap(f, anew, limits=stale), ev, CFG)
+    assert plan.caps == ()
+    assert [(u.node, u.fraction) for u in plan.node_limits] == [
+        (f"n{i}", 0.75) for i in range(4)]
 
 
 def test_during_an_event_a_lapsed_cap_is_set_anew_from_full_power(ev: Evaluator) -> None:

@@ -361,7 +361,9 @@ def lapsed_caps(snap: ClusterSnapshot) -> dict[str, datetime]:
     """Workload key → when its cap lapsed: m2g's record says capped, but the node agent of a
     node of it reports the lease run out and full power restored (phase ``Expired``, the
     spec's lease in the past: not one m2g has renewed since) — m2g was gone for longer than
-    the lease and the agent's grace. The time is the latest of those restores."""
+    the lease and the agent's grace — and the record is older than that restore (a record
+    set anew after it, beside an object read before its renewal, is not lapsed). The time
+    is the latest of those restores."""
     out: dict[str, datetime] = {}
     limits = snap.node_limits
     if not limits:
@@ -374,6 +376,8 @@ def lapsed_caps(snap: ClusterSnapshot) -> dict[str, datetime]:
                     s.spec.expires_at is None or s.spec.expires_at > now:
                 continue
             at = min(now, s.applied_at or s.spec.expires_at)
+            if w.power_cap_at is not None and w.power_cap_at > at:
+                continue  # set anew after the lapse: the object read is older than the record
             out[w.key] = max(out.get(w.key, at), at)
     return out
 
