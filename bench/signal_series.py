@@ -14,7 +14,10 @@ has one: run with ``PYTHONPATH`` at an older ``src`` to measure the code before 
 numbers (``0.5``, 4 bytes each with its comma: 16 M numbers are 61 MiB, within the byte bound)
 instead of N series; ``--padded S`` puts S tiny series before that series (the most values an
 answer within the series bound can carry). ``--max-values-per-series K`` reads with that
-bound instead of the default (``prometheus.maxValuesPerSeries``, when the code has one).
+bound instead of the default (``prometheus.maxValuesPerSeries``, when the code has one);
+``--max-values V`` the bound on an answer's values in all (``prometheus.maxValues``).
+``--labels L``: the N series each carry L labels of a DCGM exporter's length (a site's large
+answer, not a hostile one).
 
 Run: ``.venv/bin/python bench/signal_series.py [N ...]`` (default 0 500000 2000000). A
 benchmark script: it prints what it measured and asserts nothing about time or memory.
@@ -55,9 +58,16 @@ def _normal(query: str, stamps: bool) -> bytes:
                        "data": {"resultType": "vector", "result": result}}).encode()
 
 
-def _flood(n: int) -> bytes:
-    """n series of ~30 bytes each: no labels, one sample."""
+def _flood(n: int, labels: int = 0) -> bytes:
+    """n series of ~30 bytes each: no labels, one sample (with ``labels``, at least 2: that
+    many labels of ~30 bytes each, the last two a DCGM series' ``Hostname`` and ``gpu``)."""
     tiny = b'{"metric":{},"value":[1000000,"1"]}'
+    if labels:
+        head = "".join(f'"label_{i:02}":"value-{i:02}-0123456789abcdef",'
+                       for i in range(labels - 2))
+        return (b'{"status":"success","data":{"resultType":"vector","result":['
+                + ",".join(f'{{"metric":{{{head}"Hostname":"node-{i // 4:06}","gpu":"{i % 4}"}},'
+                           f'"value":[1000000,"1"]}}' for i in range(n)).encode() + b"]}}")
     return (b'{"status":"success","data":{"resultType":"vector","result":['
             + b",".join([tiny] * n) + b"]}}")
 
@@ -103,10 +113,11 @@ def _reset_peak() -> None:
 async def _one(n: int, args: argparse.Namespace) -> str:
     config = SignalConfig()
     bounds = {"max_series": args.max_series,
-              "max_values_per_series": args.max_values_per_series}
+              "max_values_per_series": args.max_values_per_series,
+              "max_values": args.max_values}
     config = config.model_copy(update={k: v for k, v in bounds.items() if v is not None})
     flooded = config.signals[FLOODED].query
-    answer = _array(n, args.padded) if args.array else _flood(n)
+    answer = _array(n, args.padded) if args.array else _flood(n, args.labels)
     bodies = {(q.query, s): (answer if q.query == flooded else _normal(q.query, s))
               for q in config.signals.values() for s in (False, True)}
 
@@ -131,7 +142,8 @@ async def _one(n: int, args: argparse.Namespace) -> str:
     what = (f"refused: {flood.error[:90]}" if flood.error
             else f"{flood.fresh} fresh, {flood.invalid} invalid, {flood.missing} missing")
     within = "yes" if wall <= CONTROLLER_BOUND else "NO: m2g run cancels it, every signal missing"
-    shape = f"array+{args.padded:,}" if args.array else "series"
+    shape = (f"array+{args.padded:,}" if args.array
+             else f"series of {args.labels} labels" if args.labels else "series")
     return (f"N={n:>10,} {shape} ({size / 2**20:5.1f} MiB)  "
             f"bounds={'/'.join(f'{v:,}' for v in bound.values()) or 'none'}  "
             f"wall {wall:6.2f} s  CPU {cpu:6.2f} s  peak RSS {_status_mib('VmHWM'):7.0f} MiB "
@@ -144,6 +156,8 @@ def main() -> None:
     p.add_argument("n", type=int, nargs="*", default=[0, 500_000, 2_000_000])
     p.add_argument("--max-series", type=int)
     p.add_argument("--max-values-per-series", type=int)
+    p.add_argument("--max-values", type=int)
+    p.add_argument("--labels", type=int, default=0)
     p.add_argument("--array", action="store_true")
     p.add_argument("--padded", type=int, default=0)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -152,7 +166,8 @@ def main() -> None:
         print(asyncio.run(_one(args.n[0], args)), flush=True)
         return
     extra = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-             if k in ("max_series", "max_values_per_series", "padded") and v]
+             if k in ("max_series", "max_values_per_series", "max_values", "padded", "labels")
+             and v]
     extra += ["--array"] if args.array else []
     for n in args.n:
         subprocess.run([sys.executable, __file__, "--child", str(n), *extra], check=True)

@@ -187,7 +187,8 @@ async def _readings(url: str | None, warnings: list[str]) -> Any:
         async with make_http_client(prom) as http:
             return await read_signals(PrometheusClient(
                 prom.url, http, prom.timeout_seconds, max_response_bytes=prom.max_response_bytes,
-                max_series=prom.max_series, max_values_per_series=prom.max_values_per_series),
+                max_series=prom.max_series, max_values_per_series=prom.max_values_per_series,
+                max_values=prom.max_values),
                 config)
     except Exception as exc:  # signals are optional for the CLI: say so, go on
         warnings.append(f"signals from {prom.where()} unavailable: {exc}")

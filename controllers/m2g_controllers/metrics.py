@@ -35,7 +35,7 @@ class Metrics:
             registry=r)
         self.signal_refused = Counter(
             "m2g_signal_answers_refused_total",
-            "Prometheus answers refused over a bound (maxSeries, maxValuesPerSeries, "
+            "Prometheus answers refused over a bound (maxSeries, maxValuesPerSeries, maxValues, "
             "maxResponseBytes) and read no further: the signal read as missing",
             ["signal", "bound"], registry=r)
         #: The latest signal read (K8sCluster sets it): m2g_signal_series{signal,freshness},

@@ -217,7 +217,8 @@ def signal_config(settings: Settings) -> SignalConfig:
     return signals.model_copy(update={"url": prom.url, "timeout_seconds": prom.timeout_seconds,
                                       "max_response_bytes": prom.max_response_bytes,
                                       "max_series": prom.max_series,
-                                      "max_values_per_series": prom.max_values_per_series})
+                                      "max_values_per_series": prom.max_values_per_series,
+                                      "max_values": prom.max_values})
 
 
 async def kick_on_leadership(elector: LeaderElector, manager: Manager,

@@ -169,7 +169,8 @@ class K8sCluster:
                 PrometheusClient(self._prometheus, self._http, cfg.timeout_seconds,
                                  max_response_bytes=cfg.max_response_bytes,
                                  max_series=cfg.max_series,
-                                 max_values_per_series=cfg.max_values_per_series),
+                                 max_values_per_series=cfg.max_values_per_series,
+                                 max_values=cfg.max_values),
                 cfg, failed=failed.__setitem__), 10)
         except Exception as exc:
             log.warning("signals unavailable, treated as stale: %s", exc)

@@ -24,6 +24,16 @@ power with no GPUPowerLimit left; each job's cap only went down until it was lif
 PowerCapLifted Event); no node capped again after its lift (the limit in force, sampled from
 the fake NVML); nothing paused; and a fresh controller would write nothing.
 
+A third case kills **every** replica while the caps are in force and brings a successor only
+once the caps' lease has run out (shortened to 30 s through the site configuration,
+``planner.capLeaseSeconds``; the agent's grace 5 s): the agents restore full power on their
+own, then two new replicas start. With the grid event over by then, the successor records each
+lapsed cap as lifted (one PowerCapLifted Event saying it lapsed), releases every GPUPowerLimit
+and never caps a node again; with the event still on, it caps anew from full power, within the
+ramp (at most ``maxStepKw`` of caps at a time, plans paced by ``rampKwPerSecond``), and lifts
+them once the event ends. Either way: nothing paused, full power and no GPUPowerLimit at the
+end, and a fresh controller would write nothing.
+
 ``M2G_CHAOS_SEED=<n>`` replays a schedule (the seed is printed).
 """
 
@@ -34,6 +44,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +62,15 @@ from chaos_helpers import (
 )
 from e2e_helpers import Cluster, unique
 from test_curtail_e2e import delete_all_limits, fake_watts, limits, nodes_of, running_agent
+from test_node_agent_e2e import running_agent as node_agent
 
 from m2g.config import load_site_config
 from m2g.k8s import client as k
 from m2g.k8s.annotations import SHED_AT
+from m2g.model.inputs import WorkloadKind
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
+from m2g.planner.curves import kind_curve
 from m2g.policy import make_runtime
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
@@ -413,3 +427,178 @@ async def capped_then_lifted_across_a_kill(cluster: Cluster, namespace: str, age
     await ctl.until("full power on every capped node", lambda: fake_watts(
         agent, nodes) == {FULL_W}, timeout=30)
     await asyncio.sleep(4)  # and nothing more
+
+
+#: The caps' lease, shortened so that a successor can come after it ran out within a test
+#: (120 s by default), and the agent's grace after it (60 s by default).
+CAP_LEASE, AGENT_GRACE = 30.0, 5.0
+
+
+@contextlib.asynccontextmanager
+async def timed_watts(agent: Agent, period: float = 0.2
+                      ) -> AsyncIterator[list[tuple[float, str, float]]]:
+    """Every change of a node's GPU limit in force (the lowest of its GPUs) as the fake NVML
+    holds it: (monotonic time, node, watts), sampled every ``period``."""
+    seen: list[tuple[float, str, float]] = []
+    last: dict[str, float] = {}
+
+    async def sample() -> None:
+        while True:
+            for node, core in list(agent.cores.items()):
+                watts = [d.limit_w for d in core.backend.devices()]
+                if watts and last.get(node) != min(watts):
+                    last[node] = min(watts)
+                    seen.append((time.monotonic(), node, min(watts)))
+            await asyncio.sleep(period)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def lowered_kw(changes: list[tuple[float, str, float]], since: float, window: float
+               ) -> float:
+    """The most kW the nodes' limits took off the draw within any ``window`` s after
+    ``since`` (the modelled draw: 4 GPUs a node at 1.3 kW, the pre-training curve)."""
+    power = kind_curve(WorkloadKind.TRAINING).power
+    prev: dict[str, float] = {}
+    drops: list[tuple[float, float]] = []
+    for t, node, watts in changes:
+        before = prev.get(node, FULL_W)
+        prev[node] = watts
+        if t >= since and watts < before:
+            drops.append((t, 4 * 1.3 * (power(before / FULL_W) - power(watts / FULL_W))))
+    return max((sum(kw for u, kw in drops if t <= u < t + window) for t, _ in drops),
+               default=0.0)
+
+
+def lifted_events(cluster: Cluster, namespace: str) -> dict[str, list[str]]:
+    """m2g's PowerCapLifted Events by Workload: their messages."""
+    out: dict[str, list[str]] = {}
+    for e in cluster.core.list_namespaced_event(namespace).items:
+        if e.reason == "PowerCapLifted" and e.reporting_component == "m2g.io/policy":
+            out.setdefault(e.involved_object.name, []).append(str(e.message or ""))
+    return out
+
+
+@pytest.mark.parametrize("event_on", [False, True], ids=["event-over", "event-on"])
+async def test_a_successor_after_the_cap_lease_ran_out(
+        kubeconfig: Path, cluster: Cluster, namespace: str, policy_dir: Path,
+        m2g_crds: None, tmp_path_factory: pytest.TempPathFactory, event_on: bool) -> None:
+    ctl.make_queue(cluster, namespace, ctl.factory_flavor(cluster), 144)
+    racks = ctl.site_with_budget(cluster, 1000.0)
+    cluster.cleanup.append(lambda: delete_all_limits(cluster))
+    out = tmp_path_factory.mktemp("lapse")
+    site = site_file(out / "site.yaml", ctl.CHECK, {**CAPS, "capLeaseSeconds": CAP_LEASE})
+    config = load_site_config(site).planner_config(PlannerConfig(check_name=ctl.CHECK))
+    assert config.cap_lease_seconds == CAP_LEASE
+    flex = ["flex0", "flex1", "flex2"]
+    async with node_agent(kubeconfig, grace=AGENT_GRACE, min_interval=1.0) as agent, \
+            timed_watts(agent) as changes:
+        with pod_power_prometheus(cluster, racks, caps=True) as prom, \
+                WorkloadRecorder(cluster, namespace, ctl.CHECK) as rec:
+            fleet = Fleet(kubeconfig, site, policy_dir, namespace, unique("m2g-lapse"), out,
+                          prom)
+            kills = Kills(cluster, fleet)
+            try:
+                await kills.first_leader()
+                event, nodes = await three_capped(cluster, namespace, rec, flex)
+                # every replica killed: nobody renews the caps' lease
+                for rep in fleet.live():
+                    rep.kill9()
+                if not event_on:
+                    ctl._delete(cluster, "gridevents", event)  # it ends while m2g is away
+                expires = max(datetime.fromisoformat(o["spec"]["expiresAt"].replace(
+                    "Z", "+00:00")) for o in limits(cluster).values())
+                await ctl.until("the agents restored full power (the lease ran out)", lambda: (
+                    fake_watts(agent, nodes) == {FULL_W}), timeout=CAP_LEASE + 30)
+                assert datetime.now(UTC) > expires, "full power before the lease ran out"
+                phases = {n: (o.get("status") or {}).get("phase")
+                          for n, o in limits(cluster).items()}
+                assert set(phases) == set(nodes) and set(phases.values()) == {"Expired"}, \
+                    phases
+                assert all(rec.caps(j)[-1] for j in flex), "a record changed with m2g away"
+                back_at = time.monotonic()
+                # the Deployment's two pods come back
+                for rep in (fleet.start("m2g-2"), fleet.start("m2g-3")):
+                    await kills.ready(rep)
+                await ctl.until("a successor leading", lambda: (
+                    (h := kills.holder()) in ("m2g-2", "m2g-3") and h), timeout=60)
+                if event_on:
+                    await ctl.until("caps in force again", lambda: any(
+                        w < FULL_W for w in fake_watts(agent, nodes)), timeout=90)
+                    await asyncio.sleep(15)  # the rest of the re-capping, paced
+                    ctl._delete(cluster, "gridevents", event)
+                await ctl.until("every cap lifted and every GPUPowerLimit released", lambda: (
+                    all(not rec.caps(j)[-1] for j in flex) and not limits(cluster)),
+                    timeout=150)
+                await ctl.until("full power on every capped node", lambda: fake_watts(
+                    agent, nodes) == {FULL_W}, timeout=30)
+                await asyncio.sleep(6)  # and nothing more
+                # invariants
+                for job in [*flex, "firm"]:
+                    assert rec.flips(job) == [True], f"{job} paused: {rec.flips(job)}"
+                assert rec.caps("firm") == [""]
+                names = {j: ctl.workload_of(cluster, namespace, j)["metadata"]["name"]
+                         for j in flex}
+                events = lifted_events(cluster, namespace)
+                by_node: dict[str, list[float]] = {}
+                for _, node, watts in changes:
+                    by_node.setdefault(node, []).append(watts)
+                if not event_on:
+                    # no node capped again, and the lapsed caps recorded lifted, once
+                    for node in nodes:
+                        line = by_node.get(node, [])
+                        assert once_down_and_back(line, FULL_W, FULL_W), \
+                            f"{node}: capped again after the lease ran out: {line}"
+                    for job in flex:
+                        caps = rec.caps(job)
+                        assert once_down_and_back(caps, "", 1.0), f"{job}: cap went {caps}"
+                        assert len(rec.restored_stamps(job)) == 1, rec.restored_stamps(job)
+                        msgs = events.get(names[job], [])
+                        assert len(msgs) == 1 and "lapsed" in msgs[0], f"{job}: {msgs}"
+                else:
+                    # capped anew from full power, within the ramp: never more than one
+                    # step's kW (maxStepKw) taken off within 2 s — the next step comes ≥ 5 s
+                    # later (old code: every cap put back at once, its lease renewed)
+                    most = lowered_kw(changes, back_at, 2.0)
+                    assert most <= CAPS["maxStepKw"] + 0.5, f"{most:.1f} kW capped at once"
+                    assert any(t >= back_at and w < FULL_W for t, _, w in changes), \
+                        "nothing capped anew while the event was on"
+                    for node in nodes:
+                        assert by_node.get(node, [FULL_W])[-1] == FULL_W
+                await converged(kubeconfig, cluster, namespace, policy_dir, config, racks)
+                plan = await fresh_plan(kubeconfig, policy_dir, config, racks)
+                assert not plan.caps and not plan.node_limits, (plan.caps, plan.node_limits)
+                live = fleet.live()
+                assert len(live) == 2, f"a replica died by itself:\n{fleet.tails()}"
+                await ctl.until("exactly one replica leading, all ready", lambda: sorted(
+                    r.metric("m2g_leader") or 0.0 for r in live) == [0.0, 1.0] and all(
+                    r.ready()[0] == 200 for r in live), timeout=15)
+                print("caps by job:", {j: rec.caps(j) for j in flex},
+                      "lifted events:", {j: len(events.get(names[j], [])) for j in flex})
+            finally:
+                fleet.stop_all()
+
+
+async def three_capped(cluster: Cluster, namespace: str, rec: WorkloadRecorder,
+                       flex: list[str]) -> tuple[str, list[str]]:
+    """Firm work and three flexible jobs running, a grid event that caps the three (one a
+    step), the caps in force: the event's name and the capped nodes."""
+    cluster.batch.create_namespaced_job(namespace, ctl.job("firm", 16, tier=0))
+    for i, name in enumerate(flex):
+        cluster.batch.create_namespaced_job(namespace, ctl.job(name, 16, tier=2 + i % 2))
+    await ctl.until("the four jobs running", lambda: len(cluster.core.list_namespaced_pod(
+        namespace, field_selector="status.phase=Running").items) == 16, timeout=90)
+    nodes = [n for job in flex for n in nodes_of(cluster, namespace, job)]
+    assert len(nodes) == 12
+    event = ctl.grid_event(cluster, target_kw=111.0)  # 12.2 kW short: three caps
+    await ctl.until("the three jobs capped, the caps in force", lambda: caps_in_force(
+        cluster, nodes), timeout=120)
+    await asyncio.sleep(4)
+    assert all(rec.flips(j) == [True] for j in [*flex, "firm"]), "a job was paused"
+    return event, nodes

@@ -342,3 +342,99 @@ def test_caps_are_not_lifted_into_room_that_bound_work_not_yet_metered_takes(
     # started 20 s ago: in the reading taken 5 s ago (meter lag 5 s) — the room is real
     assert lifted(LivePods(2, started_at=NOW - timedelta(seconds=20)))
     assert lifted(LivePods(2))  # start not known: drawing once bound, as before
+
+
+def lapsed(node: str, key: str, fraction: float = 0.75,
+           lease_end: datetime = NOW - timedelta(seconds=90)) -> NodeLimitState:
+    """A GPUPowerLimit whose lease ran out with nobody renewing it: the agent restored full
+    power after its grace (60 s) and says so (phase Expired, every GPU at its default)."""
+    return NodeLimitState(node, LimitSpec(node, fraction, None, lease_end, (key,)), 1.0,
+                          "Expired", lease_end + timedelta(seconds=60))
+
+
+def test_a_cap_whose_lease_lapsed_is_recorded_lifted_not_put_back(ev: Evaluator) -> None:
+    """A successor that comes after the caps' lease ran out (m2g away for longer than the
+    lease and the agent's grace): the agents have restored full power and the meter shows it.
+    Before, it renewed the lease of every cap still recorded — the agents capped the nodes
+    again though the event was over — and lifted them one ramp step at a time (here none:
+    the room under the margin is 1 kW). Now each lapsed cap's record is lifted at once with
+    0 kW (the meter has its power already), its flex counted up to the lapse, and every
+    GPUPowerLimit released; nothing is capped again."""
+    a = job("a", 2, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=10))
+    b = job("b", 3, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=9))
+    over = replace(factory(0.0), grid_events=())  # the event is over
+    tight = replace(over, racks=(replace(over.racks[0], power_kw=Reading(
+        1000.0 * (1 - CFG.restore_margin) - 1.0, 5.0)),))
+    limits = {f"n{i}": lapsed(f"n{i}", "t/a" if i < 4 else "t/b") for i in range(8)}
+    plan = make_plan(snap(tight, a, b, limits=limits), ev, CFG)
+    assert [(u.node, u.fraction) for u in plan.node_limits] == [
+        (f"n{i}", None) for i in range(8)], "a lapsed cap put back"
+    assert [(c.name, c.fraction, c.kw, c.renew) for c in plan.caps] == [
+        ("a", 1.0, 0.0, False), ("b", 1.0, 0.0, False)]
+    assert all("cap lapsed" in c.reason for c in plan.caps)
+    lapse = NOW - timedelta(seconds=30)
+    assert plan.caps[0].flex_used_seconds == pytest.approx(flex_used(a, lapse), abs=0.1)
+    assert plan.sheds == ()
+    # applied (records lifted, objects deleted): nothing more to do
+    done = [replace(w, power_cap=1.0, power_cap_at=None, restored_at=NOW) for w in (a, b)]
+    plan = make_plan(snap(tight, *done), ev, CFG)
+    assert plan.caps == () and plan.node_limits == ()
+
+
+def test_a_cap_is_not_lapsed_while_in_force_or_once_renewed(ev: Evaluator) -> None:
+    """Within the agent's grace the cap is still in force (phase Applied): renewed, as
+    before. Once renewed, the agent's status may still say Expired for a moment: the spec's
+    lease is in the future, so it is not lapsed (no lift, no second write)."""
+    a = job("a", 2, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=10))
+    f = replace(factory(250.0), grid_events=())
+    f = replace(f, racks=(replace(f.racks[0], power_kw=Reading(
+        1000.0 * (1 - CFG.restore_margin) - 1.0, 5.0)),))
+    grace = {f"n{i}": replace(lapsed(f"n{i}", "t/a"), phase="Applied", applied_fraction=0.75)
+             for i in range(4)}
+    plan = make_plan(snap(f, a, limits=grace), ev, CFG)
+    assert plan.caps == ()
+    assert [(u.node, u.fraction) for u in plan.node_limits] == [
+        (f"n{i}", 0.75) for i in range(4)]
+    renewed = {n: replace(s, spec=replace(s.spec, expires_at=NOW + timedelta(seconds=100)),
+                          phase="Expired", applied_fraction=1.0) for n, s in grace.items()
+               if s.spec is not None}
+    plan = make_plan(snap(f, a, limits=renewed), ev, CFG)
+    assert plan.caps == () and plan.node_limits == ()
+    # the record set anew after the lapse, the object read before its renewal (the caches
+    # are not read at one instant): not lapsed either — no lift of the new cap
+    anew = replace(a, power_cap_at=NOW - timedelta(seconds=2))
+    stale = {f"n{i}": lapsed(f"n{i}", "t/a") for i in range(4)}
+    plan = make_plan(snap(f, anew, limits=stale), ev, CFG)
+    assert plan.caps == ()
+    assert [(u.node, u.fraction) for u in plan.node_limits] == [
+        (f"n{i}", 0.75) for i in range(4)]
+
+
+def test_during_an_event_a_lapsed_cap_is_set_anew_from_full_power(ev: Evaluator) -> None:
+    """The event still on when the successor comes: the meter shows the lapsed job at full
+    power. Its caps are planned from full power (the mildest step that covers the shortfall,
+    the record rewritten from now: ``renew``), the lease set anew. Before, the planner read
+    the 0.75 cap as in force and stepped the job down from it (to 0.625) while renewing 0.75
+    on the nodes: deeper than the shortfall needed."""
+    a = job("a", 2, power_cap=0.75, power_cap_at=NOW - timedelta(minutes=10))
+    full = replace(a, power_cap=1.0, power_cap_at=None)
+    need = cap_saving_kw(full, CFG, 1.0, 0.875) - 0.5
+    limits = {f"n{i}": lapsed(f"n{i}", "t/a") for i in range(4)}
+    plan = make_plan(snap(factory(300.0 + need), a, limits=limits), ev, CFG)
+    assert [(c.name, c.fraction, c.renew) for c in plan.caps] == [("a", 0.875, True)]
+    assert plan.caps[0].kw == pytest.approx(cap_saving_kw(full, CFG, 1.0, 0.875))
+    # what the lapsed cap cost until the lapse is carried into the new record, not after it
+    lapse = NOW - timedelta(seconds=30)
+    assert plan.caps[0].flex_used_seconds == pytest.approx(flex_used(a, lapse), abs=0.1)
+    assert flex_used(a, lapse) < flex_used(a, NOW)
+    assert [(u.node, u.fraction, u.expires_at) for u in plan.node_limits] == [
+        (f"n{i}", 0.875, NOW + timedelta(seconds=CFG.cap_lease_seconds)) for i in range(4)]
+    assert plan.sheds == ()
+    # applied, the agents not there yet (status still Expired, the lease renewed): the new
+    # cap settles; nothing more
+    capped = replace(a, power_cap=0.875, power_cap_at=NOW)
+    renewed = {n: replace(s, spec=replace(s.spec, fraction=0.875,
+                                          expires_at=NOW + timedelta(seconds=120)))
+               for n, s in limits.items() if s.spec is not None}
+    plan = make_plan(snap(factory(300.0 + need), capped, limits=renewed), ev, CFG)
+    assert plan.caps == () and plan.node_limits == () and plan.sheds == ()

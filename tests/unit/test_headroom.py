@@ -181,6 +181,26 @@ def test_restored_work_is_admitted_though_firm_work_is_held_for_it() -> None:
     assert out == {"firm": CheckState.RETRY, "back": CheckState.READY}
 
 
+def test_restored_work_is_admitted_into_the_band_its_restore_kept() -> None:
+    """A restore of paused work keeps its own band under the limit (its kW, at least the
+    meter's noise: m2g.planner.shedding.restore_band), less than ``restore_margin`` for a job
+    smaller than it; the gate admits the restored workload while the room under the limit
+    itself holds it. Before, restored work was admitted only within ``restore_margin`` of
+    the limit: restored into the band, it would get Retry and its room stay unused."""
+    back = replace(pending("back", 2), restored_at=NOW - timedelta(seconds=2))
+    kw = workload_kw(back, CFG)
+    assert kw < LIMIT * CFG.restore_margin < 2 * kw + 5.0  # a job smaller than the margin
+
+    def state(draw: float) -> CheckState:
+        return share([ready(back)], ClusterSnapshot(factory(draw, LIMIT), (back,)), CFG)[0].state
+
+    assert state(LIMIT - kw - 5.0) is CheckState.READY  # 5 kW under the limit, in the margin
+    assert state(LIMIT - kw + 5.0) is CheckState.RETRY  # over the limit itself
+    new = pending("new", 2)  # new flexible work still keeps the margin
+    s = ClusterSnapshot(factory(LIMIT - kw - 5.0, LIMIT), (new,))
+    assert share([ready(new)], s, CFG)[0].state is CheckState.RETRY
+
+
 def test_a_deferred_workload_keeps_its_retry_and_restores_spend_first() -> None:
     again = pending("again", 2, state=CheckState.RETRY)
     new = pending("new", 2)

@@ -4,6 +4,7 @@ concurrently, one failure stopping none of the others."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -103,3 +104,17 @@ def test_a_lift_stamps_restored_at_so_the_next_lift_is_paced() -> None:
     assert lift == {POWER_CAP: None, "m2g.io/power-cap-at": None,
                     "m2g.io/flex-used-seconds": "30", "m2g.io/restored-at": "2026-11-29T23:00:00Z"}
     assert cap_annotations(CapAction("ns", "w", 1.0, 0.0, "none"), {}, "t") == {}
+
+
+def test_a_lapsed_cap_set_anew_at_the_same_fraction_is_written_again() -> None:
+    """A cap whose lease ran out (the agent restored full power) and that the plan sets again
+    (``renew``) gets its record rewritten from now: its time is what the settling and the
+    metering of the new cap count from. Without ``renew`` an equal record is left alone."""
+    from m2g.k8s.caps import cap_annotations
+
+    capped = {POWER_CAP: "0.75", "m2g.io/power-cap-at": "2026-11-29T22:00:00Z"}
+    again = CapAction("ns", "w", 0.75, 5.0, "event", 40.0)
+    assert cap_annotations(again, capped, "2026-11-29T23:00:00Z") == {}
+    renewed = cap_annotations(replace(again, renew=True), capped, "2026-11-29T23:00:00Z")
+    assert renewed == {POWER_CAP: "0.75", "m2g.io/power-cap-at": "2026-11-29T23:00:00Z",
+                       "m2g.io/flex-used-seconds": "40"}

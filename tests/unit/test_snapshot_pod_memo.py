@@ -145,3 +145,23 @@ def test_pod_facts_of_one_pod(phase: str) -> None:
     assert facts.gpus == (0 if finished else 4)
     assert facts.uids == ("job", "", "p1")
     assert (facts.checkpoint is None) == finished
+
+
+@pytest.mark.parametrize("statuses", [
+    [{"state": "running"}, 5, {"state": {"running": "now"}}, {"state": {"running": {}}}],
+    7, "Running", {"state": {"running": {"startedAt": "2026-11-29T22:00:00Z"}}}])
+def test_a_running_pods_start_of_another_shape_is_passed_over(statuses: object) -> None:
+    """Container statuses of a shape the API never gives (a proxy, a bad mutating webhook, a
+    test double) leave the pod's facts readable: its start is the pod's ``startTime``, and it
+    is still bound and drawing — not a reason to read every pod again without facts."""
+    pod = {"metadata": {"uid": "p1", "ownerReferences": [{"uid": "job"}]},
+           "spec": {"nodeName": "n1", "containers": [
+               {"resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
+           "status": {"phase": "Running", "startTime": "2026-11-29T21:00:00Z",
+                      "containerStatuses": statuses}}
+    facts = cv.pod_facts(pod)
+    assert (facts.node, facts.gpus, facts.waiting) == ("n1", 4, False)
+    assert facts.started == cv.parse_time("2026-11-29T21:00:00Z")
+    good = {"state": {"running": {"startedAt": "2026-11-29T22:00:00Z"}}}
+    pod["status"]["containerStatuses"] = [statuses, good]  # type: ignore[index]
+    assert cv.pod_facts(pod).started == cv.parse_time("2026-11-29T22:00:00Z")

@@ -145,3 +145,29 @@ def test_the_firm_gates_reach_over_the_flexible_work_is_the_full_scan(seed: int)
 def test_the_random_snapshots_reach_the_flexible_subset() -> None:
     snaps = [_snapshot(s) for s in range(60)]
     assert sum(1 for s in snaps if reach_kw(s, CFG) > settling_kw(s, CFG)) > 10
+
+
+def test_restored_work_shed_again_or_admitted_and_drawing_leaves_the_in_flight_subset() -> None:
+    """``restored_at`` outlives a shed (early restore's flap rule), so "ever restored" would
+    grow the subset with every pause and restore of an event; only restored work not shed
+    again and not admitted again yet is in flight by its restore (``restoring``)."""
+    f = FactorySnapshot(now=NOW, site_budget_kw=5000.0, power_domains=(PowerDomain("pd-0"),),
+                        racks=(Rack("r0", "b0", "pd-0", power_kw=Reading(900.0, 5.0)),),
+                        nodes=(Node("n0", "r0"),))
+    back = NOW - timedelta(seconds=20)
+    long_ago = NOW - timedelta(seconds=900)
+
+    def restored(name: str, phase: Phase, **kw: object) -> WorkloadState:
+        view = WorkloadView(name=name, namespace="t", gpus=4, flex_tier=2, estimated_kw=4.4)
+        return WorkloadState("t", name, view, phase, restored_at=back, **kw)  # type: ignore[arg-type]
+
+    waiting = restored("waiting", Phase.PENDING)
+    shed_again = restored("shed-again", Phase.INACTIVE, shed_by_m2g=True, shed_at=NOW)
+    running = restored("running", Phase.ADMITTED, admitted_at=long_ago)
+    starting = restored("starting", Phase.ADMITTED, admitted_at=NOW - timedelta(seconds=5))
+    live = {running.key: LivePods(2, 0, long_ago, 0), starting.key: LivePods(1, 0, None, 1)}
+    snap = ClusterSnapshot(f, (waiting, shed_again, running, starting),
+                           placements={w.key: ("n0",) for w in (running, starting)},
+                           live_pods=live)
+    assert [w.name for w in sparse.of(snap).in_flight] == ["waiting", "starting"]
+    assert in_flight_kw(snap, CFG) == _full_scans(snap)[2] > 0

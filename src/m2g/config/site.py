@@ -85,6 +85,8 @@ class PlannerSettings(BaseModel):
     #: ... unless its pause has settled in the meter and there is room for it twice over.
     early_restore: bool | None = None
     restore_margin: float | None = Field(default=None, ge=0, lt=1)
+    #: The site meter's noise, a fraction of the limit: the least a restore keeps under it.
+    meter_noise_fraction: float | None = Field(default=None, ge=0, lt=1)
     #: Cap on the requeueAfterSeconds of a Retry answer.
     max_retry_hold_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     shed_saving_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -214,7 +216,7 @@ class SiteConfig(BaseModel):
         return SignalConfig.model_validate({
             "url": prom.url, "timeout_seconds": prom.timeout_seconds,
             "max_response_bytes": prom.max_response_bytes, "max_series": prom.max_series,
-            "max_values_per_series": prom.max_values_per_series,
+            "max_values_per_series": prom.max_values_per_series, "max_values": prom.max_values,
             "signals": self.signals})
 
     def planner_config(self, base: PlannerConfig | None = None) -> PlannerConfig:

@@ -34,7 +34,7 @@ def cap_annotations(a: CapAction, annotations: dict[str, Any], now: str) -> dict
                                 RESTORED_AT: now}
     else:
         want = {POWER_CAP: f"{a.fraction:g}", POWER_CAP_AT: now, FLEX_USED: used}
-        if annotations.get(POWER_CAP) == want[POWER_CAP]:
+        if annotations.get(POWER_CAP) == want[POWER_CAP] and not a.renew:
             return {}
     if a.fraction >= 1.0 and POWER_CAP not in annotations:
         return {}

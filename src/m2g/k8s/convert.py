@@ -383,10 +383,17 @@ def pod_facts(pod: Obj) -> PodFacts:
 
 def started_at(status: Obj) -> datetime | None:
     """When a Running pod started: the latest ``startedAt`` of its running containers, else
-    its ``startTime`` (None: neither readable)."""
-    starts = [t for c in status.get("containerStatuses") or () if isinstance(c, dict)
-              if (t := parse_time(((c.get("state") or {}).get("running") or {})
-                                  .get("startedAt"))) is not None]
+    its ``startTime`` (None: neither readable). Statuses of another shape are passed over, not
+    raised on: one pod whose facts cannot be read sends every pod of the snapshot down the
+    plain functions' path and out of ``live_pods``."""
+    statuses = status.get("containerStatuses")
+    starts: list[datetime] = []
+    for c in statuses if isinstance(statuses, list) else ():
+        state = c.get("state") if isinstance(c, dict) else None
+        running = state.get("running") if isinstance(state, dict) else None
+        t = parse_time(running.get("startedAt")) if isinstance(running, dict) else None
+        if t is not None:
+            starts.append(t)
     return max(starts) if starts else parse_time(status.get("startTime"))
 
 

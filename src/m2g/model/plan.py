@@ -141,6 +141,9 @@ class CapAction:
     #: Throughput-seconds its caps have cost up to now (carried into the new record).
     flex_used_seconds: float = 0.0
     throughput: float = 1.0  # its throughput at ``fraction`` (the curve's)
+    #: Write the record even when it already holds ``fraction``: the cap had lapsed (the node
+    #: agent restored full power when its lease ran out) and is set anew, from now.
+    renew: bool = False
 
 
 @dataclass(frozen=True)

@@ -52,16 +52,21 @@ class PlannerConfig:
     #: ... unless its pause has settled: Kueue released its quota (its pods stopped) at least
     #: ``meter_lag_seconds`` before the site reading, which then shows it gone, and no pod of
     #: it is bound. Then it may come back early (m2g.planner.shedding.settled), with room for
-    #: it twice over beyond ``restore_margin`` under the lowest limit known for the next
+    #: it twice over beyond its ``restore_band`` under the lowest limit known for the next
     #: ``min_shed_seconds`` (hysteresis), and not if it was shed within ``min_shed_seconds``
     #: of its last restore (a workload that flapped waits the full dwell). A 16-rack twin
     #: event (2026-12-06) had 27–60 kW of room from 40 s on while the paused flex-2/3 jobs
     #: waited for the 60 s dwell: ~0.10 of its weighted performance. False: every restore
     #: waits ``min_shed_seconds``.
     early_restore: bool = True
-    #: Restore only while the site stays this fraction below its target after the restore
-    #: (and admit flexible work only while it does: ``share_headroom``).
+    #: Admit new flexible work (``share_headroom``), lift caps and grow elastic Jobs back
+    #: only while the site stays this fraction below its limit after it; and the most a
+    #: restore of paused work keeps under the limit beyond its own kW (``restore_band``).
     restore_margin: float = 0.05
+    #: The site meter's noise, as a fraction of the limit: the least a restore of paused
+    #: work keeps under the limit beyond its own kW (``restore_band``). 0.01: the tolerance
+    #: of the twin's grid figures (docs/twin-metrics.md; its simulator has no meter noise).
+    meter_noise_fraction: float = 0.01
     #: Spend the site's headroom once across the work one reconcile admits
     #: (m2g.planner.headroom): flexible work that does not fit in what the work before it
     #: left gets Retry, after ``headroom_retry_seconds``.

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
 from m2g.model.plan import CapAction, NodeLimitUpdate
+from m2g.model.powerlimit import LimitPhase
 from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curves import CapCurve, curve_of, kind_curve
@@ -353,4 +354,72 @@ def node_limit_updates(snap: ClusterSnapshot, config: PlannerConfig,
                                        f"cap {', '.join(keys)} to {f:g} of the default limit"))
     for node in sorted(set(snap.node_limits) - set(want)):
         out.append(NodeLimitUpdate(node, None, None, (), "released: no capped workload here"))
+    return out
+
+
+def lapsed_caps(snap: ClusterSnapshot) -> dict[str, datetime]:
+    """Workload key → when its cap lapsed: m2g's record says capped, but the node agent of a
+    node of it reports the lease run out and full power restored (phase ``Expired``, the
+    spec's lease in the past: not one m2g has renewed since) — m2g was gone for longer than
+    the lease and the agent's grace — and the record is older than that restore (a record
+    set anew after it, beside an object read before its renewal, is not lapsed). The time
+    is the latest of those restores."""
+    out: dict[str, datetime] = {}
+    limits = snap.node_limits
+    if not limits:
+        return out
+    now = snap.now
+    for w in sparse.of(snap).capped:
+        for n in snap.placements.get(w.key, ()):
+            s = limits.get(n)
+            if s is None or s.phase != LimitPhase.EXPIRED or s.spec is None or \
+                    s.spec.expires_at is None or s.spec.expires_at > now:
+                continue
+            at = min(now, s.applied_at or s.spec.expires_at)
+            if w.power_cap_at is not None and w.power_cap_at > at:
+                continue  # set anew after the lapse: the object read is older than the record
+            out[w.key] = max(out.get(w.key, at), at)
+    return out
+
+
+def without_lapsed(snap: ClusterSnapshot
+                   ) -> tuple[ClusterSnapshot, dict[str, tuple[WorkloadState, datetime]]]:
+    """``snap`` with every lapsed cap (``lapsed_caps``) read as what is in force — none: full
+    power since the lapse, its cost until then in ``flex_used_seconds``, the lapse as the
+    last power change the ramp counts from — and the lapsed workloads as they were, with the
+    time. A successor that came after the lease ran out otherwise renewed the lease of every
+    cap still recorded, so the agents put back caps the grid no longer needed (and lowered
+    the power of nodes that were at full power a moment before) only for m2g to lift them one
+    ramp step at a time; and during an event it capped deeper from caps not in force."""
+    lapsed = lapsed_caps(snap)
+    if not lapsed:
+        return snap, {}
+    was: dict[str, tuple[WorkloadState, datetime]] = {}
+    workloads = []
+    for w in snap.workloads:
+        at = lapsed.get(w.key)
+        if at is not None:
+            was[w.key] = (w, at)
+            w = replace(w, power_cap=1.0, power_cap_at=None,
+                        flex_used_seconds=flex_used(w, at),
+                        restored_at=max(at, w.restored_at) if w.restored_at else at)
+        workloads.append(w)
+    return replace(snap, workloads=tuple(workloads)), was
+
+
+def lapse_records(caps: Sequence[CapAction], lapsed: Mapping[str, tuple[WorkloadState, datetime]]
+                  ) -> list[CapAction]:
+    """``caps`` with each lapsed cap's record settled: set anew (``renew``: the record is
+    rewritten from now even at the same fraction) when this plan caps the workload again,
+    else lifted — kW 0: the meter already has its full power."""
+    out = [replace(c, renew=True) if f"{c.namespace}/{c.name}" in lapsed and c.fraction < 1.0
+           else c for c in caps]
+    acted = {f"{c.namespace}/{c.name}" for c in caps}
+    for key, (w, at) in sorted(lapsed.items()):
+        if key not in acted:
+            out.append(CapAction(
+                w.namespace, w.name, 1.0, 0.0,
+                f"the {w.power_cap:g} cap lapsed: the node agent restored full power at "
+                f"{at:%Y-%m-%dT%H:%M:%SZ} when its lease ran out (m2g was away); recorded as "
+                "lifted", round(flex_used(w, at), 1), 1.0))
     return out

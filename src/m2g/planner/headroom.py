@@ -26,7 +26,8 @@ policies:
   back, whenever the room beyond that paused work's kW does not hold them
   (``restore_before_firm``, ``paused_kw``: paused work first);
 * then the gated workloads the policies admit: first those m2g restored (their room was kept
-  for them: admitted while the room, theirs counted, is not negative), then the others,
+  for them: admitted while the room under the limit itself, theirs counted, is not
+  negative — a restore keeps its own ``restore_band``, not ``restore_margin``), then the others,
   highest priority first, then the longest waiting (``wait_seconds``: a small job arriving
   each reconcile does not keep a larger one that waits out for ever), then the snapshot's
   order, while their kW fit in what is left;
@@ -186,10 +187,13 @@ def share_beyond(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
         firm = not gated
         # restored work (not ``fresh``) is never held for a held firm job: its room was
         # kept for it when m2g restored it (held, it went back to Kueue's queue with a
-        # Retry, and the room stayed unused: a 16-rack twin event, 2026-12-06)
+        # Retry, and the room stayed unused: a 16-rack twin event, 2026-12-06) — room
+        # under the limit itself: a restore keeps its ``restore_band``, less than
+        # ``restore_margin`` for work smaller than it (m2g.planner.shedding.restore_band)
         if (firm and (reach is None or (kw <= room + margin + reach if paused <= 0 else
                                         kw <= room - paused and room >= 0))) or (
-                not firm and (not firm_held or not fresh) and kw <= room and room >= 0):
+                not firm and (not firm_held or not fresh)
+                and (kw <= room and room >= 0 if fresh else room + margin >= 0)):
             room -= kw
             admitted += 1
             firm_kw += kw if firm else 0.0

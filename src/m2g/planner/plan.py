@@ -12,7 +12,7 @@ from m2g.planner import caps as hourly
 from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
-from m2g.planner.curtail import node_limit_updates
+from m2g.planner.curtail import lapse_records, node_limit_updates, without_lapsed
 from m2g.planner.fairness import weight_updates
 from m2g.planner.gridstatus import event_statuses, next_boundary
 from m2g.planner.headroom import share_beyond
@@ -42,6 +42,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
                check_evaluators: Mapping[str, Evaluator | None] | None = None) -> Plan:
     statuses, baselines = event_statuses(snap, config, format_api_time(snap.now))
     snap = hourly.with_kw_caps(with_baselines(snap, baselines))
+    snap, lapsed = without_lapsed(snap)  # caps whose lease ran out: not in force
     builder = InputBuilder(snap, config.default_kw_per_gpu)
     book = ReservationBook(snap, config)
     quotas, stops = capacity_updates(evaluator, builder, config,
@@ -57,6 +58,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     acted = frozenset(f"{a.namespace}/{a.name}" for a in sheds)
     drains = drain_actions(builder, config, acted)
     drains += book.drains(acted | {f"{a.namespace}/{a.name}" for a in drains})
+    caps = lapse_records(caps, lapsed) if lapsed else caps
     wake = [t for t in (next_boundary(snap), *book.boundaries(), *hourly.boundaries(snap)) if t]
     return Plan(
         checks=tuple(hold(checks, snap, config)),

@@ -17,11 +17,12 @@ shed (the meter lags), so a reconcile never sheds twice for the same kW.
 * Restore: when there is no shortfall, workloads m2g shed come back (once Kueue has finished
   evicting them: ``evicted``; before ``min_shed_seconds`` once the reading shows their
   pause and they fit twice over: ``settled``), oldest first, each that keeps the site
-  ``restore_margin`` below its limit with their kW and the kW not drawing yet
-  (``in_flight_kw``) added, at the same ramp (first fit: one that does not fit leaves the
-  room to a smaller one paused after it — stopping at it left a 16-rack twin event 30–80
-  kW under its target for 150 s with 25 paused jobs of 4–21 kW waiting behind a 21 kW
-  one, 2026-12-06) —
+  ``restore_band`` below its limit with their kW and the kW not drawing yet
+  (``in_flight_kw``) added — the band is the job's own kW, at least the meter's noise
+  (``meter_noise_fraction``) and at most ``restore_margin`` of the limit — at the same
+  ramp (first fit: one that does not fit leaves the room to a smaller one paused after
+  it — stopping at it left a 16-rack twin event 30–80 kW under its target for 150 s with
+  25 paused jobs of 4–21 kW waiting behind a 21 kW one, 2026-12-06) —
   during an active grid event too (``restore_during_events``): the kW that jobs finishing
   during the event free go back to the paused work before new flexible work gets them
   (m2g.planner.headroom admits restored work first).
@@ -73,6 +74,12 @@ def drawing(w: WorkloadState, snap: ClusterSnapshot) -> bool:
     return snap.live_pods is None or w.key in snap.live_pods
 
 
+def bound(w: WorkloadState, snap: ClusterSnapshot) -> bool:
+    """Has a pod of it been bound to a node: in the pods read (``live_pods``), else, the pods
+    not read, in Kueue's placements."""
+    return w.key in (snap.placements if snap.live_pods is None else snap.live_pods)
+
+
 def not_drawing_yet(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
                     read_at: datetime | None = None) -> bool:
     """Admitted within ``settle_seconds`` and some of it not in the site reading yet
@@ -98,7 +105,7 @@ def not_drawing_share(w: WorkloadState, snap: ClusterSnapshot, config: PlannerCo
         return 0.0
     live = snap.live_pods
     if live is None:
-        return 0.0 if w.key in snap.placements else 1.0
+        return 0.0 if bound(w, snap) else 1.0
     pods = live.get(w.key)
     if pods is None:
         return 1.0
@@ -201,10 +208,9 @@ def settled(w: WorkloadState, snap: ClusterSnapshot, config: PlannerConfig,
     if not config.early_restore or w.shed_at is None or read_at is None \
             or not metered(w, read_at, config):
         return False
-    if w.key in (snap.placements if snap.live_pods is None else snap.live_pods):
+    if bound(w, snap):
         return False
-    back = w.restored_at
-    return back is None or (w.shed_at - back).total_seconds() >= config.min_shed_seconds
+    return not flapped(w, config)
 
 
 def settling_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
@@ -577,10 +583,33 @@ def _pause(c: Candidate, shortfall: float, by_key: Mapping[str, WorkloadState]
                       f"{c.score:.1f}) to cover a {shortfall:.0f} kW shortfall")
 
 
+def restore_band(kw: float, limit: float, config: PlannerConfig, flapped: bool = False
+                 ) -> float:
+    """kW a restore of ``kw`` of paused work keeps under ``limit`` (hysteresis): its own kW
+    — so only a rise of the draw as large as the job itself (or its estimate off by all of
+    it) sheds it again — at least the meter's noise (``meter_noise_fraction`` of the limit)
+    and at most ``restore_margin`` of it; ``restore_margin`` for a job that ``flapped`` (shed
+    again within ``min_shed_seconds`` of its last restore: the draw moves by more than its
+    kW here). ``restore_margin`` whatever the job's size (as before 2026-12-07) kept ~57 kW
+    of a 16-rack twin event's 1,147 kW target empty while paused flex-2/3 jobs of 5–21 kW
+    waited for it, from 50 s to the event's end (25th session): a margin sized to the site
+    held back work sized to jobs."""
+    margin = limit * config.restore_margin
+    return max(limit * config.meter_noise_fraction, margin if flapped else min(kw, margin))
+
+
+def flapped(w: WorkloadState, config: PlannerConfig) -> bool:
+    """Was ``w`` shed within ``min_shed_seconds`` of its last restore (``m2g.io/restored-at``
+    stays through a shed)?"""
+    back, shed = w.restored_at, w.shed_at
+    return back is not None and shed is not None \
+        and (shed - back).total_seconds() < config.min_shed_seconds
+
+
 def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: float,
              step: float) -> list[ShedAction]:
     """The paused workloads that come back (oldest shed first, first fit, within ``room``
-    less ``restore_margin`` and the ramp's ``step``): those ``evicted`` after
+    less each one's ``restore_band`` and the ramp's ``step``): those ``evicted`` after
     ``min_shed_seconds``, and those whose pause has ``settled`` earlier when they fit twice
     over in the room under the lowest limit known for the next ``min_shed_seconds``."""
     snap = builder.snap
@@ -590,15 +619,15 @@ def _restore(builder: InputBuilder, config: PlannerConfig, room: float, limit: f
                   key=lambda wd: (wd[0].shed_at or now, wd[0].key))
     out: list[ShedAction] = []
     used = 0.0
-    margin = limit * config.restore_margin
     ahead = snap.factory.limit_ahead_kw(max(config.min_shed_seconds, config.shed_lead_seconds))
     early_room = room - max(0.0, limit - ahead) if ahead > 0 else room
     for w, due in shed:
         if not due and not settled(w, snap, config, read_at):
             continue
         kw = workload_kw(w, config)
+        band = restore_band(kw, limit, config, flapped(w, config))
         need, free = (kw, room) if due else (2 * kw, early_room)  # early: room for it twice
-        if used + need > free - margin or not _fits(used + kw, step, bool(out), config):
+        if used + need > free - band or not _fits(used + kw, step, bool(out), config):
             continue  # first fit: a smaller one paused later may fit in what is left
         used += kw
         out.append(ShedAction(w.namespace, w.name, True, kw,

@@ -43,7 +43,8 @@ class Sparse:
     stamped: tuple[WorkloadState, ...]
     #: admitted with an admission time and no bound pod, a bound pod not running yet or
     #: pods started within ``STARTING_SECONDS`` (``not_drawing_yet`` before its time tests),
-    #: or restored by m2g (``restoring`` before its phase and time tests): in flight
+    #: or restored by m2g, not shed again and not admitted again yet (``restoring`` before
+    #: its time test): in flight
     in_flight: tuple[WorkloadState, ...]
     #: admitted, flex tier 1 and up and not shed by m2g: the running flexible work pausing
     #: could still free kW from (``reach_kw`` before its tier and ``drawing`` tests)
@@ -74,7 +75,7 @@ def select(snap: ClusterSnapshot) -> Sparse:
     stamped: list[WorkloadState] = []
     flight: list[WorkloadState] = []
     flexible: list[WorkloadState] = []
-    admitted = Phase.ADMITTED
+    admitted, back = Phase.ADMITTED, (Phase.PENDING, Phase.RESERVED)
     for w in snap.workloads:
         if w.shed_by_m2g:
             shed.append(w)
@@ -85,8 +86,8 @@ def select(snap: ClusterSnapshot) -> Sparse:
         if w.shed_at is not None or w.restored_at is not None or w.power_cap_at is not None \
                 or w.resized_at is not None:
             stamped.append(w)
-        if w.restored_at is not None:
-            flight.append(w)
+        if w.restored_at is not None and not w.shed_by_m2g and w.phase in back:
+            flight.append(w)  # restored, not admitted again (``restored_at`` outlives a shed)
         elif w.phase is admitted and w.admitted_at is not None:
             if live is None:
                 if w.key not in placements:

@@ -40,6 +40,13 @@ MAX_SERIES = 150_000
 #: (DCGM exporter's with Kubernetes' and Thanos's are ~15-20). A larger answer — e.g. one series
 #: whose ``value`` is an array of millions of numbers — fails that signal alone, read no further.
 MAX_VALUES_PER_SERIES = 64
+#: The most JSON values one Prometheus answer may hold in all (``maxValues``): 1,400 racks of 72
+#: GPUs (100,800 series) of up to 34 labels, or 150,000 series of up to 21. The two bounds
+#: above multiply — 150,000 tiny series leave room for millions of values in one array
+#: (~64 x 150,000 = 9.6 M: 5.5-10 s of CPU and +509 MiB to read) —, this one does not: what an
+#: answer costs is bounded by it and the bytes. A larger answer fails that signal alone, read
+#: no further.
+MAX_VALUES = 4_000_000
 
 
 class SignalName(StrEnum):
@@ -159,6 +166,10 @@ class PrometheusSettings(BaseModel):
     #: series of up to 59 labels): a larger one fails that signal (it reads as missing), read
     #: no further; the other signals are read as usual.
     max_values_per_series: int = Field(default=MAX_VALUES_PER_SERIES, ge=8, le=1_000_000)
+    #: The most JSON values an answer may hold in all (default ``MAX_VALUES``, 4,000,000:
+    #: 100,800 series of up to 34 labels): a larger one fails that signal (it reads as
+    #: missing), read no further; the other signals are read as usual.
+    max_values: int = Field(default=MAX_VALUES, ge=64, le=100_000_000)
     #: ``Authorization: Bearer <file's content>``, re-read when the file changes (projected
     #: ServiceAccount tokens rotate). A file that is missing is an error, never anonymous access.
     bearer_token_file: Path | None = None
@@ -204,6 +215,8 @@ class SignalConfig(BaseModel):
     max_series: int = Field(default=MAX_SERIES, ge=1, le=10_000_000)
     #: the most JSON values an answer may hold a series (PrometheusSettings.max_values_per_series)
     max_values_per_series: int = Field(default=MAX_VALUES_PER_SERIES, ge=8, le=1_000_000)
+    #: the most JSON values an answer may hold in all (PrometheusSettings.max_values)
+    max_values: int = Field(default=MAX_VALUES, ge=64, le=100_000_000)
     signals: dict[SignalName, SignalSpec] = Field(default_factory=lambda: dict(DEFAULT_SIGNALS))
 
     @field_validator("signals", mode="before")

@@ -41,6 +41,12 @@ whose ``value`` is an array of 16 million numbers (61 MiB, one series, within bo
 bounds) cost seconds of CPU and ~700 MiB to decode; it is refused after its first chunk. (A
 ``,`` inside a label value makes the bound stricter; a ``{`` inside one loosens it by at most
 half a series' allowance, never past ``max_series`` series' allowance.)
+
+The bounds multiply: ~150,000 tiny series leave room for ~9.6 M values in one array, which
+cost 5.5-10 s of CPU and +509 MiB to read. A fourth bound counts the same values for the answer as
+a whole (``max_values``, ``prometheus.maxValues``, 4,000,000), a ``TooManyAnswerValuesError``
+past it, so that what one answer costs to decode and read is bounded by its values and bytes,
+not by the product of the other bounds.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from m2g.errors import PermanentError as PermanentError  # re-exported: one fami
 from m2g.errors import RetryableError as RetryableError
 from m2g.signals.config import (
     MAX_SERIES,
+    MAX_VALUES,
     MAX_VALUES_PER_SERIES,
     SignalConfig,
     SignalName,
@@ -125,6 +132,12 @@ class TooManyValuesError(AnswerRefusedError):
     decoding)."""
 
     bound = "maxValuesPerSeries"
+
+
+class TooManyAnswerValuesError(AnswerRefusedError):
+    """An answer of more than ``max_values`` JSON values in all (counted before decoding)."""
+
+    bound = "maxValues"
 
 
 def value_allowance(objects: int, per_series: int) -> int:
@@ -263,6 +276,8 @@ class PrometheusClient:
     max_series: int = MAX_SERIES
     #: The most JSON values an answer may hold a series (see the module docstring).
     max_values_per_series: int = MAX_VALUES_PER_SERIES
+    #: The most JSON values an answer may hold in all (see the module docstring).
+    max_values: int = MAX_VALUES
     #: Held while an answer is decoded and read: the signals' answers are read one after the
     #: other, so a step of one (not one step of each) is all the event loop waits for.
     _reading: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
@@ -338,8 +353,9 @@ class PrometheusClient:
     async def _bounded_get(self, url: str, params: dict[str, str], where: str
                            ) -> httpx.Response:
         """GET, reading at most ``max_response_bytes`` of the body, ``object_bound`` JSON
-        objects and ``value_allowance`` JSON values (an answer larger, or one that never ends,
-        is an ``AnswerRefusedError`` for this signal: it reads as missing)."""
+        objects, ``value_allowance`` JSON values and ``max_values`` in all (an answer larger,
+        or one that never ends, is an ``AnswerRefusedError`` for this signal: it reads as
+        missing)."""
         async with self.http.stream("GET", url, params=params,
                                     timeout=self.timeout_seconds) as resp:
             body = bytearray()
@@ -351,7 +367,7 @@ class PrometheusClient:
                 values += opened + chunk.count(b"[") + chunk.count(b",")
                 try:
                     self._within_bounds(len(body), objects, values, where)
-                except TooManyValuesError:
+                except (TooManyValuesError, TooManyAnswerValuesError):
                     if _MATRIX.search(bytes(body[:256])):  # a [range] selector: say so
                         raise PermanentError(_not_a_vector("matrix", params["query"])) from None
                     raise
@@ -378,6 +394,10 @@ class PrometheusClient:
                 f"{where} answered with more than {self.max_values_per_series:,} JSON values a "
                 f"series (maxValuesPerSeries; over {allowed:,} values with {objects:,} JSON "
                 "objects); the signal reads as missing")
+        if values > self.max_values:
+            raise TooManyAnswerValuesError(
+                f"{where} answered with more than {self.max_values:,} JSON values (maxValues); "
+                "the signal reads as missing")
 
     @staticmethod
     def _json(resp: httpx.Response, where: str) -> dict[str, Any]:
