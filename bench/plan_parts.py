@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--racks", type=int, default=400)
     ap.add_argument("--ticks", type=int, default=4)
-    ap.add_argument("--changed", type=int, default=300, help="workloads changed per tick")
+    ap.add_argument("--changed", type=int, default=300,
+                    help="workloads changed per tick (at most a twentieth)")
     ap.add_argument("--policies", type=Path, default=ROOT / "deploy" / "policies")
     ap.add_argument("--profile", type=Path, help="a cProfile of the last tick's make_plan")
     args = ap.parse_args(argv)
@@ -100,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
     acc: dict[str, float] = defaultdict(float)
     wrap_parts(acc)
-    objs, readings = generate(args.racks, WORKLOADS.get(args.racks, args.racks * 20))
+    size = WORKLOADS.get(args.racks, args.racks * 20)
+    changed = min(args.changed, size // 20)  # as bench/scale.py's ``steady``
+    objs, readings = generate(args.racks, size)
     ev = Evaluator(load_dir(args.policies, "cel-expr-python"))
     cfg = PlannerConfig()
     memo = kb.SnapshotMemo()
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     planner.make_plan(snap_at(0), ev, cfg)  # the memo and the Evaluator warm
     rows: list[tuple[float, float, str, dict[str, float]]] = []
     for i in range(1, args.ticks + 1):
-        objs = tick(objs, 10 * i, args.changed)
+        objs = tick(objs, 10 * i, changed)
         start = time.process_time()
         snap = snap_at(10 * i)
         built = time.process_time()
@@ -130,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             prof.dump_stats(str(args.profile))
         rows.append((built - start, time.process_time() - built, digest(plan), dict(acc)))
         snap = plan = None
-    print(f"{args.racks} racks / {WORKLOADS.get(args.racks, args.racks * 20):,} workloads, "
-          f"{args.changed} changed per tick, CPU seconds per tick")
+    print(f"{args.racks} racks / {size:,} workloads, {changed} changed per tick, "
+          "CPU seconds per tick")
     print("snapshot   " + " ".join(f"{r[0]:.3f}" for r in rows))
     print("make_plan  " + " ".join(f"{r[1]:.3f}" for r in rows))
     print("digest     " + " ".join(r[2] for r in rows))
