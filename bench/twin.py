@@ -68,6 +68,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "submitted as elastic Jobs m2g may shrink (docs/twin.md; 0: none)")
     p.add_argument("--no-elastic", dest="elastic_share", action="store_const", const=0.0,
                    help="no elastic job (--elastic-share 0: the mapping before 2026-12-05)")
+    p.add_argument("--clock-policies", action="store_true",
+                   help="install the shipped policies that decide by the wall clock's hour "
+                   "(fairness-time-of-day) in the m2g runs too; left out by default, so that "
+                   "a run's figures do not depend on when it ran")
     p.add_argument("--run-dir", type=Path, help="M2G_RUN prefix (default $M2G_RUN or "
                    "~/.cache/m2g/run-twin); each baseline runs in <prefix>-<baseline>")
     return p.parse_args(argv)
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for b in baselines:
             cfg = H.RunConfig(b, args.racks, plan, tl, args.time_scale, horizon,
-                              Path(f"{prefix}-{b}"), args.out)
+                              Path(f"{prefix}-{b}"), args.out, args.clock_policies)
             datas[b] = H.run_baseline(cfg)
             runs[b] = R.run_figures(datas[b], args.time_scale, args.racks * 72, horizon)
     except H.DemoError as exc:
@@ -152,10 +156,14 @@ def main(argv: list[str] | None = None) -> int:
                   "elasticShare": args.elastic_share,
                   "elasticJobs": sum(1 for j in plan.jobs if j.elastic),
                   "warmHours": args.warm_hours,
-                  "prefilled": sum(1 for j in plan.jobs if j.prefill)}
+                  "prefilled": sum(1 for j in plan.jobs if j.prefill),
+                  "clockPolicies": sorted(H.CLOCK_POLICIES) if args.clock_policies else []}
     rep = R.report(args.scenario, trace_info, args.time_scale, runs)
     (args.out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
     mach = f"{load_before} before, {machine()} after; {time.time() - t_start:.0f} s in all"
+    if not args.clock_policies:
+        mach += (f". Policies by the wall clock's hour left out of the m2g runs: "
+                 f"{', '.join(sorted(H.CLOCK_POLICIES))} (--clock-policies)")
     (args.out / "report.md").write_text(R.markdown(rep, datas, mach))
     R.exports(args.out, datas)
     plots.site_kw(args.out / "site-kw.png", datas,
