@@ -75,3 +75,24 @@ async def cli_readings(site_yaml: str, handler: Handler, tmp_path: Path,
     monkeypatch.setattr(cluster, "make_http_client",
                         lambda prom: real(prom, httpx.MockTransport(handler)))
     return await cluster._readings(None, [] if warnings is None else warnings)
+
+
+async def controller_reads(handler: Handler, config: SignalConfig, caplog: Any,
+                           reads: int = 2) -> tuple[list[str], str]:
+    """``reads`` reads through ``m2g run``'s reader on a site answering with ``handler``, each
+    still reading rack r0: the warnings logged and the metrics text after them."""
+    import logging
+
+    from prometheus_client import generate_latest
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    cluster, metrics = controller(http, config)
+    caplog.set_level(logging.INFO, logger="m2g.wiring")
+    try:
+        for _ in range(reads):
+            readings = await cluster._read_now()
+            assert readings is not None and "r0" in readings.racks
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        return warned, generate_latest(metrics.registry).decode()
+    finally:
+        await http.aclose()

@@ -7,7 +7,6 @@ whole: ~9-10 s of CPU and +509 MiB (bench/signal_series.py ``--array --padded 14
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from m2g.signals.prometheus import (
     fetch_signals,
 )
 from m2g.signals.reader import read_signals
-from tests.unit.prom_answers import GPU_QUERY, cli_readings, controller, vector
+from tests.unit.prom_answers import GPU_QUERY, cli_readings, controller_reads, vector
 from tests.unit.prom_answers import client as _client
 from tests.unit.prom_answers import site as _site
 
@@ -127,22 +126,11 @@ async def test_the_controller_logs_once_and_counts_each_refusal(
         caplog: pytest.LogCaptureFixture) -> None:
     """m2g run's reader reads with the configured bound: one warning when the signal starts
     being refused, one count a read in ``m2g_signal_answers_refused_total{bound="maxValues"}``."""
-    from prometheus_client import generate_latest
-
-    http = httpx.AsyncClient(transport=httpx.MockTransport(
-        _site(lambda stamps: _gpus(100, 8, stamps))))
-    cluster, metrics = controller(http, SignalConfig(max_values=1000))
-    caplog.set_level(logging.INFO, logger="m2g.wiring")
-    try:
-        for _ in range(2):
-            readings = await cluster._read_now()
-            assert readings is not None and "r0" in readings.racks
-        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warned) == 1 and "more than 1,000 JSON values (maxValues)" in warned[0]
-        assert ('m2g_signal_answers_refused_total{bound="maxValues",'
-                'signal="gpu_power_w"} 2.0' in generate_latest(metrics.registry).decode())
-    finally:
-        await http.aclose()
+    warned, text = await controller_reads(
+        _site(lambda stamps: _gpus(100, 8, stamps)), SignalConfig(max_values=1000), caplog)
+    assert len(warned) == 1 and "more than 1,000 JSON values (maxValues)" in warned[0]
+    assert ('m2g_signal_answers_refused_total{bound="maxValues",'
+            'signal="gpu_power_w"} 2.0' in text)
 
 
 async def test_the_cli_reads_with_the_site_bound(tmp_path: Path,

@@ -7,7 +7,6 @@ seconds of CPU and ~700 MiB an answer (bench/signal_series.py ``--array``)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from m2g.signals.prometheus import (
     fetch_signals,
 )
 from m2g.signals.reader import read_signals
-from tests.unit.prom_answers import GPU_QUERY, cli_readings, controller, vector
+from tests.unit.prom_answers import GPU_QUERY, cli_readings, controller_reads, vector
 from tests.unit.prom_answers import client as _client
 from tests.unit.prom_answers import site as _site
 
@@ -135,22 +134,12 @@ async def test_the_controller_logs_once_and_counts_each_refusal(
         caplog: pytest.LogCaptureFixture) -> None:
     """m2g run's reader: one warning when the signal starts being refused, one count a read
     in ``m2g_signal_answers_refused_total{bound="maxValuesPerSeries"}``."""
-    from prometheus_client import generate_latest
-
-    http = httpx.AsyncClient(transport=httpx.MockTransport(
-        _site(lambda stamps: _hostile("a value of 1,000 numbers", stamps))))
-    cluster, metrics = controller(http, SignalConfig())
-    caplog.set_level(logging.INFO, logger="m2g.wiring")
-    try:
-        for _ in range(2):
-            readings = await cluster._read_now()
-            assert readings is not None and "r0" in readings.racks
-        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-        assert len(warned) == 1 and "more than 64 JSON values a series" in warned[0]
-        assert ('m2g_signal_answers_refused_total{bound="maxValuesPerSeries",'
-                'signal="gpu_power_w"} 2.0' in generate_latest(metrics.registry).decode())
-    finally:
-        await http.aclose()
+    warned, text = await controller_reads(
+        _site(lambda stamps: _hostile("a value of 1,000 numbers", stamps)), SignalConfig(),
+        caplog)
+    assert len(warned) == 1 and "more than 64 JSON values a series" in warned[0]
+    assert ('m2g_signal_answers_refused_total{bound="maxValuesPerSeries",'
+            'signal="gpu_power_w"} 2.0' in text)
 
 
 async def test_the_cli_reads_with_the_site_bound(tmp_path: Path,
