@@ -517,10 +517,16 @@ async def test_a_successor_after_the_cap_lease_ran_out(
                 await ctl.until("the agents restored full power (the lease ran out)", lambda: (
                     fake_watts(agent, nodes) == {FULL_W}), timeout=CAP_LEASE + 30)
                 assert datetime.now(UTC) > expires, "full power before the lease ran out"
-                phases = {n: (o.get("status") or {}).get("phase")
-                          for n, o in limits(cluster).items()}
-                assert set(phases) == set(nodes) and set(phases.values()) == {"Expired"}, \
-                    phases
+
+                def phases() -> dict[str, object]:
+                    return {n: (o.get("status") or {}).get("phase")
+                            for n, o in limits(cluster).items()}
+
+                # the agent restores the GPUs, then writes each status (in parallel, a
+                # round trip later): the meter-side fact first, the report after it
+                await ctl.until("every capped node reporting Expired", lambda: (
+                    set(phases().values()) == {"Expired"}), timeout=20)
+                assert set(phases()) == set(nodes), phases()
                 assert all(rec.caps(j)[-1] for j in flex), "a record changed with m2g away"
                 back_at = time.monotonic()
                 # the Deployment's two pods come back
