@@ -18,10 +18,10 @@ A second case kills the leader **between two cap lifts**: a grid event caps thre
 jobs through the node agent (in this process, fake NVML), one cap a ramp step; the event
 ends and the caps are lifted one a step (the most recent first, ~10 s apart); the leader is
 killed at a seeded point after the first lift. Invariants: the successor lifts the other
-caps, paced from the first lift's ``m2g.io/restored-at``; every capped node is back at full
-power with no GPUPowerLimit left; each job's cap only went down until it was lifted once
-(its ``m2g.io/power-cap`` went none → cap(s) → none, one ``restored-at`` stamp, one
-PowerCapLifted Event); no node capped again after its lift (the limit in force, sampled from
+caps, paced from the first lift's stamp (``m2g.io/power-cap-at`` with no cap); every capped
+node is back at full power with no GPUPowerLimit left; each job's cap only went down until
+it was lifted once (its ``m2g.io/power-cap`` went none → cap(s) → none, one lift stamp and no
+``restored-at``, one PowerCapLifted Event); no node capped again after its lift (the limit in force, sampled from
 the fake NVML); nothing paused; and a fresh controller would write nothing.
 
 A third case kills **every** replica while the caps are in force and brings a successor only
@@ -254,7 +254,7 @@ async def test_kill_9_of_the_leading_m2g_run_mid_reconcile_mid_shed_and_mid_rest
             assert [len(s) for s in stamps] == [1, 1], f"a shed stamped twice: {stamps}"
             assert stamps[0] != stamps[1], "the two sheds were not paced apart"
             back = sorted(t for n in both if (t := rec.turned(n, True)) is not None)
-            # 20.8 kW at 2.1 kW/s: ~10 s apart (before m2g.io/restored-at: the same second)
+            # 20.8 kW at 2.1 kW/s: ~10 s apart (before the lift's stamp: the same second)
             assert len(back) == 2 and back[1] - back[0] >= 5.0, f"restores not paced: {back}"
             assert not rec.ready_between("late", event_on, event_off), \
                 "a flex-2 workload was admitted while the grid event was active"
@@ -366,12 +366,13 @@ async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
                 for job in flex:
                     caps = rec.caps(job)
                     assert once_down_and_back(caps, "", 1.0), f"{job}: m2g.io/power-cap went {caps}"
-                    assert len(rec.restored_stamps(job)) == 1, \
-                        f"{job} lifted more than once: {rec.restored_stamps(job)}"
+                    assert len(rec.lift_stamps(job)) == 1, \
+                        f"{job} lifted more than once: {rec.lift_stamps(job)}"
+                    assert not rec.restored_stamps(job), f"{job}: a lift read as a restore"
                     assert rec.flips(job) == [True], f"{job} paused: {rec.flips(job)}"
                 assert rec.caps("firm") == [""] and rec.flips("firm") == [True]
                 back = sorted(t for job in flex if (t := rec.lifted(job)) is not None)
-                # ~4.9 kW at 0.5 kW/s: ~10 s apart (the successor counts from restored-at)
+                # ~4.9 kW at 0.5 kW/s: ~10 s apart (the successor counts from the lift's stamp)
                 assert all(b - a >= 5.0 for a, b in itertools.pairwise(back)), \
                     f"lifts not paced: {back}"
                 names = {ctl.workload_of(cluster, namespace, j)["metadata"]["name"]
@@ -564,7 +565,8 @@ async def test_a_successor_after_the_cap_lease_ran_out(
                     for job in flex:
                         caps = rec.caps(job)
                         assert once_down_and_back(caps, "", 1.0), f"{job}: cap went {caps}"
-                        assert len(rec.restored_stamps(job)) == 1, rec.restored_stamps(job)
+                        assert len(rec.lift_stamps(job)) == 1, rec.lift_stamps(job)
+                        assert not rec.restored_stamps(job), rec.restored_stamps(job)
                         msgs = events.get(names[job], [])
                         assert len(msgs) == 1 and "lapsed" in msgs[0], f"{job}: {msgs}"
                 else:
