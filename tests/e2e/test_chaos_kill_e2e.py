@@ -287,19 +287,20 @@ FULL_W = 1400.0  # the fake NVML's default limit
 
 
 @contextlib.asynccontextmanager
-async def watts_timeline(agent: Agent, period: float = 0.2
-                         ) -> AsyncIterator[dict[str, list[float]]]:
-    """Each node's GPU limit in force (the lowest of its GPUs) as the fake NVML holds it,
-    sampled every ``period``, repeats collapsed: [1400, 1050, 1400] is one cap and one lift."""
-    seen: dict[str, list[float]] = {}
+async def timed_watts(agent: Agent, period: float = 0.2
+                      ) -> AsyncIterator[list[tuple[float, str, float]]]:
+    """Every change of a node's GPU limit in force (the lowest of its GPUs) as the fake NVML
+    holds it: (monotonic time, node, watts), sampled every ``period``."""
+    seen: list[tuple[float, str, float]] = []
+    last: dict[str, float] = {}
 
     async def sample() -> None:
         while True:
             for node, core in list(agent.cores.items()):
                 watts = [d.limit_w for d in core.backend.devices()]
-                if watts and (not (line := seen.setdefault(node, []))
-                              or line[-1] != min(watts)):
-                    line.append(min(watts))
+                if watts and last.get(node) != min(watts):
+                    last[node] = min(watts)
+                    seen.append((time.monotonic(), node, min(watts)))
             await asyncio.sleep(period)
 
     task = asyncio.create_task(sample())
@@ -309,6 +310,15 @@ async def watts_timeline(agent: Agent, period: float = 0.2
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def per_node(changes: list[tuple[float, str, float]]) -> dict[str, list[float]]:
+    """``timed_watts``' changes as each node's line: [1400, 1050, 1400] is one cap and one
+    lift."""
+    out: dict[str, list[float]] = {}
+    for _, node, watts in changes:
+        out.setdefault(node, []).append(watts)
+    return out
 
 
 def once_down_and_back(line: list[Any], full: Any, top: float) -> bool:
@@ -351,7 +361,7 @@ async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
     site = site_file(out / "site.yaml", ctl.CHECK, CAPS)
     config = load_site_config(site).planner_config(PlannerConfig(check_name=ctl.CHECK))
     flex = ["flex0", "flex1", "flex2"]
-    async with running_agent(kubeconfig) as agent, watts_timeline(agent) as watts:
+    async with running_agent(kubeconfig) as agent, timed_watts(agent) as changes:
         with pod_power_prometheus(cluster, racks, caps=True) as prom, \
                 WorkloadRecorder(cluster, namespace, ctl.CHECK) as rec:
             fleet = Fleet(kubeconfig, site, policy_dir, namespace, unique("m2g-caps"), out,
@@ -380,6 +390,7 @@ async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
                 lifted = event_counts(cluster, namespace, "PowerCapLifted")
                 assert lifted == dict.fromkeys(names, 1), f"PowerCapLifted Events: {lifted}"
                 assert set(event_counts(cluster, namespace, "PowerCapped")) == names
+                watts = per_node(changes)
                 for node in sorted(capped):
                     line = watts.get(node, [])
                     assert once_down_and_back(line, FULL_W, FULL_W), \
@@ -433,32 +444,6 @@ async def capped_then_lifted_across_a_kill(cluster: Cluster, namespace: str, age
 #: The caps' lease, shortened so that a successor can come after it ran out within a test
 #: (120 s by default), and the agent's grace after it (60 s by default).
 CAP_LEASE, AGENT_GRACE = 30.0, 5.0
-
-
-@contextlib.asynccontextmanager
-async def timed_watts(agent: Agent, period: float = 0.2
-                      ) -> AsyncIterator[list[tuple[float, str, float]]]:
-    """Every change of a node's GPU limit in force (the lowest of its GPUs) as the fake NVML
-    holds it: (monotonic time, node, watts), sampled every ``period``."""
-    seen: list[tuple[float, str, float]] = []
-    last: dict[str, float] = {}
-
-    async def sample() -> None:
-        while True:
-            for node, core in list(agent.cores.items()):
-                watts = [d.limit_w for d in core.backend.devices()]
-                if watts and last.get(node) != min(watts):
-                    last[node] = min(watts)
-                    seen.append((time.monotonic(), node, min(watts)))
-            await asyncio.sleep(period)
-
-    task = asyncio.create_task(sample())
-    try:
-        yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def lowered_kw(changes: list[tuple[float, str, float]], since: float, window: float
@@ -553,9 +538,7 @@ async def test_a_successor_after_the_cap_lease_ran_out(
                 names = {j: ctl.workload_of(cluster, namespace, j)["metadata"]["name"]
                          for j in flex}
                 events = lifted_events(cluster, namespace)
-                by_node: dict[str, list[float]] = {}
-                for _, node, watts in changes:
-                    by_node.setdefault(node, []).append(watts)
+                by_node = per_node(changes)
                 if not event_on:
                     # no node capped again, and the lapsed caps recorded lifted, once
                     for node in nodes:
