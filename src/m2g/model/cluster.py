@@ -71,9 +71,10 @@ class WorkloadState:
     #: reports on its pods are merged in when the snapshot is built (``checkpoint_at``).
     checkpoint_reported_at: datetime | None = None
     #: The per-GPU power cap m2g set on it (fraction of each GPU's default limit; 1.0: none),
-    #: since when, and the throughput-seconds its earlier caps cost (Workload annotations
-    #: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``: m2g's
-    #: bookkeeping of its flex allowance, docs/curtailment.md).
+    #: since when (with no cap: when the last one was lifted — the ramp counts from it), and
+    #: the throughput-seconds its earlier caps cost (Workload annotations ``m2g.io/power-cap``,
+    #: ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``: m2g's bookkeeping of its flex
+    #: allowance, docs/curtailment.md).
     power_cap: float = 1.0
     power_cap_at: datetime | None = None
     flex_used_seconds: float = 0.0
