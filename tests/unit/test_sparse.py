@@ -14,7 +14,7 @@ from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rac
 from m2g.model.inputs import WorkloadView
 from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
-from m2g.planner.curtail import cap_saving_kw, metered, settling_cap_kw
+from m2g.planner.curtail import cap_saving_kw, exclusive_workloads, metered, settling_cap_kw
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.shedding import (
     _read_at,
@@ -171,3 +171,26 @@ def test_restored_work_shed_again_or_admitted_and_drawing_leaves_the_in_flight_s
                            live_pods=live)
     assert [w.name for w in sparse.of(snap).in_flight] == ["waiting", "starting"]
     assert in_flight_kw(snap, CFG) == _full_scans(snap)[2] > 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_admitted_subset_and_the_exclusive_workloads_are_the_full_scans(seed: int) -> None:
+    """The Preemption stage, the cap ladders and the node limits read ``admitted`` (issue 14:
+    one pass, not one each): every Admitted workload in the snapshot's order; the workloads
+    alone on their nodes, worked out from it, are those of a scan over every workload."""
+    snap = _snapshot(seed)
+    admitted = [w for w in snap.workloads if w.phase is Phase.ADMITTED]
+    assert list(sparse.of(snap).admitted) == admitted
+    assert all(a is b for a, b in zip(sparse.of(snap).admitted, admitted, strict=True))
+    keys = {w.key for w in admitted}
+    nodes_of = {k: set(n) for k, n in snap.placements.items() if k in keys}
+    alone = {k for k, on in nodes_of.items() if on and not any(
+        on & other for o, other in nodes_of.items() if o != k)}
+    assert exclusive_workloads(snap) == alone
+
+
+def test_the_random_snapshots_reach_the_admitted_subset() -> None:
+    snaps = [_snapshot(s) for s in range(40)]
+    assert sum(len(sparse.of(s).admitted) for s in snaps) > 100
+    assert sum(len(exclusive_workloads(s)) for s in snaps) > 20
+    assert sum(len(sparse.of(s).admitted) - len(exclusive_workloads(s)) for s in snaps) > 20

@@ -80,7 +80,7 @@ def horizon_seconds(snap: ClusterSnapshot, config: PlannerConfig) -> float:
 
 def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
     """Admitted workloads whose nodes host no other admitted workload (one pass)."""
-    admitted = {w.key for w in snap.workloads if w.phase is Phase.ADMITTED}
+    admitted = {w.key for w in sparse.of(snap).admitted}
     owner: dict[str, str] = {}  # node → the first admitted workload seen on it
     crowded: set[str] = set()  # nodes with two or more
     for key, nodes in snap.placements.items():
@@ -183,9 +183,9 @@ class Ladders:
         snap = builder.snap
         self.config = config
         self.now, self.horizon = snap.now, horizon_seconds(snap, config)
-        alone = exclusive_workloads(snap)
+        alone = exclusive_workloads(snap)  # (admitted only: the admitted ones suffice)
         self.jobs: list[_Job] = []  # in the snapshot's order (the heap's ties, as before)
-        for w in snap.workloads:
+        for w in sparse.of(snap).admitted:
             if w.view.flex_tier <= 0 or w.view.gpus <= 0 or w.key not in alone or (
                     snap.live_pods is not None and w.key not in snap.live_pods):
                 continue  # not cappable, or no pod of it runs (a cap would save nothing)
@@ -332,7 +332,7 @@ def node_limit_updates(snap: ClusterSnapshot, config: PlannerConfig,
     """Each node's GPUPowerLimit as the caps (after ``caps``) want it: a node whose admitted
     workloads are all capped gets the mildest of their caps, with a lease; any other node has
     none (deleted). Leases are renewed at half their length."""
-    fraction = {w.key: w.power_cap for w in snap.workloads if w.phase is Phase.ADMITTED}
+    fraction = {w.key: w.power_cap for w in sparse.of(snap).admitted}
     fraction.update({f"{c.namespace}/{c.name}": c.fraction for c in caps
                      if f"{c.namespace}/{c.name}" in fraction})
     on_node = _capped_nodes(snap.placements, fraction)

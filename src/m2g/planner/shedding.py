@@ -363,7 +363,7 @@ def _preemption(evaluator: Evaluator, builder: InputBuilder
                 ) -> tuple[list[WorkloadState], dict[str, PreemptionResult]]:
     """The admitted workloads, and the Preemption stage for each of them by key, once per
     reconcile (one batch)."""
-    running = [w for w in builder.snap.workloads if w.phase is Phase.ADMITTED]
+    running = list(sparse.of(builder.snap).admitted)
     if not running:
         return running, {}
     results = evaluator.preemption_items(builder.base(), builder.items(running))

@@ -49,6 +49,9 @@ class Sparse:
     #: admitted, flex tier 1 and up and not shed by m2g: the running flexible work pausing
     #: could still free kW from (``reach_kw`` before its tier and ``drawing`` tests)
     flexible: tuple[WorkloadState, ...]
+    #: admitted (``phase`` Admitted), shed or not: the Preemption stage's workloads, the cap
+    #: ladders' and the node limits' — each read them in a pass of its own over all of them
+    admitted: tuple[WorkloadState, ...]
 
     @cached_property
     def by_key(self) -> dict[str, WorkloadState]:
@@ -75,8 +78,11 @@ def select(snap: ClusterSnapshot) -> Sparse:
     stamped: list[WorkloadState] = []
     flight: list[WorkloadState] = []
     flexible: list[WorkloadState] = []
+    running: list[WorkloadState] = []
     admitted, back = Phase.ADMITTED, (Phase.PENDING, Phase.RESERVED)
     for w in snap.workloads:
+        if w.phase is admitted:
+            running.append(w)
         if w.shed_by_m2g:
             shed.append(w)
         elif w.phase is admitted and w.view.flex_tier >= 1:
@@ -96,5 +102,5 @@ def select(snap: ClusterSnapshot) -> Sparse:
                     pods.started_at is not None and pods.started_at > recent):
                 flight.append(w)
     return Sparse(snap.workloads, tuple(shed), tuple(capped), tuple(stamped), tuple(flight),
-                  tuple(flexible))
+                  tuple(flexible), tuple(running))
 
