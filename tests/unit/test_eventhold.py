@@ -150,3 +150,14 @@ def test_apply_holds_and_hands_back_through_the_object() -> None:
             "withinClusterQueue"] == "LowerPriority"
 
     asyncio.run(run())
+
+
+def test_the_decision_log_names_the_hold_and_its_end() -> None:
+    from m2g_controllers.decisionlog import decision_rows
+    plan = Plan(preemptions=(PreemptionUpdate("research", "Never", "LowerPriority", "event"),
+                             PreemptionUpdate("other", "LowerPriority", "", "over")))
+    rows = decision_rows(ClusterSnapshot(factory(100.0)), plan)
+    assert [(r["stage"], r["kind"], r["target"], r["outcome"], r["message"]) for r in rows
+            if r["kind"] == "ClusterQueue"] == [
+        ("Capacity", "ClusterQueue", "research", "PreemptionNever", "event"),
+        ("Capacity", "ClusterQueue", "other", "PreemptionLowerPriority", "over")]
