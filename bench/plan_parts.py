@@ -7,15 +7,17 @@ Each tick ``m2g.testing.scale.tick`` changes ``--changed`` workloads (checkpoint
 priority edits) and moves the clock 10 s. Per tick it prints the snapshot's and the plan's CPU
 seconds and the plan's digest (the first 16 hex digits of bench/scale.py's: the same digests
 tick for tick on two trees say they decide the same), then each wrapped part's CPU seconds
-per tick, largest first. A part's time includes the parts it calls (``power_actions``
-includes ``Ladders`` and the Preemption stage's ``Evaluator.preemption_items``).
+per tick, largest first, and the snapshot's and the plan's wall seconds per tick, the load
+average at the end and the process's peak RSS. A part's time includes the parts it calls
+(``power_actions`` includes ``Ladders`` and the Preemption stage's
+``Evaluator.preemption_items``).
 ``--profile FILE`` also writes a cProfile of the last tick's ``make_plan`` (profiled: about
 twice as slow; read it for shares, not for seconds).
 
 Run: ``.venv/bin/python bench/plan_parts.py --racks 1400``. Heavy at 1,400 racks (~1.5 GiB,
 about a minute): a script, it prints figures and asserts nothing about time. To compare two
-trees, run each tree's copy (``git archive``) alternately in one session and compare the
-per-tick figures and digests.
+trees, run this script alternately with each tree's ``src`` first on ``PYTHONPATH`` (a ``git
+archive`` copy) in one session and compare the per-tick figures and digests.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import functools
 import hashlib
 import importlib
 import json
+import os
+import resource
 import sys
 import time
 from collections import defaultdict
@@ -118,11 +122,12 @@ def main(argv: list[str] | None = None) -> int:
 
     planner.make_plan(snap_at(0), ev, cfg)  # the memo and the Evaluator warm
     rows: list[tuple[float, float, str, dict[str, float]]] = []
+    walls: list[tuple[float, float]] = []
     for i in range(1, args.ticks + 1):
         objs = tick(objs, 10 * i, changed)
-        start = time.process_time()
+        start, wall = time.process_time(), time.perf_counter()
         snap = snap_at(10 * i)
-        built = time.process_time()
+        built, wall_built = time.process_time(), time.perf_counter()
         acc.clear()
         prof = cProfile.Profile() if args.profile and i == args.ticks else None
         if prof is not None:
@@ -131,13 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         if prof is not None:
             prof.disable()
             prof.dump_stats(str(args.profile))
-        rows.append((built - start, time.process_time() - built, digest(plan), dict(acc)))
+        done, wall_done = time.process_time(), time.perf_counter()
+        rows.append((built - start, done - built, digest(plan), dict(acc)))
+        walls.append((wall_built - wall, wall_done - wall_built))
         snap = plan = None
     print(f"{args.racks} racks / {size:,} workloads, {changed} changed per tick, "
           "CPU seconds per tick")
     print("snapshot   " + " ".join(f"{r[0]:.3f}" for r in rows))
     print("make_plan  " + " ".join(f"{r[1]:.3f}" for r in rows))
     print("digest     " + " ".join(r[2] for r in rows))
+    print("wall: snapshot " + " ".join(f"{w[0]:.3f}" for w in walls)
+          + "; make_plan " + " ".join(f"{w[1]:.3f}" for w in walls)
+          + f"; load average {os.getloadavg()[0]:.2f}; peak RSS "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     for name in sorted(rows[0][3], key=lambda k: -rows[0][3][k]):
         print(f"  {name:28s} " + " ".join(f"{r[3].get(name, 0.0):.3f}" for r in rows))
     return 0

@@ -32,7 +32,7 @@ from fake_prometheus import fake_prometheus
 from kubernetes import watch
 from manifests_helpers import _free_port, http_get
 
-from m2g.k8s.annotations import POWER_CAP, RESTORED_AT, SHED_AT
+from m2g.k8s.annotations import POWER_CAP, POWER_CAP_AT, RESTORED_AT, SHED_AT
 from m2g.k8s.convert import allocated_gpus
 from m2g.model.inputs import WorkloadKind
 from m2g.model.plan import Plan
@@ -206,7 +206,8 @@ class Seen:
     shed_at: str
     check: str
     cap: str = ""  # m2g.io/power-cap (the fraction), "" when none
-    restored_at: str = ""  # m2g.io/restored-at (a restore's or a cap lift's time)
+    restored_at: str = ""  # m2g.io/restored-at (a pause's restore)
+    cap_at: str = ""  # m2g.io/power-cap-at (a cap's or, with no cap, its lift's time)
 
 
 def _job_of(wl: Obj) -> str:
@@ -233,7 +234,8 @@ class WorkloadRecorder:
         self.seen.setdefault(_job_of(wl), []).append(Seen(
             time.monotonic(), (wl.get("spec") or {}).get("active", True) is not False,
             str(notes.get(SHED_AT) or ""), str(entry.get("state") or ""),
-            str(notes.get(POWER_CAP) or ""), str(notes.get(RESTORED_AT) or "")))
+            str(notes.get(POWER_CAP) or ""), str(notes.get(RESTORED_AT) or ""),
+            str(notes.get(POWER_CAP_AT) or "")))
 
     def _run(self) -> None:
         custom = self.cluster.custom
@@ -307,6 +309,10 @@ class WorkloadRecorder:
 
     def restored_stamps(self, job: str) -> set[str]:
         return {s.restored_at for s in self.seen.get(job, []) if s.restored_at}
+
+    def lift_stamps(self, job: str) -> set[str]:
+        """The lift times recorded (``m2g.io/power-cap-at`` on a version with no cap)."""
+        return {s.cap_at for s in self.seen.get(job, []) if s.cap_at and not s.cap}
 
     def stamps(self, job: str) -> set[str]:
         return {s.shed_at for s in self.seen.get(job, []) if s.shed_at}

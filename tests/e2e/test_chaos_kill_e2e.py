@@ -18,10 +18,10 @@ A second case kills the leader **between two cap lifts**: a grid event caps thre
 jobs through the node agent (in this process, fake NVML), one cap a ramp step; the event
 ends and the caps are lifted one a step (the most recent first, ~10 s apart); the leader is
 killed at a seeded point after the first lift. Invariants: the successor lifts the other
-caps, paced from the first lift's ``m2g.io/restored-at``; every capped node is back at full
-power with no GPUPowerLimit left; each job's cap only went down until it was lifted once
-(its ``m2g.io/power-cap`` went none → cap(s) → none, one ``restored-at`` stamp, one
-PowerCapLifted Event); no node capped again after its lift (the limit in force, sampled from
+caps, paced from the first lift's stamp (``m2g.io/power-cap-at`` with no cap); every capped
+node is back at full power with no GPUPowerLimit left; each job's cap only went down until
+it was lifted once (its ``m2g.io/power-cap`` went none → cap(s) → none, one lift stamp and no
+``restored-at``, one PowerCapLifted Event); no node capped again after its lift (the limit in force, sampled from
 the fake NVML); nothing paused; and a fresh controller would write nothing.
 
 A third case kills **every** replica while the caps are in force and brings a successor only
@@ -254,7 +254,7 @@ async def test_kill_9_of_the_leading_m2g_run_mid_reconcile_mid_shed_and_mid_rest
             assert [len(s) for s in stamps] == [1, 1], f"a shed stamped twice: {stamps}"
             assert stamps[0] != stamps[1], "the two sheds were not paced apart"
             back = sorted(t for n in both if (t := rec.turned(n, True)) is not None)
-            # 20.8 kW at 2.1 kW/s: ~10 s apart (before m2g.io/restored-at: the same second)
+            # 20.8 kW at 2.1 kW/s: ~10 s apart (before the lift's stamp: the same second)
             assert len(back) == 2 and back[1] - back[0] >= 5.0, f"restores not paced: {back}"
             assert not rec.ready_between("late", event_on, event_off), \
                 "a flex-2 workload was admitted while the grid event was active"
@@ -287,19 +287,20 @@ FULL_W = 1400.0  # the fake NVML's default limit
 
 
 @contextlib.asynccontextmanager
-async def watts_timeline(agent: Agent, period: float = 0.2
-                         ) -> AsyncIterator[dict[str, list[float]]]:
-    """Each node's GPU limit in force (the lowest of its GPUs) as the fake NVML holds it,
-    sampled every ``period``, repeats collapsed: [1400, 1050, 1400] is one cap and one lift."""
-    seen: dict[str, list[float]] = {}
+async def timed_watts(agent: Agent, period: float = 0.2
+                      ) -> AsyncIterator[list[tuple[float, str, float]]]:
+    """Every change of a node's GPU limit in force (the lowest of its GPUs) as the fake NVML
+    holds it: (monotonic time, node, watts), sampled every ``period``."""
+    seen: list[tuple[float, str, float]] = []
+    last: dict[str, float] = {}
 
     async def sample() -> None:
         while True:
             for node, core in list(agent.cores.items()):
                 watts = [d.limit_w for d in core.backend.devices()]
-                if watts and (not (line := seen.setdefault(node, []))
-                              or line[-1] != min(watts)):
-                    line.append(min(watts))
+                if watts and last.get(node) != min(watts):
+                    last[node] = min(watts)
+                    seen.append((time.monotonic(), node, min(watts)))
             await asyncio.sleep(period)
 
     task = asyncio.create_task(sample())
@@ -309,6 +310,15 @@ async def watts_timeline(agent: Agent, period: float = 0.2
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def per_node(changes: list[tuple[float, str, float]]) -> dict[str, list[float]]:
+    """``timed_watts``' changes as each node's line: [1400, 1050, 1400] is one cap and one
+    lift."""
+    out: dict[str, list[float]] = {}
+    for _, node, watts in changes:
+        out.setdefault(node, []).append(watts)
+    return out
 
 
 def once_down_and_back(line: list[Any], full: Any, top: float) -> bool:
@@ -351,7 +361,7 @@ async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
     site = site_file(out / "site.yaml", ctl.CHECK, CAPS)
     config = load_site_config(site).planner_config(PlannerConfig(check_name=ctl.CHECK))
     flex = ["flex0", "flex1", "flex2"]
-    async with running_agent(kubeconfig) as agent, watts_timeline(agent) as watts:
+    async with running_agent(kubeconfig) as agent, timed_watts(agent) as changes:
         with pod_power_prometheus(cluster, racks, caps=True) as prom, \
                 WorkloadRecorder(cluster, namespace, ctl.CHECK) as rec:
             fleet = Fleet(kubeconfig, site, policy_dir, namespace, unique("m2g-caps"), out,
@@ -366,12 +376,13 @@ async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
                 for job in flex:
                     caps = rec.caps(job)
                     assert once_down_and_back(caps, "", 1.0), f"{job}: m2g.io/power-cap went {caps}"
-                    assert len(rec.restored_stamps(job)) == 1, \
-                        f"{job} lifted more than once: {rec.restored_stamps(job)}"
+                    assert len(rec.lift_stamps(job)) == 1, \
+                        f"{job} lifted more than once: {rec.lift_stamps(job)}"
+                    assert not rec.restored_stamps(job), f"{job}: a lift read as a restore"
                     assert rec.flips(job) == [True], f"{job} paused: {rec.flips(job)}"
                 assert rec.caps("firm") == [""] and rec.flips("firm") == [True]
                 back = sorted(t for job in flex if (t := rec.lifted(job)) is not None)
-                # ~4.9 kW at 0.5 kW/s: ~10 s apart (the successor counts from restored-at)
+                # ~4.9 kW at 0.5 kW/s: ~10 s apart (the successor counts from the lift's stamp)
                 assert all(b - a >= 5.0 for a, b in itertools.pairwise(back)), \
                     f"lifts not paced: {back}"
                 names = {ctl.workload_of(cluster, namespace, j)["metadata"]["name"]
@@ -379,6 +390,7 @@ async def test_kill_9_of_the_leading_m2g_run_between_two_cap_lifts(
                 lifted = event_counts(cluster, namespace, "PowerCapLifted")
                 assert lifted == dict.fromkeys(names, 1), f"PowerCapLifted Events: {lifted}"
                 assert set(event_counts(cluster, namespace, "PowerCapped")) == names
+                watts = per_node(changes)
                 for node in sorted(capped):
                     line = watts.get(node, [])
                     assert once_down_and_back(line, FULL_W, FULL_W), \
@@ -432,32 +444,6 @@ async def capped_then_lifted_across_a_kill(cluster: Cluster, namespace: str, age
 #: The caps' lease, shortened so that a successor can come after it ran out within a test
 #: (120 s by default), and the agent's grace after it (60 s by default).
 CAP_LEASE, AGENT_GRACE = 30.0, 5.0
-
-
-@contextlib.asynccontextmanager
-async def timed_watts(agent: Agent, period: float = 0.2
-                      ) -> AsyncIterator[list[tuple[float, str, float]]]:
-    """Every change of a node's GPU limit in force (the lowest of its GPUs) as the fake NVML
-    holds it: (monotonic time, node, watts), sampled every ``period``."""
-    seen: list[tuple[float, str, float]] = []
-    last: dict[str, float] = {}
-
-    async def sample() -> None:
-        while True:
-            for node, core in list(agent.cores.items()):
-                watts = [d.limit_w for d in core.backend.devices()]
-                if watts and last.get(node) != min(watts):
-                    last[node] = min(watts)
-                    seen.append((time.monotonic(), node, min(watts)))
-            await asyncio.sleep(period)
-
-    task = asyncio.create_task(sample())
-    try:
-        yield seen
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def lowered_kw(changes: list[tuple[float, str, float]], since: float, window: float
@@ -552,9 +538,7 @@ async def test_a_successor_after_the_cap_lease_ran_out(
                 names = {j: ctl.workload_of(cluster, namespace, j)["metadata"]["name"]
                          for j in flex}
                 events = lifted_events(cluster, namespace)
-                by_node: dict[str, list[float]] = {}
-                for _, node, watts in changes:
-                    by_node.setdefault(node, []).append(watts)
+                by_node = per_node(changes)
                 if not event_on:
                     # no node capped again, and the lapsed caps recorded lifted, once
                     for node in nodes:
@@ -564,7 +548,8 @@ async def test_a_successor_after_the_cap_lease_ran_out(
                     for job in flex:
                         caps = rec.caps(job)
                         assert once_down_and_back(caps, "", 1.0), f"{job}: cap went {caps}"
-                        assert len(rec.restored_stamps(job)) == 1, rec.restored_stamps(job)
+                        assert len(rec.lift_stamps(job)) == 1, rec.lift_stamps(job)
+                        assert not rec.restored_stamps(job), rec.restored_stamps(job)
                         msgs = events.get(names[job], [])
                         assert len(msgs) == 1 and "lapsed" in msgs[0], f"{job}: {msgs}"
                 else:

@@ -15,7 +15,13 @@ from m2g.model.factory import FactorySnapshot, GridEvent, Node, PowerDomain, Rac
 from m2g.model.inputs import Checkpoint, WorkloadKind, WorkloadView
 from m2g.model.powerlimit import LimitSpec, NodeLimitState
 from m2g.planner.config import PlannerConfig
-from m2g.planner.curtail import cap_saving_kw, flex_used, node_limit_updates, plan_caps
+from m2g.planner.curtail import (
+    cap_saving_kw,
+    flex_used,
+    node_limit_updates,
+    plan_caps,
+    without_lapsed,
+)
 from m2g.planner.curves import curve_of, kind_curve
 from m2g.planner.headroom import share_beyond
 from m2g.planner.inputs import InputBuilder
@@ -375,8 +381,13 @@ def test_a_cap_whose_lease_lapsed_is_recorded_lifted_not_put_back(ev: Evaluator)
     lapse = NOW - timedelta(seconds=30)
     assert plan.caps[0].flex_used_seconds == pytest.approx(flex_used(a, lapse), abs=0.1)
     assert plan.sheds == ()
+    # read as lifted at the lapse, the cap's own stamp (the ramp counts from it), not as a
+    # pause's restore (``restored_at``: a pause soon after would count as a flap)
+    read, _ = without_lapsed(snap(tight, a, b, limits=limits))
+    assert [(w.power_cap, w.power_cap_at, w.restored_at) for w in read.workloads] == [
+        (1.0, lapse, None), (1.0, lapse, None)]
     # applied (records lifted, objects deleted): nothing more to do
-    done = [replace(w, power_cap=1.0, power_cap_at=None, restored_at=NOW) for w in (a, b)]
+    done = [replace(w, power_cap=1.0, power_cap_at=NOW) for w in (a, b)]
     plan = make_plan(snap(tight, *done), ev, CFG)
     assert plan.caps == () and plan.node_limits == ()
 

@@ -93,16 +93,18 @@ async def test_a_cap_of_a_workload_gone_is_no_failure() -> None:
     assert kube.stored(WORKLOADS, "w1", "ns")["metadata"]["annotations"][POWER_CAP] == "0.75"
 
 
-def test_a_lift_stamps_restored_at_so_the_next_lift_is_paced() -> None:
-    """Lifting removes the cap's time; without its own stamp the ramp would count from an
-    older action and every reconcile would lift a full step (as restores did)."""
+def test_a_lift_stamps_its_time_so_the_next_lift_is_paced() -> None:
+    """Lifting removes the cap and stamps the lift's time in ``m2g.io/power-cap-at``; without
+    a stamp the ramp would count from an older action and every reconcile would lift a full
+    step (as restores did). Not ``m2g.io/restored-at``: that is a pause's restore
+    (tests/unit/test_cap_lift_stamp.py)."""
     from m2g.k8s.caps import cap_annotations
 
     capped = {POWER_CAP: "0.75", "m2g.io/power-cap-at": "2026-11-29T22:00:00Z"}
     lift = cap_annotations(CapAction("ns", "w", 1.0, -5.0, "event over", 30.0), capped,
                            "2026-11-29T23:00:00Z")
-    assert lift == {POWER_CAP: None, "m2g.io/power-cap-at": None,
-                    "m2g.io/flex-used-seconds": "30", "m2g.io/restored-at": "2026-11-29T23:00:00Z"}
+    assert lift == {POWER_CAP: None, "m2g.io/power-cap-at": "2026-11-29T23:00:00Z",
+                    "m2g.io/flex-used-seconds": "30"}
     assert cap_annotations(CapAction("ns", "w", 1.0, 0.0, "none"), {}, "t") == {}
 
 

@@ -111,7 +111,8 @@ def same(got: WorkloadState, want: WorkloadState, now: datetime) -> None:
     assert got.view.checkpoint == want.view.checkpoint
     assert got.view.checkpoint.model_fields_set == want.view.checkpoint.model_fields_set
     assert got.view_at(now) == want.view_at(now)
-    assert list(got.__dict__) == [k for k in want.__dict__ if k in got.__dict__]
+    assert [getattr(got, k) for k in got.__slots__] == [
+        getattr(want, k) for k in want.__slots__]  # ``key`` too (not compared by ==)
 
 
 def _ticked(objs: kb.ClusterObjects, seconds: int, rng: random.Random) -> kb.ClusterObjects:

@@ -8,7 +8,9 @@ erased its shed's time — so without it the next restore (by this replica or by
 after a failover) was not paced. A shed keeps ``m2g.io/restored-at`` (until 2026-12-07 it
 removed it): a workload shed again within ``min_shed_seconds`` of its last restore does not
 come back early (m2g.planner.shedding.settled: no flapping).
-A power cap: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``.
+A power cap: ``m2g.io/power-cap``, ``m2g.io/power-cap-at``, ``m2g.io/flex-used-seconds``; a lift
+removes the cap and keeps ``m2g.io/power-cap-at`` as the lift's time (the ramp counts from it),
+not ``m2g.io/restored-at``, which says a pause was restored.
 A shrunk elastic Job: ``m2g.io/resized-from``, ``m2g.io/resized-at`` (Workload and Job).
 
 Values m2g lowers and gives back — a ClusterQueue flavor's ``nominalQuota`` (``owned_quota``)

@@ -1,9 +1,10 @@
 """Apply the power-cap part of a ``Plan``: m2g's cap record on each Workload, then each node's
 GPUPowerLimit (docs/curtailment.md, docs/node-agent.md).
 
-* ``CapAction`` → a merge patch of the Workload's own annotations ``m2g.io/power-cap`` and
-  ``m2g.io/power-cap-at`` (removed when lifted) and ``m2g.io/flex-used-seconds``; written only
-  when the cap differs from the record; one Event (``PowerCapped``/``PowerCapLifted``).
+* ``CapAction`` → a merge patch of the Workload's own annotations ``m2g.io/power-cap``,
+  ``m2g.io/power-cap-at`` (the last change: set, renewed or lifted) and
+  ``m2g.io/flex-used-seconds``; written only when the cap differs from the record; one Event
+  (``PowerCapped``/``PowerCapLifted``).
 * ``NodeLimitUpdate`` → server-side apply of the GPUPowerLimit's ``spec`` (field manager
   ``m2g``; the agent owns ``status``), or its deletion on release.
 In dry-run (shadow) mode only the records say what would have been written.
@@ -15,7 +16,7 @@ import logging
 from functools import partial
 from typing import Any
 
-from m2g.k8s.annotations import FLEX_USED, POWER_CAP, POWER_CAP_AT, RESTORED_AT
+from m2g.k8s.annotations import FLEX_USED, POWER_CAP, POWER_CAP_AT
 from m2g.k8s.apply import Applier, ApplyResult
 from m2g.k8s.client import GPU_POWER_LIMITS, WORKLOADS, KubeError, NotFound, Obj
 from m2g.k8s.parse import format_time
@@ -26,12 +27,14 @@ log = logging.getLogger(__name__)
 
 def cap_annotations(a: CapAction, annotations: dict[str, Any], now: str) -> dict[str, Any]:
     """The annotation changes for ``a`` on a Workload with ``annotations`` ({} : none). A lift
-    removes the cap's time and stamps ``m2g.io/restored-at``: the ramp counts from it, so the
-    next lift is paced (whoever makes it)."""
+    removes the cap and stamps ``m2g.io/power-cap-at`` with the lift's time: the ramp counts from
+    it, so the next lift is paced (whoever makes it). Until 2026-12-07 a lift stamped
+    ``m2g.io/restored-at``, the pause-restore stamp: a job paused soon after its cap was lifted
+    then read as one that flapped, and one Kueue preempted soon after as restored work in
+    flight."""
     used = f"{a.flex_used_seconds:g}"
     if a.fraction >= 1.0:
-        want: dict[str, Any] = {POWER_CAP: None, POWER_CAP_AT: None, FLEX_USED: used,
-                                RESTORED_AT: now}
+        want: dict[str, Any] = {POWER_CAP: None, POWER_CAP_AT: now, FLEX_USED: used}
     else:
         want = {POWER_CAP: f"{a.fraction:g}", POWER_CAP_AT: now, FLEX_USED: used}
         if annotations.get(POWER_CAP) == want[POWER_CAP] and not a.renew:

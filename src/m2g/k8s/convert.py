@@ -741,7 +741,7 @@ def workload(wl: Obj, now: datetime, *, local_queues: Mapping[str, str] | None =
     if shed_at is not None and shed_at > now:  # a stamp from the future would pause pacing
         shed_at = now
     cap = power_cap(own.get(POWER_CAP))
-    cap_at = parse_time(own.get(POWER_CAP_AT)) if cap < 1.0 else None
+    cap_at = parse_time(own.get(POWER_CAP_AT))  # with no cap: when it was lifted
     used = nonneg_float(own.get(FLEX_USED))
     if cap < 1.0 or used > 0:
         view = view.model_copy(update={"power_cap": PowerCap(

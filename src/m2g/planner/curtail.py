@@ -400,9 +400,7 @@ def without_lapsed(snap: ClusterSnapshot
         at = lapsed.get(w.key)
         if at is not None:
             was[w.key] = (w, at)
-            w = replace(w, power_cap=1.0, power_cap_at=None,
-                        flex_used_seconds=flex_used(w, at),
-                        restored_at=max(at, w.restored_at) if w.restored_at else at)
+            w = replace(w, power_cap=1.0, power_cap_at=at, flex_used_seconds=flex_used(w, at))
         workloads.append(w)
     return replace(snap, workloads=tuple(workloads)), was
 
