@@ -154,6 +154,8 @@ def decision_rows(snap: ClusterSnapshot, plan: Plan) -> list[Row]:
             f"{q.flavor} {q.resource} {q.nominal} of {q.base}: {q.reason}", q.nominal)
     for st in plan.stops:
         add("Capacity", "ClusterQueue", st.cluster_queue, f"Stop{st.stop_policy}", st.reason)
+    for pu in plan.preemptions:
+        add("Capacity", "ClusterQueue", pu.cluster_queue, f"Preemption{pu.within}", pu.reason)
     for wu in plan.weights:
         add("Fairness", "ClusterQueue", wu.cluster_queue, "Weight", wu.reason, wu.weight)
     for t in plan.taints:

@@ -131,6 +131,8 @@ class PlannerSettings(BaseModel):
     restore_before_firm: bool | None = None
     #: A held-back preemptor keeps its quota while its victims wait, up to this long (0: off).
     preemptor_hold_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    #: During a grid event, no preemption within a ClusterQueue whose new work m2g holds.
+    hold_preemption_during_events: bool | None = None
     #: A gang split over NVLink domains though it fits in one gets Retry while it has waited
     #: less than this (0: off), asking again after ``splitRetryRequeueSeconds``.
     split_retry_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)

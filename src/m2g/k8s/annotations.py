@@ -56,6 +56,9 @@ BASE_QUOTA_PREFIX = "m2g.io/base-quota."
 SET_QUOTA_PREFIX = "m2g.io/quota-set."  # the nominalQuota m2g itself last wrote
 QUOTA_CHANGED_AT = "m2g.io/quota-changed-at"
 BASE_GPU_LIMIT = "m2g.io/base-gpu-limit"
+# A ClusterQueue's spec.preemption.withinClusterQueue before m2g set it to Never for a grid
+# event (m2g.planner.eventhold); removed when the site's value is back.
+BASE_WITHIN_PREEMPTION = "m2g.io/base-within-preemption"
 GPU_LIMIT_SET = "m2g.io/gpu-limit-set"  # the limit m2g itself last wrote
 GPU_LIMIT_CHANGED_AT = "m2g.io/gpu-limit-changed-at"
 MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -15,6 +15,9 @@ plan twice writes nothing the second time.
 * ``GridEventStatusUpdate`` → server-side apply on ``gridevents/status`` (phase, baseline,
   target, conditions, message; field manager ``m2g``), only when it differs.
 * ``StopUpdate`` → merge patch ``spec.stopPolicy``; ``WeightUpdate`` → ``spec.fairSharing.weight``.
+* ``PreemptionUpdate`` → merge patch ``spec.preemption.withinClusterQueue`` with the site's
+  value recorded in ``m2g.io/base-within-preemption`` (removed when it is written back), with
+  a ``metadata.resourceVersion`` precondition, retried on 409.
 * ``ShedAction`` → merge patch ``spec.active`` with ``m2g.io/shed-at``/``m2g.io/shed-reason``
   (and ``m2g.io/drained-for`` for a maintenance drain; all removed on restore, which stamps
   ``m2g.io/restored-at`` for the ramp). A restore only touches workloads m2g shed.
@@ -40,6 +43,7 @@ from functools import partial
 from typing import Any
 
 from m2g.k8s.annotations import (
+    BASE_WITHIN_PREEMPTION,
     DRAINED_FOR,
     RESTORED_AT,
     SHED_AT,
@@ -74,6 +78,7 @@ from m2g.model.plan import (
     CheckUpdate,
     NodeTaintUpdate,
     Plan,
+    PreemptionUpdate,
     QuotaUpdate,
     ShedAction,
     StopUpdate,
@@ -253,6 +258,8 @@ class Applier:
                 await step(f"quota {q.cluster_queue}", self.apply_quota(q, result))
             for s in plan.stops:
                 await step(f"stop {s.cluster_queue}", self.apply_stop(s, result))
+            for p in plan.preemptions:
+                await step(f"preemption {p.cluster_queue}", self.apply_preemption(p, result))
             await self._bounded(step, [(f"shed {a.namespace}/{a.name}", partial(
                 self.apply_shed, a, result, events, cached(a.namespace, a.name)))
                 for a in plan.sheds])
@@ -441,6 +448,31 @@ class Applier:
             CLUSTER_QUEUES, u.cluster_queue, {"spec": {"stopPolicy": u.stop_policy}},
             field_manager=self.field_manager))
         return True
+
+    async def apply_preemption(self, u: PreemptionUpdate,
+                               result: ApplyResult | None = None) -> bool:
+        return await retry_on_conflict(partial(self._apply_preemption_once, u, result))
+
+    async def _apply_preemption_once(self, u: PreemptionUpdate,
+                                     result: ApplyResult | None) -> bool:
+        cq = await self.kube.get(CLUSTER_QUEUES, u.cluster_queue)
+        meta = cq.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        preemption = (cq.get("spec") or {}).get("preemption")
+        current = str((preemption if isinstance(preemption, dict) else {}).get(
+            "withinClusterQueue") or "")
+        had = annotations.get(BASE_WITHIN_PREEMPTION)
+        base_change = (had is not None) if not u.base else had != u.base
+        detail = f"withinClusterQueue {current or '(unset)'} -> {u.within}: {u.reason}"
+        write = current != u.within or base_change
+        if write and not self.dry_run:  # write first: a 409 here is retried, recorded once
+            self._seen(CLUSTER_QUEUES, await self.kube.patch(
+                CLUSTER_QUEUES, u.cluster_queue,
+                {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                              "annotations": {BASE_WITHIN_PREEMPTION: u.base or None}},
+                 "spec": {"preemption": {"withinClusterQueue": u.within}}},
+                field_manager=self.field_manager))
+        return self._record(result, "preemption", u.cluster_queue, detail, write)
 
     async def apply_weight(self, u: WeightUpdate, result: ApplyResult | None = None) -> bool:
         cq = await self.kube.get(CLUSTER_QUEUES, u.cluster_queue)

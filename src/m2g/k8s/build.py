@@ -24,7 +24,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from m2g.k8s.convert import (
@@ -59,7 +59,7 @@ from m2g.k8s.convert import (
 from m2g.k8s.convert_schedule import capacity_plan, reservation
 from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
 from m2g.model import labels as L
-from m2g.model.cluster import ClusterSnapshot, LivePods, Rejected, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, Rejected, WorkloadState
 from m2g.model.collector import collector_paused
 from m2g.model.factory import MISSING, FactorySnapshot, Node, PowerDomain, Rack, Reading
 from m2g.model.powerlimit import node_limit_state
@@ -309,13 +309,14 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     # placements serve maintenance drains only: skipped (a quarter of a 100-rack snapshot,
     # bench/node_levers.py) while there is no window and no drained workload
     # ... and power caps: while any cap or node limit exists, or the site is near its limit
-    # (a cap goes only to a job alone on its nodes); and reservations
+    # (a cap goes only to a job alone on its nodes), the work admitted within the last
+    # minute counted on top of the draw (the headroom gate's in-flight kW); and reservations
     limits = {n: x for n, x in ((s.node, s) for s in _each(
         iso, "GPUPowerLimit", objs.gpu_power_limits, node_limit_state) if s is not None)}
     reservations = _each(iso, "Reservation", objs.reservations, reservation)
     needed = bool(factory.maintenance or reservations) or any(
         w.drained_for or w.power_cap < 1.0 for w in workloads) or bool(limits) \
-        or _near_limit(factory)
+        or _near_limit(factory, _admitted_kw(workloads, now))
     return ClusterSnapshot(
         factory=factory, workloads=workloads,
         grid_event_states=_each(iso, "GridEvent", objs.grid_events, checked_event_state),
@@ -336,13 +337,35 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
 NEAR_LIMIT_LEAD_SECONDS = 300.0
 
 
-def _near_limit(factory: FactorySnapshot) -> bool:
+#: Work admitted this recently may not be in the site reading yet (the planner's default
+#: ``settle_seconds``): ``_near_limit`` counts its kW on top of the draw.
+IN_FLIGHT_SECONDS = 60.0
+#: kW per GPU of a workload without an estimate (the planner's ``default_kw_per_gpu``).
+KW_PER_GPU = 1.34
+
+
+def _admitted_kw(workloads: Iterable[WorkloadState], now: datetime) -> float:
+    """The kW of the work admitted within ``IN_FLIGHT_SECONDS``: the most the planner may
+    count as admitted and not drawing yet when it cannot see the pods."""
+    since = now - timedelta(seconds=IN_FLIGHT_SECONDS)
+    return sum(w.view.estimated_kw or w.view.gpus * KW_PER_GPU for w in workloads
+               if w.phase is Phase.ADMITTED and w.admitted_at is not None
+               and w.admitted_at > since)
+
+
+def _near_limit(factory: FactorySnapshot, admitted_kw: float = 0.0) -> bool:
     """The site draw within 10 % of its limit, or of one starting within
-    ``NEAR_LIMIT_LEAD_SECONDS`` (or no fresh reading): a shortfall is near."""
+    ``NEAR_LIMIT_LEAD_SECONDS`` (or no fresh reading): a shortfall is near. ``admitted_kw``
+    (the work admitted within ``IN_FLIGHT_SECONDS``) counts on top of the draw: without the
+    pods the planner takes all of it for not drawing yet (m2g.planner.shedding.
+    not_drawing_share), and the headroom gate subtracts it from the room. Before, a 16-rack
+    twin's warm start read 1,469 kW "admitted and not drawing yet" — every workload admitted
+    in the last 60 s, most of them running for 15–30 s — beside a 1,788 kW reading under a
+    3,200 kW budget (not near: the pods were not read), and held its new flexible work."""
     draw, limit = factory.site_draw_kw(), factory.limit_ahead_kw(NEAR_LIMIT_LEAD_SECONDS)
     if limit <= 0:
         return False
-    return draw.stale or draw.value is None or draw.value > 0.9 * limit
+    return draw.stale or draw.value is None or draw.value + admitted_kw > 0.9 * limit
 
 
 def _hosts(nodes: Iterable[Obj], iso: Isolator) -> dict[str, str]:

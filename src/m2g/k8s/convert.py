@@ -60,6 +60,7 @@ from itertools import pairwise
 from typing import Any, NamedTuple
 
 from m2g.k8s.annotations import (
+    BASE_WITHIN_PREEMPTION,
     DRAINED_FOR,
     FLEX_USED,
     POWER_CAP,
@@ -926,7 +927,11 @@ def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
         pending_workloads=nonneg_int(st.get("pendingWorkloads")),
         cohort=str(spec.get("cohortName") or ""),
         weight=quantity(weight_raw) if weight_raw is not None else None,
-        last_quota_change=parse_time(annotations.get(QUOTA_CHANGED_AT)))
+        last_quota_change=parse_time(annotations.get(QUOTA_CHANGED_AT)),
+        within_preemption=str(preemption.get("withinClusterQueue") or "")
+        if isinstance(preemption := spec.get("preemption"), dict) else "",
+        within_preemption_base=str(annotations.get(BASE_WITHIN_PREEMPTION) or ""),
+        min_flex_tier=min_flex_tiers([obj]).get(str(meta.get("name", "")), 0))
 
 
 def resource_flavor(obj: Obj,

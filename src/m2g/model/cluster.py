@@ -202,6 +202,13 @@ class QueueState:
     cohort: str = ""
     weight: float | None = None
     last_quota_change: datetime | None = None
+    #: ``spec.preemption.withinClusterQueue`` as written ("": unset, Kueue's default Never).
+    within_preemption: str = ""
+    #: The site's value m2g recorded before it set ``within_preemption`` to Never for a grid
+    #: event (``m2g.io/base-within-preemption``; "": m2g has not changed it).
+    within_preemption_base: str = ""
+    #: ``m2g.io/min-flex-tier``: the least flexible tier its workloads count in (0: any).
+    min_flex_tier: int = 0
 
 
 @dataclass(frozen=True)

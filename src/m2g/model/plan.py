@@ -58,6 +58,18 @@ class StopUpdate:
 
 
 @dataclass(frozen=True)
+class PreemptionUpdate:
+    """Set a ClusterQueue's ``spec.preemption.withinClusterQueue`` to ``within`` and m2g's
+    record of the site's value (annotation ``m2g.io/base-within-preemption``) to ``base``
+    ("": remove the record; the site's value is back)."""
+
+    cluster_queue: str
+    within: str
+    base: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class ShedAction:
     """Deactivate (shed) or reactivate (restore) a Workload (``spec.active``). ``drain``:
     set when the workload is evicted off nodes (a maintenance drain, e.g.
@@ -189,6 +201,9 @@ class Plan:
     checks: tuple[CheckUpdate, ...] = ()
     quotas: tuple[QuotaUpdate, ...] = ()
     stops: tuple[StopUpdate, ...] = ()
+    #: ClusterQueues whose preemption within the queue m2g turns off for a grid event, or
+    #: hands back after it (m2g.planner.eventhold).
+    preemptions: tuple[PreemptionUpdate, ...] = ()
     sheds: tuple[ShedAction, ...] = ()
     weights: tuple[WeightUpdate, ...] = ()
     notes: tuple[str, ...] = ()
@@ -208,7 +223,8 @@ class Plan:
     preemption_failed: int = 0
 
     def empty(self) -> bool:
-        return not (self.checks or self.quotas or self.stops or self.sheds or self.weights
+        return not (self.checks or self.quotas or self.stops or self.preemptions
+                    or self.sheds or self.weights
                     or self.kai_topologies or self.kai_queues or self.taints
                     or self.event_statuses or self.caps or self.node_limits
                     or self.reservation_statuses or self.resizes)

@@ -110,6 +110,10 @@ class PlannerConfig:
     #: reservation (m2g.planner.preemptors: a Retry hands the quota back to the victims,
     #: and the preemptor preempts them again at its next attempt). 0: Retry as any other.
     preemptor_hold_seconds: int = 600
+    #: While a grid event is active, a ClusterQueue all of whose new work the headroom gate
+    #: holds gets ``withinClusterQueue: Never`` (the site's value back after the event):
+    #: Kueue then does not evict running work for work m2g holds (m2g.planner.eventhold).
+    hold_preemption_during_events: bool = True
     #: A gang Kueue TAS split over NVLink domains though it fits in one gets Retry (a new
     #: assignment at its next reservation) while it has waited less than this since it was
     #: created (m2g.planner.split); after that it is admitted as assigned. 0: off.

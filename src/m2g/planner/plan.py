@@ -13,6 +13,7 @@ from m2g.planner.admission import check_updates
 from m2g.planner.capacity import capacity_updates
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import lapse_records, node_limit_updates, without_lapsed
+from m2g.planner.eventhold import preemption_updates
 from m2g.planner.fairness import weight_updates
 from m2g.planner.gridstatus import event_statuses, next_boundary
 from m2g.planner.headroom import share_beyond
@@ -64,6 +65,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
         checks=tuple(hold(checks, snap, config)),
         quotas=tuple(quotas),
         stops=tuple(stops),
+        preemptions=tuple(preemption_updates(snap, config)),
         sheds=tuple(sheds) + tuple(drains),
         weights=tuple(weight_updates(evaluator, builder)),
         notes=(why, *kai_notes),
