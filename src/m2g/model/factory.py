@@ -202,6 +202,19 @@ class FactorySnapshot:
     def nodes_of(self, rack: str) -> list[Node]:
         return self._by_rack.get(rack, [])
 
+    def room_under_rack_caps_kw(self) -> float:
+        """The most the racks can still add to what they read: the sum over racks of their
+        cap (``Rack.cap_kw``, the most a rack can draw) less their fresh reading, never below
+        0; a rack without a fresh reading adds 0 (a bound on the draw counts it at its cap
+        already). ``inf`` when a rack has no cap or there is no rack: no bound known."""
+        room = 0.0
+        for r in self.racks:
+            if r.cap_kw <= 0:
+                return math.inf
+            if not r.power_kw.stale and r.power_kw.value is not None:
+                room += max(0.0, r.cap_kw - r.power_kw.value)
+        return room if self.racks else math.inf
+
     def site_draw_kw(self) -> Reading:
         """Site draw: the sum of rack readings; stale if any rack is stale."""
         readings = [r.power_kw for r in self.racks]
