@@ -162,6 +162,8 @@ class RunData:
     submitted: int = 0
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    #: CPU seconds by process at the replay's end (``process_cpu``)
+    cpu_parts: dict[str, float] = field(default_factory=dict)
     timeline: list[tuple[float, str]] = field(default_factory=list)
     firing: Any = None  # the scenario's Firing, once fired
     t0: float = 0.0  # wall epoch of the replay's start
@@ -382,6 +384,20 @@ def proc_cpu(pid: int) -> float:
     except (OSError, IndexError):
         return 0.0
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(run: Path, procs: Procs) -> dict[str, float]:
+    """CPU seconds so far of each live process of a run, by name: the control plane's
+    components (pid files in ``run/pids``) and the twin's own (simulator, Prometheus, node
+    agent, m2g run, job driver) — which of them took the machine's two cores."""
+    out: dict[str, float] = {}
+    for f in sorted((run / "pids").glob("*.pid")):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            out[f.stem] = round(proc_cpu(int(f.read_text().split()[0])), 1)
+    for p in procs.list:
+        if p.alive():
+            out[p.name] = round(proc_cpu(p.pid), 1)
+    return out
 
 
 def control_plane_cpu(run: Path) -> float:
@@ -785,6 +801,7 @@ def run_baseline(cfg: RunConfig) -> RunData:
         log(f"{cfg.baseline}: replaying {len(cfg.plan.jobs)} jobs over {cfg.horizon_s:.0f} s; "
             f"{cfg.timeline.scenario} at {cfg.timeline.start_s:.0f}–{cfg.timeline.end_s:.0f} s")
         replay(cfg, data, kube, procs, t0)
+        data.cpu_parts = process_cpu(cfg.run_dir, procs)
         if procs.m2g is not None:
             data.metrics_text = http_get(f"{procs.metrics}/metrics", timeout=10)[1].decode()
             data.rss_peak_mib = rss_peak_mib(procs.m2g.pid)

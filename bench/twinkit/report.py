@@ -203,6 +203,7 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
         f"simulator, Prometheus, driver, m2g run and the twin; the job driver alone "
         f"{_fmt(datas[n].driver.get('cpuSeconds'))} s over {_fmt(datas[n].driver.get('looks'))}"
         f" looks)" for n in names), "",
+        *cpu_lines(datas, names),
         "Plots: site-kw.png, queue-gpus.png, tiers.png. Definitions: docs/twin.md and "
         "docs/twin-metrics.md.", ""]
     lines += forecast_markdown(runs)
@@ -211,6 +212,18 @@ def markdown(rep: Obj, datas: dict[str, RunData], machine: str) -> str:
 
 
 NOT_IN_TABLE = frozenset({"report", "deliveryReport", "clock"})
+
+
+def cpu_lines(datas: dict[str, RunData], names: list[str]) -> list[str]:
+    """CPU seconds by process at each replay's end, the largest first: whether a run's
+    latencies come from its controller's work or from a machine its processes filled."""
+    lines = []
+    for n in names:
+        parts = sorted(datas[n].cpu_parts.items(), key=lambda kv: -kv[1])
+        if parts:
+            lines.append(f"CPU by process at the end of {n}'s replay (s): "
+                         + ", ".join(f"{k} {v:,.0f}" for k, v in parts) + ".")
+    return [*lines, ""] if lines else []
 
 
 def forecast_markdown(runs: Obj) -> list[str]:
