@@ -439,3 +439,33 @@ def test_items_that_differ_only_in_unread_annotations_are_one_class(
     assert batched == [ev.admission(i).to_json() for i in items]
     assert {r["decision"] for r in batched} == {"Defer", "Admit"}
     assert "pinned to r1" in str(batched)
+
+
+def test_class_keys_read_several_fields_in_one_pass_as_apart() -> None:
+    """ClassKeys reads the fields of a key together, one pass over the views (issue 14), from
+    where each column ends: after a probe of the first PROBE, beside a column read whole
+    before, with a WorkloadItem's ``updates`` applied — the classes are item_classes' of
+    the plain data, whole and for a subset."""
+    from m2g.model.inputs import Checkpoint, WorkloadItem
+    from m2g.policy.batch import ClassKeys, item_classes
+
+    running = _running(3_000)
+    items = []
+    for k, i in enumerate(running):
+        view = i.workload.model_copy(update={"labels": {"n": str(k % 7)}, "checkpoint":
+                                             Checkpoint(last_age_seconds=k % 4)})
+        moved = {"checkpoint": Checkpoint(interval_seconds=600, last_age_seconds=k % 5)} \
+            if k % 3 else {"priority": 7 + k % 2}
+        items.append(WorkloadItem(view, i.queue, moved))
+    fields = ["flex_tier", "labels", "checkpoint", "priority"]
+    data = [workload_data(i.workload, set(fields)) for i in items]
+    want = item_classes(data, [FIELD_ALIAS[f] for f in fields])
+    assert want is not None and 40 < len(want[0]) < 1_000
+    assert ClassKeys(items).classes(fields, False, len(items) // 2) == want  # probed first
+    keys = ClassKeys(items)
+    assert keys.classes(["priority"], False) is not None  # one column whole, then the rest
+    assert keys.classes(fields, False, len(items) // 2) == want
+    where = list(range(5, len(items), 3))
+    sub = item_classes([data[i] for i in where], [FIELD_ALIAS[f] for f in fields])
+    assert keys.classes(fields, False, where=where) == sub
+    assert ClassKeys(items).classes(fields, False, where=where) == sub

@@ -43,10 +43,10 @@ def split(updates: Sequence[CheckUpdate], snap: ClusterSnapshot,
     if config.split_retry_seconds <= 0 or not any(
             u.state is CheckState.READY for u in updates):
         return list(updates)
-    by_key = sparse.of(snap).by_key
-    found = [(i, by_key[f"{u.namespace}/{u.name}"]) for i, u in enumerate(updates)
-             if u.state is CheckState.READY and f"{u.namespace}/{u.name}" in by_key]
-    found = [(i, w) for i, w in found if _may_wait(w, snap, config)]
+    by_key, ready = sparse.of(snap).by_key, CheckState.READY
+    found = [(i, w) for i, u in enumerate(updates) if u.state is ready
+             and (w := by_key.get(f"{u.namespace}/{u.name}")) is not None
+             and _may_wait(w, snap, config)]  # (one key and one lookup per Ready answer)
     if not found:
         return list(updates)
     clique_of, largest = _cliques(snap)

@@ -337,7 +337,10 @@ class ClassKeys:
         self._proj[name] = (field, keys)
         return name
 
-    def _column(self, name: str, upto: int) -> list[Any] | None:
+    def _column(self, name: str, upto: int, read: list[Any] | None = None
+                ) -> list[Any] | None:
+        """The keys of column ``name`` up to ``upto``; ``read``: its field's values on the
+        stored views from where the column ends to ``upto``, read already (``_read``)."""
         col = self._cols.setdefault(name, [])
         if name in self._bad:
             return None
@@ -349,16 +352,38 @@ class ClassKeys:
                     field, keys = self._proj[name]
                     col += [tuple(map(v.get, keys)) for v in self._values(field, len(col), upto)]
                 else:
-                    col += _keys_of(self._values(name, len(col), upto))
+                    col += _keys_of(self._values(name, len(col), upto, read))
             except TypeError:  # a value _plain does not know: every item on its own
                 self._bad.add(name)
                 return None
         return col
 
-    def _values(self, field: str, start: int, stop: int) -> list[Any]:
+    def _read(self, names: list[str], upto: int) -> dict[str, list[Any]]:
+        """The stored views' values of the plain fields among ``names`` whose columns end
+        at the same place short of ``upto``, read in one pass over the views for all of them
+        (``_column``'s ``read``): a view's fields are read while it is in the cache, not once
+        per column — 40,000 waiting workloads' views at 1,400 racks, read apart for each of
+        seven admission fields, were each fetched from memory seven times."""
+        by_start: dict[int, list[str]] = {}
+        for name in names:
+            if name != "m2g__q" and name not in self._proj and name not in self._bad:
+                have = len(self._cols.get(name, ()))
+                if have < upto and name not in by_start.get(have, ()):
+                    by_start.setdefault(have, []).append(name)
+        out: dict[str, list[Any]] = {}
+        for start, fields in by_start.items():
+            if len(fields) > 1:  # (one field: ``_values`` reads it as before)
+                rows = list(map(operator.attrgetter(*fields), self._views(start, upto)))
+                out.update(zip(fields, map(list, zip(*rows, strict=True)), strict=True))
+        return out
+
+    def _values(self, field: str, start: int, stop: int, read: list[Any] | None = None
+                ) -> list[Any]:
         """The inputs' workloads' ``field`` from ``start`` to ``stop``: read off their stored
-        views (in C), those a WorkloadItem's ``updates`` set taken from there."""
-        values = list(map(operator.attrgetter(field), self._views(start, stop)))
+        views (in C; ``read``: read already), those a WorkloadItem's ``updates`` set taken
+        from there."""
+        values = list(map(operator.attrgetter(field), self._views(start, stop))) \
+            if read is None else read
         if field in self._moved:
             moved = self._all_moved[start:stop]
             values = [v if m is None or field not in m else m[field]
@@ -468,7 +493,8 @@ class ClassKeys:
         """The keys of the first ``upto`` inputs, or of those at ``where``."""
         if where is not None:
             upto = where[-1] + 1 if where else 0
-        got = [self._column(name, upto) for name in names]
+        read = self._read(names, upto)
+        got = [self._column(name, upto, read.get(name)) for name in names]
         if any(c is None for c in got):
             return None
         cols = [c[:upto] if where is None else [c[i] for i in where]
