@@ -99,9 +99,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
     p.add_argument("--resync-seconds", type=_resync, default=10.0,
                    help="reconcile at least this often, changes or not")
-    p.add_argument("--min-reconcile-interval", type=_interval, default=0.25, metavar="SECONDS",
+    p.add_argument("--min-reconcile-interval", type=_interval, default=MIN_RECONCILE_INTERVAL,
+                   metavar="SECONDS",
                    help="start a reconcile at most this often (changes meanwhile coalesce "
-                        "into the next; 0: at once; default 0.25)")
+                        f"into the next; 0: at once; default {MIN_RECONCILE_INTERVAL})")
     p.add_argument("--check-name", type=_k8s_name(DNS_SUBDOMAIN, 253),
                    help="the AdmissionCheck m2g creates and keeps Active (default: "
                         "admissionChecks.name, m2g-policy); every check with controllerName "
@@ -149,6 +150,10 @@ def _resync(text: str) -> float:
     if not 0.1 <= value <= 86400:  # NaN fails both comparisons
         raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0.1 and 86400")
     return value
+
+
+#: seconds from one reconcile's start to the next one's at the least (docs/controllers.md)
+MIN_RECONCILE_INTERVAL = 0.25
 
 
 def _interval(text: str) -> float:
