@@ -46,6 +46,7 @@ from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import PolicyStore
+from m2g_controllers.run import MIN_RECONCILE_INTERVAL
 from m2g_controllers.wiring import K8sCluster
 
 IDLE_KW = 20.0
@@ -144,7 +145,8 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
     # as m2g run: gc.freeze() after each snapshot (m2g_controllers.collector)
     manager = TimedManager(cluster, PolicyStore(make_runtime()), metrics, config=config,
                            resync_seconds=args.resync_seconds, policy_dir=args.policies,
-                           freeze_collector=True)
+                           freeze_collector=True,
+                           min_interval_seconds=args.min_reconcile_interval)
     manager.tally = count_requests(kube)
     health = HealthServer(metrics.registry, manager.ready, "127.0.0.1", args.metrics_port)
     await health.start()
@@ -166,6 +168,8 @@ def main() -> int:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--resync-seconds", type=float, default=10.0)
     p.add_argument("--check-name", default="m2g-bench")
+    p.add_argument("--min-reconcile-interval", type=float, default=MIN_RECONCILE_INTERVAL,
+                   help=f"as m2g run's (default {MIN_RECONCILE_INTERVAL})")
     p.add_argument("--ramp-kw-per-second", type=float, default=PlannerConfig.ramp_kw_per_second)
     p.add_argument("--max-step-kw", type=float, default=PlannerConfig.max_step_kw)
     # The latency bench times GridEvent -> sheds: with graded curtailment on, m2g meets the

@@ -3,8 +3,9 @@
 Every reconcile takes a fresh snapshot (from watch caches and signal readers, behind the
 ``Cluster`` protocol), asks the pure planner for a plan and applies it — only while this replica
 leads; in shadow mode it decides and records (metrics, Events) but writes nothing else.
-Reconciles run when a watched object changes (coalesced: many changes, one reconcile) and at
-least every ``resync_seconds`` (time alone moves grid events and maintenance windows).
+Reconciles run when a watched object changes (coalesced: many changes, one reconcile, and at
+most one every ``min_interval_seconds``) and at least every ``resync_seconds`` (time alone
+moves grid events and maintenance windows).
 Failures back off exponentially and retry; the loop itself never dies on one.
 """
 
@@ -103,6 +104,7 @@ class LoopState:
     signals_fresh_at: datetime | None = None  # the last snapshot with any fresh power reading
     started: datetime | None = None
     wake_at: datetime | None = None  # the last plan's next time boundary
+    began_at: float | None = None  # time.monotonic() when the last reconcile began
 
 
 class Manager:
@@ -116,7 +118,7 @@ class Manager:
                  unready_failing_seconds: float = UNREADY_FAILING_SECONDS,
                  unready_stale_seconds: float | None = None,
                  check_configs: Mapping[str, CheckConfig] | None = None,
-                 freeze_collector: bool = False) -> None:
+                 freeze_collector: bool = False, min_interval_seconds: float = 0.0) -> None:
         self.cluster, self.store, self.metrics = cluster, store, metrics
         #: m2g run: gc.freeze() after each snapshot (m2g_controllers.collector); off in tests,
         #: which share one process
@@ -126,6 +128,9 @@ class Manager:
         self.check_configs = dict(check_configs or {})
         self.shadow, self.is_leader, self.clock = shadow, is_leader, clock
         self.resync_seconds = resync_seconds
+        #: a reconcile starts at least this long after the last one began (changes meanwhile
+        #: coalesce into it): ``m2g run --min-reconcile-interval``; 0 in tests
+        self.min_interval_seconds = min_interval_seconds
         self.policy_dir = policy_dir
         self.state = LoopState()
         self._rejected: dict[tuple[str, str], str] = {}
@@ -184,10 +189,14 @@ class Manager:
                 await asyncio.wait_for(self.state.dirty.wait(), timeout=self._wait_seconds())
             if stop.is_set():
                 return
+            await self._pace(stop)
+            if stop.is_set():
+                return
             self.state.dirty.clear()
             started = self.state.changed_at
             self.state.changed_at = None
             self.state.busy_since = self.clock()
+            self.state.began_at = time.monotonic()
             try:
                 await self.reconcile()
                 self.state.busy_since = None
@@ -206,6 +215,18 @@ class Manager:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
                 self.kick()
+
+    async def _pace(self, stop: asyncio.Event) -> None:
+        """Hold the next reconcile until ``min_interval_seconds`` after the last one began:
+        a busy site changes many times a second (pods binding, checks, statuses), and each
+        change would otherwise start a whole reconcile of its own once the last one ends."""
+        began = self.state.began_at
+        if began is None or self.min_interval_seconds <= 0:
+            return
+        left = self.min_interval_seconds - (time.monotonic() - began)
+        if left > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=left)
 
     def _wait_seconds(self) -> float:
         """Until the next resync, or sooner when the last plan named a time (a grid event

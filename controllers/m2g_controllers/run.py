@@ -99,6 +99,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
     p.add_argument("--resync-seconds", type=_resync, default=10.0,
                    help="reconcile at least this often, changes or not")
+    p.add_argument("--min-reconcile-interval", type=_interval, default=MIN_RECONCILE_INTERVAL,
+                   metavar="SECONDS",
+                   help="start a reconcile at most this often (changes meanwhile coalesce "
+                        f"into the next; 0: at once; default {MIN_RECONCILE_INTERVAL})")
     p.add_argument("--check-name", type=_k8s_name(DNS_SUBDOMAIN, 253),
                    help="the AdmissionCheck m2g creates and keeps Active (default: "
                         "admissionChecks.name, m2g-policy); every check with controllerName "
@@ -145,6 +149,20 @@ def _resync(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0.1 <= value <= 86400:  # NaN fails both comparisons
         raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0.1 and 86400")
+    return value
+
+
+#: seconds from one reconcile's start to the next one's at the least (docs/controllers.md)
+MIN_RECONCILE_INTERVAL = 0.25
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 60:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0 and 60")
     return value
 
 
@@ -260,7 +278,7 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
                           args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
                       if args.decision_log else None,
                       unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None,
-                      freeze_collector=True)
+                      freeze_collector=True, min_interval_seconds=args.min_reconcile_interval)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)

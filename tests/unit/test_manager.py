@@ -557,3 +557,52 @@ async def test_drawing_work_a_preemption_policy_fails_on_is_a_metric() -> None:
     assert plan is not None and not plan.sheds and not plan.caps
     assert plan.preemption_failed == 2
     assert m.metrics.preemption_failed._value.get() == 2
+
+
+class CountingCluster(FakeCluster):
+    """Records when each snapshot (each reconcile) starts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts: list[float] = []
+
+    async def snapshot(self, now: datetime) -> ClusterSnapshot:
+        self.starts.append(asyncio.get_running_loop().time())
+        return await super().snapshot(now)
+
+
+@pytest.mark.parametrize("interval", [0.0, 0.2])
+async def test_changes_coalesce_into_one_reconcile_per_min_interval(interval: float) -> None:
+    """A kick every 10 ms for 0.6 s: with ``min_interval_seconds`` the reconciles start at
+    least that far apart (the kicks meanwhile coalesce), and one follows the last kick."""
+    c = CountingCluster()
+    m = manager(c, resync_seconds=60.0, min_interval_seconds=interval)
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    last_kick = 0.0
+    for _ in range(60):
+        m.kick()
+        last_kick = asyncio.get_running_loop().time()
+        await asyncio.sleep(0.01)
+    for _ in range(200):
+        if c.starts and c.starts[-1] >= last_kick and not m.state.dirty.is_set():
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    m.kick()  # wakes the loop to see the stop
+    await asyncio.wait_for(task, 5)
+    gaps = [b - a for a, b in zip(c.starts, c.starts[1:], strict=False)]
+    assert c.starts[-1] >= last_kick  # the last change is not lost
+    if interval:
+        assert gaps and min(gaps) >= interval - 0.005
+        assert len(c.starts) <= 1 + (c.starts[-1] - c.starts[0]) / (interval - 0.005)
+    else:
+        assert len(c.starts) > 10  # no pacing: a reconcile as soon as the last one ends
+
+
+def test_min_reconcile_interval_flag() -> None:
+    assert parse(["--min-reconcile-interval", "0.5"]).min_reconcile_interval == 0.5
+    assert parse([]).min_reconcile_interval == 0.25
+    for bad in ("-1", "nan", "61", "soon"):
+        with pytest.raises(SystemExit):
+            parse(["--min-reconcile-interval", bad])
