@@ -142,28 +142,23 @@ def _utc_time(text: str) -> datetime:
 # connecting, or never.
 
 
-def _resync(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.1 <= value <= 86400:  # NaN fails both comparisons
-        raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0.1 and 86400")
-    return value
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds from ``low`` to ``high`` (NaN refused)."""
+    def parse_seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not low <= value <= high:  # NaN fails both comparisons
+            raise argparse.ArgumentTypeError(f"{text!r}: seconds between {low:g} and {high:g}")
+        return value
+    return parse_seconds
 
 
+_resync = _seconds(0.1, 86400)
 #: seconds from one reconcile's start to the next one's at the least (docs/controllers.md)
 MIN_RECONCILE_INTERVAL = 0.25
-
-
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 60:  # NaN fails both comparisons
-        raise argparse.ArgumentTypeError(f"{text!r}: seconds between 0 and 60")
-    return value
+_interval = _seconds(0, 60)
 
 
 def _port(text: str) -> int:
