@@ -289,7 +289,8 @@ async def start_controller(kubeconfig: Path, policy_dir: Path, log_path: Path,
            "--kubeconfig", str(kubeconfig), "--policies", str(policy_dir),
            "--metrics-port", str(port), "--resync-seconds", str(args.resync_seconds),
            "--check-name", CHECK, "--ramp-kw-per-second", str(args.ramp_kw_per_second),
-           "--max-step-kw", str(args.max_step_kw)]
+           "--max-step-kw", str(args.max_step_kw),
+           "--min-reconcile-interval", str(args.min_reconcile_interval)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_path.open("wb"))
     ctl = Controller(proc, log_path, port)
     deadline = time.monotonic() + 300
@@ -582,7 +583,8 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list
         f"controller latency — factory {args.factory}: {nodes} nodes, {gpus} GPUs; "
         f"{len(jobs)} workloads ({sum(j.pods for j in jobs)} pods, {sum(j.gpus for j in jobs)} "
         f"GPUs); {args.repeats} rounds, {statistics.mean(s.victims for s in samples):.0f} "
-        f"workloads / {statistics.mean(s.shed_kw for s in samples):.0f} kW shed per round",
+        f"workloads / {statistics.mean(s.shed_kw for s in samples):.0f} kW shed per round; "
+        f"reconciles at most every {args.min_reconcile_interval:g} s",
         f"  setup: controller ready {report['controller_start_s']:.1f} s, "
         f"{report['created']} Jobs created in {report['create_s']:.1f} s ({args.parallel} "
         f"parallel; {len(jobs) - report['created']} existed), "
@@ -638,6 +640,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--namespaces", type=int, default=8)
     p.add_argument("--parallel", type=int, default=8, help="concurrent Job creations")
     p.add_argument("--resync-seconds", type=float, default=10.0)
+    p.add_argument("--min-reconcile-interval", type=float, default=0.25,
+                   help="the controller's, as m2g run's (default 0.25; 0: a reconcile as "
+                        "soon as the last one ends, the pacing before 2026-12-07)")
     p.add_argument("--ramp-kw-per-second", type=float, default=100_000.0)
     p.add_argument("--max-step-kw", type=float, help="default: twice --shed-kw")
     p.add_argument("--setup-timeout", type=float, default=1800.0)
