@@ -386,14 +386,20 @@ def proc_cpu(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def process_cpu(run: Path, procs: Procs) -> dict[str, float]:
-    """CPU seconds so far of each live process of a run, by name: the control plane's
-    components (pid files in ``run/pids``) and the twin's own (simulator, Prometheus, node
-    agent, m2g run, job driver) — which of them took the machine's two cores."""
+def pid_file_cpu(run: Path) -> dict[str, float]:
+    """CPU seconds of each control-plane process with a pid file in ``run/pids``, by name."""
     out: dict[str, float] = {}
     for f in sorted((run / "pids").glob("*.pid")):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            out[f.stem] = round(proc_cpu(int(f.read_text().split()[0])), 1)
+            out[f.stem] = proc_cpu(int(f.read_text().split()[0]))
+    return out
+
+
+def process_cpu(run: Path, procs: Procs) -> dict[str, float]:
+    """CPU seconds so far of each live process of a run, by name: the control plane's
+    components (``pid_file_cpu``) and the twin's own (simulator, Prometheus, node agent, m2g
+    run, job driver) — which of them took the machine's two cores."""
+    out = {name: round(cpu, 1) for name, cpu in pid_file_cpu(run).items()}
     for p in procs.list:
         if p.alive():
             out[p.name] = round(proc_cpu(p.pid), 1)
@@ -402,11 +408,7 @@ def process_cpu(run: Path, procs: Procs) -> dict[str, float]:
 
 def control_plane_cpu(run: Path) -> float:
     """CPU seconds of the control plane's processes (pid files in ``run/pids``)."""
-    total = 0.0
-    for f in (run / "pids").glob("*.pid"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            total += proc_cpu(int(f.read_text().split()[0]))
-    return total
+    return sum(pid_file_cpu(run).values())
 
 
 # ---- the scenario -----------------------------------------------------------------------------
