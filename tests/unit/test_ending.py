@@ -21,7 +21,8 @@ from m2g.policy import Evaluator
 from tests.unit.policy_helpers import evaluator, policy
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-CFG = PlannerConfig(check_name="m2g", ramp_kw_per_second=100.0, max_step_kw=1000.0)
+CFG = PlannerConfig(check_name="m2g", ramp_kw_per_second=100.0, max_step_kw=1000.0,
+                    ending_lead_seconds=15.0)
 OFF = replace(CFG, ending_lead_seconds=0.0)
 POLICIES = {"shed.yaml": policy("shed", "Preemption", """
         - {name: flexible, when: "workload.flexTier >= 1", score: "double(workload.flexTier)"}
