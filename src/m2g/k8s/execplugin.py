@@ -82,6 +82,41 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         proc.kill()
 
 
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    """Kill the plugin's group, close its pipes and wait for it. The pipes are closed before
+    waiting: asyncio's wait() returns only once every pipe has disconnected, and a stdout m2g
+    stopped reading (more than MAX_OUTPUT) is paused, so its end was never seen: wait() hung,
+    the call failed on the caller's bound instead (50 s), and the transport's finaliser
+    printed a traceback on a closed loop."""
+    _kill(proc)
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
+    with contextlib.suppress(Exception):
+        await asyncio.shield(proc.wait())
+
+
+async def _spawn(name: str, args: tuple[Any, ...], env: Mapping[str, str] | None
+                 ) -> asyncio.subprocess.Process:
+    """Start the plugin in its own session. A caller that gives up while asyncio is still
+    connecting the pipes does not cancel the spawn itself: cancelled there, asyncio killed
+    the plugin but not its children, which held the pipes open, and its clean-up waited for
+    pipes never connected — the call never ended (1 cancellation in ~3 at that instant,
+    Python 3.11). The spawn finishes, then the group is killed and the cancellation goes on."""
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        name, *map(str, args), env=dict(env) if env is not None else None,
+        stdin=None if _interactive() else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _end(await spawn)
+        raise
+    except OSError as exc:  # missing, not executable: connect says it in one line
+        raise ExecPluginError(f"exec plugin {name}: {exc.strerror or exc}") from None
+
+
 async def _read(stream: asyncio.StreamReader, limit: int, keep_tail: bool) -> tuple[bytes, bool]:
     """Up to ``limit`` bytes (the last ``limit`` with ``keep_tail``) until EOF; and whether
     there was more (stdout: more than it may print)."""
@@ -110,13 +145,7 @@ async def run_plugin(command: str, *args: Any, env: Mapping[str, str] | None = N
     docstring. ``command`` and ``args`` as in the kubeconfig; same signature as kr8s's."""
     bound = exec_timeout() if timeout is None else timeout
     name = str(command)
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            name, *map(str, args), env=dict(env) if env is not None else None,
-            stdin=None if _interactive() else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    except OSError as exc:  # missing, not executable: connect says it in one line
-        raise ExecPluginError(f"exec plugin {name}: {exc.strerror or exc}") from None
+    proc = await _spawn(name, args, env)
     assert proc.stdout is not None and proc.stderr is not None
     try:
         async with asyncio.timeout(bound):
@@ -136,16 +165,7 @@ async def run_plugin(command: str, *args: Any, env: Mapping[str, str] | None = N
         raise ExecPluginError(f"exec plugin {name} gave no credentials within "
                              f"{bound:g}s; killed it (${ENV} sets the bound)") from None
     finally:
-        _kill(proc)
-        # and its pipes, before waiting: asyncio's wait() returns only once every pipe has
-        # disconnected, and a stdout m2g stopped reading (more than MAX_OUTPUT) is paused, so
-        # its end was never seen: wait() hung, the call failed on the caller's bound instead
-        # (50 s), and the transport's finaliser printed a traceback on a closed loop
-        transport = getattr(proc, "_transport", None)
-        if transport is not None:
-            transport.close()
-        with contextlib.suppress(Exception):
-            await asyncio.shield(proc.wait())
+        await _end(proc)
     if code != 0:
         last = (err.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
         raise ExecPluginError(f"exec plugin {name} exited with code {code}"
