@@ -79,6 +79,8 @@ class PlannerSettings(BaseModel):
     settle_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: Curtail against the lowest limit starting within this long (0: the one in force).
     shed_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    #: Work expected to end within this long frees its kW as a pause would: no pause for it.
+    ending_lead_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     settle_max_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     #: A shed workload stays shed at least this long (dwell before a restore).
     min_shed_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)

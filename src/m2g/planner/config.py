@@ -35,6 +35,18 @@ class PlannerConfig:
     #: limit does is over it for that long. 0 (the default until it is measured in the
     #: twin): the limit in force only.
     shed_lead_seconds: float = 0.0
+    #: Work expected to end within this long (its own ``m2g.io/expected-runtime-seconds``
+    #: from the start of its pods, slowed by its cap) frees its kW about as soon as a pause
+    #: would show in the meter (Kueue stops the pods, then the meter's lag): the pause rounds
+    #: count it as freed and never pause it (m2g.planner.shedding.ending). Caps are planned
+    #: as before. A job that runs past its expected end no longer counts, so a runtime
+    #: declared too short delays a pause by at most this long. In a 16-rack twin event
+    #: (2026-12-07, run D) m2g paused every running flex-2/3 job (26, 280 GPUs) in the
+    #: ramp's first 12 s while ~250 GPUs of other work ended within the next 20 s, and
+    #: brought all 26 back within 12–68 s: most of the event's performance loss. 0 (the
+    #: default until measured against the rule before in one twin invocation; 15 is the
+    #: value to try): off.
+    ending_lead_seconds: float = 0.0
     #: A cap the node agents report in force (GPUPowerLimit status) shows in the site meter
     #: within this long (the PDU/exporter interval and the scrape); then it no longer counts
     #: as settling: the meter has it (counting it again held a 16-rack twin 40–90 kW above
