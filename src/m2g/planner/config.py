@@ -132,6 +132,11 @@ class PlannerConfig:
     split_retry_seconds: int = 120
     #: ... asking again this long after each such Retry (Kueue holds the quota until then).
     split_retry_requeue_seconds: int = 5
+    #: An elastic Job's workload (Kueue refuses it a topology request) that fits one NVLink
+    #: domain is answered before Kueue reserves quota for it, Ready with the nodeSelector of a
+    #: domain that has its pods free, so Kueue's TAS places it there (m2g.planner.preplace).
+    #: False: it is answered once Kueue has reserved it, wherever Kueue placed it.
+    nvlink_preplace: bool = True
     #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
     #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.
     shed_saving_fraction: float = 0.82
