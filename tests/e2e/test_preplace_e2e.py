@@ -33,7 +33,7 @@ from m2g.planner.preplace import RULE
 from m2g.testing.kit import job, standard_policies
 
 pytestmark = pytest.mark.e2e
-CFG = PlannerConfig(check_name=CHECK, cap_levels=())
+CFG = PlannerConfig(check_name=CHECK, cap_levels=(), nvlink_preplace=True)  # (off by default)
 
 
 def entry(wl: Obj | None) -> Obj:

@@ -22,7 +22,7 @@ from m2g.policy import Evaluator
 from tests.unit.policy_helpers import evaluator
 from tests.unit.test_planner import NOW, POLICIES
 
-CFG = PlannerConfig(check_name="m2g")
+CFG = PlannerConfig(check_name="m2g", nvlink_preplace=True)  # (off by default)
 CLIQUE = "nvidia.com/gpu.clique"
 
 
@@ -134,6 +134,7 @@ def test_what_is_not_placed_ahead(ev: Evaluator) -> None:
     foreign = elastic("foreign", check_state=CheckState.READY, check_message="admitted")
     assert checks(snap(f, grown, fixed, big, foreign), ev) == {}
     assert checks(snap(f, elastic("e")), ev, replace(CFG, nvlink_preplace=False)) == {}
+    assert checks(snap(f, elastic("e")), ev, PlannerConfig(check_name="m2g")) == {}  # default
     # reserved: answered as before (no nodeSelector: Kueue has placed it already)
     u = checks(snap(f, elastic("r", phase=Phase.RESERVED)), ev)["r"]
     assert u.state is CheckState.READY and u.rule != RULE and not any(
