@@ -102,6 +102,9 @@ RUNS: dict[str, RunKind] = {
     "m2g-ending": RunKind(True, "m2g with no pause for the kW of work expected to end within "
                           "15 s (endingLeadSeconds: 15; off by default until measured)",
                           planner=(("endingLeadSeconds", 15),)),
+    "m2g-preplace": RunKind(True, "m2g placing a waiting elastic job in one NVLink domain "
+                            "before Kueue reserves it (nvlinkPreplace: true; off by default "
+                            "until measured)", planner=(("nvlinkPreplace", True),)),
 }
 
 

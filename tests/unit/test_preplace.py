@@ -193,3 +193,30 @@ def test_small_pods_fill_the_fullest_nodes_first() -> None:
     room = Room(ClusterSnapshot(f, ()))
     assert room.place(1, 1) == "c0"
     assert room.place(4, 2) == "c0"
+
+
+def test_a_domain_kueue_sees_full_is_not_chosen(ev: Evaluator) -> None:
+    """c1 is the best fit in the pods' view, but a workload holding quota there has pods not
+    bound yet (Kueue's TAS counts its hosts): c2 is chosen. Before, c1 — and the workload
+    waited for a domain Kueue saw full."""
+    f = factory({0: 18, 1: 12, 2: 10})  # pods' view: c1 6 nodes free, c2 8
+    holder = replace(elastic("holder", pods=16, tier=0, phase=Phase.RESERVED),
+                     check_state=CheckState.READY)
+    hosts = tuple(f"r1-n{i:02d}" for i in range(4))  # 64 GPUs on 4 of c1's hosts: 8 left
+    s = ClusterSnapshot(f, (holder, elastic("e")), placements={holder.key: hosts})
+    assert selector(checks(s, ev)["e"]) == {CLIQUE: "c2"}
+    alone = ClusterSnapshot(f, (holder, elastic("e")))  # no placements read: the pods' view
+    assert selector(checks(alone, ev)["e"]) == {CLIQUE: "c1"}
+
+
+def test_what_one_reconcile_places_is_taken_from_kueues_view_too(ev: Evaluator) -> None:
+    """c1 has 8 nodes free in the pods' view but 16 GPUs (4 pods) in Kueue's: the first
+    4-pod job goes there, the second to c2."""
+    f = factory({0: 18, 1: 10, 2: 6})  # pods' view: c1 8 nodes free, c2 12
+    holder = replace(elastic("holder", pods=14, tier=0, phase=Phase.RESERVED),
+                     check_state=CheckState.READY)
+    hosts = tuple(f"r1-n{i:02d}" for i in range(14))  # 56 GPUs: Kueue sees 16 free in c1
+    s = ClusterSnapshot(f, (holder, elastic("a"), elastic("b")),
+                        placements={holder.key: hosts})
+    by = checks(s, ev)
+    assert (selector(by["a"]), selector(by["b"])) == ({CLIQUE: "c1"}, {CLIQUE: "c2"})

@@ -314,8 +314,13 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     limits = {n: x for n, x in ((s.node, s) for s in _each(
         iso, "GPUPowerLimit", objs.gpu_power_limits, node_limit_state) if s is not None)}
     reservations = _each(iso, "Reservation", objs.reservations, reservation)
+    # ... and an elastic workload waiting with m2g's check (m2g.planner.preplace: Kueue's TAS
+    # view of each NVLink domain counts the hosts of the work it reserved)
+    pending = Phase.PENDING
     needed = bool(factory.maintenance or reservations) or any(
-        w.drained_for or w.power_cap < 1.0 for w in workloads) or bool(limits) \
+        w.drained_for or w.power_cap < 1.0 or (w.phase is pending and w.elastic_job != ""
+                                                and w.check != "")
+        for w in workloads) or bool(limits) \
         or _near_limit(factory, _admitted_kw(workloads, now))
     return ClusterSnapshot(
         factory=factory, workloads=workloads,

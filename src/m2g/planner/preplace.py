@@ -37,15 +37,18 @@ domain filled — goes back to Pending (Kueue's webhook refuses a change of a Re
 on the older answer: one reconcile's lag.
 
 The room is the snapshot's: per NVLink domain, the GPUs free on its healthy nodes that carry
-no m2g taint, outside racks in thermal alarm (never an alarmed or unhealthy rack), worked out
-once per snapshot (``Room``); the pods one placement takes are taken from it, so two
-workloads placed in one reconcile never count the same GPUs. It is the pods' view: Kueue's
-also counts work it reserved whose pods are not bound yet, so Kueue may find the domain full a
-little longer than m2g does (the workload then waits in Kueue's queue until it frees, or m2g
-moves it). Among the domains with room, the fullest that fits (best fit: whole domains stay
-free for the gangs that require one), then the most power headroom (rack cap less its draw),
-then the name. Per workload: a lookup in a per-pod-size index (``bisect``) and one domain's
-nodes updated.
+no m2g taint, outside racks in thermal alarm (never an alarmed or unhealthy rack), and no more
+than Kueue's TAS sees free there — the GPUs of every workload holding quota counted on its
+hosts, bound or only assigned (the snapshot reads the placements while such a workload waits:
+m2g.k8s.build) — worked out once per snapshot (``Room``); the pods one placement takes are
+taken from it, so two workloads placed in one reconcile never count the same GPUs. A workload
+given a domain Kueue sees full fits nowhere in Kueue's eyes, and (from Kueue's scheduler
+source, not measured) is tried again as its queue's head at every job's end, ahead of the work
+behind it: a 16-rack twin run with the pods' view alone (2026-12-07) had every job wait longer
+for quota (submitted → reserved 1 → 61 s p50). Among the domains with room, the fullest that
+fits (best fit: whole domains stay free for the gangs that require one), then the most power
+headroom (rack cap less its draw), then the name. Per workload: a lookup in a per-pod-size
+index (``bisect``) and one domain's nodes updated.
 """
 
 from __future__ import annotations
@@ -95,12 +98,18 @@ class _Domain:
     headroom: float  # kW under the rack cap (0 when unknown)
     free: list[int]  # each node's free GPUs
     keys: dict[int, tuple[int, float, str]] = field(default_factory=dict)  # g → index key
+    #: the GPUs Kueue's TAS sees free (its healthy GPUs less those of the work holding quota
+    #: on its hosts); None: not known (no placements in the snapshot)
+    reserved_free: int | None = None
 
     def slots(self, g: int) -> int:
-        return sum(f // g for f in self.free)
+        pods = sum(f // g for f in self.free)
+        return pods if self.reserved_free is None else min(pods, self.reserved_free // g)
 
     def take(self, g: int, pods: int) -> None:
         """Take ``pods`` pods of ``g`` GPUs, fullest nodes first (as Kueue packs a domain)."""
+        if self.reserved_free is not None:
+            self.reserved_free -= g * pods
         for i in sorted(range(len(self.free)), key=lambda i: (self.free[i], i)):
             n = min(pods, self.free[i] // g)
             self.free[i] -= n * g
@@ -126,6 +135,30 @@ class Room:
                 d.free.append(n.free_gpus)
         self.domains = domains
         self._index: dict[int, list[tuple[int, float, str]]] = {}
+        if snap.placements:
+            self._kueue_view(snap)
+
+    def _kueue_view(self, snap: ClusterSnapshot) -> None:
+        """Each domain's GPUs free in Kueue's view: its healthy GPUs less the GPUs of every
+        workload holding quota (reserved or admitted), shared evenly over its hosts (the TAS
+        hosts of work whose pods are not bound yet count: the pods' view misses them, and a
+        workload given a domain Kueue sees full waits at the head of its queue)."""
+        clique = {n.name: n.clique for n in snap.factory.nodes}
+        healthy: dict[str, int] = {}
+        for n in snap.factory.nodes:
+            if n.clique in self.domains:
+                healthy[n.clique] = healthy.get(n.clique, 0) + n.healthy_gpus
+        used: dict[str, float] = {}
+        held = (Phase.RESERVED, Phase.ADMITTED)
+        for w in snap.workloads:
+            hosts = snap.placements.get(w.key) if w.phase in held else None
+            if hosts:
+                share = w.view.gpus / len(hosts)
+                for h in hosts:
+                    if (c := clique.get(h)) is not None:
+                        used[c] = used.get(c, 0.0) + share
+        for name, d in self.domains.items():
+            d.reserved_free = max(0, int(healthy.get(name, 0) - used.get(name, 0.0)))
 
     def _of(self, g: int) -> list[tuple[int, float, str]]:
         """The domains with a pod of ``g`` GPUs free, by (slots, -headroom, name)."""
