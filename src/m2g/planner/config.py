@@ -35,6 +35,18 @@ class PlannerConfig:
     #: limit does is over it for that long. 0 (the default until it is measured in the
     #: twin): the limit in force only.
     shed_lead_seconds: float = 0.0
+    #: Work expected to end within this long (its own ``m2g.io/expected-runtime-seconds``
+    #: from the start of its pods, slowed by its cap) frees its kW about as soon as a pause
+    #: would show in the meter (Kueue stops the pods, then the meter's lag): the pause rounds
+    #: count it as freed and never pause it (m2g.planner.shedding.ending). Caps are planned
+    #: as before. A job that runs past its expected end no longer counts, so a runtime
+    #: declared too short delays a pause by at most this long. In a 16-rack twin event
+    #: (2026-12-07, run D) m2g paused every running flex-2/3 job (26, 280 GPUs) in the
+    #: ramp's first 12 s while ~250 GPUs of other work ended within the next 20 s, and
+    #: brought all 26 back within 12–68 s: most of the event's performance loss. 0 (the
+    #: default until measured against the rule before in one twin invocation; 15 is the
+    #: value to try): off.
+    ending_lead_seconds: float = 0.0
     #: A cap the node agents report in force (GPUPowerLimit status) shows in the site meter
     #: within this long (the PDU/exporter interval and the scrape); then it no longer counts
     #: as settling: the meter has it (counting it again held a 16-rack twin 40–90 kW above
@@ -120,6 +132,15 @@ class PlannerConfig:
     split_retry_seconds: int = 120
     #: ... asking again this long after each such Retry (Kueue holds the quota until then).
     split_retry_requeue_seconds: int = 5
+    #: An elastic Job's workload (Kueue refuses it a topology request) that fits one NVLink
+    #: domain is answered before Kueue reserves quota for it, Ready with the nodeSelector of a
+    #: domain that has its pods free, so Kueue's TAS places it there (m2g.planner.preplace).
+    #: False (the default): it is answered once Kueue has reserved it, wherever Kueue placed
+    #: it. Off until it pays: a 16-rack twin run with it on (2026-12-07, docs/benchmarks.md,
+    #: "Twenty-ninth session — Issue 15: NVLink placement of elastic jobs") placed 91.4 % of the
+    #: ≤ 72-GPU jobs in one NVLink domain (77.4 % before) but held GPU allocation outside the
+    #: event to 65.9 % (86.5 %) and completed 271 jobs (506).
+    nvlink_preplace: bool = False
     #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
     #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.
     shed_saving_fraction: float = 0.82
