@@ -103,6 +103,9 @@ RUNS: dict[str, RunKind] = {
                              "seconds too (endingLeadSeconds: 0; the behaviour before "
                              "2026-12-07's twenty-ninth session)",
                              planner=(("endingLeadSeconds", 0),)),
+    "m2g-preplace": RunKind(True, "m2g placing a waiting elastic job in one NVLink domain "
+                            "before Kueue reserves it (nvlinkPreplace: true; off by default "
+                            "until measured)", planner=(("nvlinkPreplace", True),)),
 }
 
 

@@ -265,6 +265,7 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
     if args.levers is not None:
         planner = dataclasses.replace(planner, power_caps=args.levers == "all")
     cluster.draw_history.keep_seconds = planner.draw_history_seconds
+    cluster.elastic_placements = planner.nvlink_preplace
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
                       config=planner, shadow=args.shadow, check_configs=checks.configs,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),

@@ -85,6 +85,8 @@ class K8sCluster:
         self._signal_failures: dict[SignalName, str] = {}  # signal → its last failure's kind
         self._poller: asyncio.Task[None] | None = None
         self.topology_labels = topology_labels  # the site's node labels for clique, rack, ...
+        #: read the placements while an elastic workload waits (``nvlink_preplace``: m2g run)
+        self.elastic_placements = False
         self._clock = clock
         self._condition_errors: dict[str, str] = {}  # key → the last failed condition write
         self._conditions_seen: tuple[tuple[int, ...], frozenset[tuple[str, str, str]]] | None \
@@ -128,7 +130,8 @@ class K8sCluster:
         await self.kai.probe()  # KAI installed later is picked up (one discovery call a minute)
         return assemble(objs, readings, now, kai=self.kai.state(self.caches["nodes"]),
                         memo=self._memo, history=self.draw_history,
-                        labels=self.topology_labels)
+                        labels=self.topology_labels,
+                        elastic_placements=self.elastic_placements)
 
     async def _readings(self) -> Readings | None:
         """The latest signal readings. With a refresh period, a background task reads every

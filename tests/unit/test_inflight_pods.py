@@ -70,3 +70,27 @@ def test_pods_are_read_when_recent_admissions_could_reach_the_limit() -> None:
     # far under the limit even with all of it: still not read (no cost at a quiet site)
     roomy, _ = _site(4.0, 30.0)
     assert roomy.live_pods is None
+
+
+def test_placements_are_read_while_an_elastic_workload_waits_when_asked() -> None:
+    """m2g.planner.preplace reads Kueue's view of each NVLink domain from the placements:
+    ``elastic_placements`` (m2g run: ``nvlinkPreplace``) has them read while an elastic
+    workload waits with m2g's check; off (the default), the snapshot is as before."""
+    objs, readings = generate(6, 240)
+    domains = copy.deepcopy(dict(objs.power_domains))
+    domains["site"]["spec"]["budgetKw"] = 1e9  # far from the limit: pods not read for it
+    workloads = dict(objs.workloads)
+    wl = copy.deepcopy(next(iter(workloads.values())))
+    wl["metadata"].update(name="elastic", ownerReferences=[
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "elastic", "uid": "job-e"}])
+    wl["metadata"]["annotations"] = {"kueue.x-k8s.io/elastic-job": "true",
+                                     "m2g.io/min-parallelism": "1"}
+    wl["status"] = {"admissionChecks": [{"name": "m2g-policy", "state": "Pending"}]}
+    workloads["team-0/elastic"] = wl
+    objs = dataclasses.replace(objs, power_domains=domains, grid_events={}, workloads=workloads)
+    off = build_snapshot(objs, readings, NOW, labels=LABELS)
+    waiting = next(w for w in off.workloads if w.name == "elastic")
+    assert waiting.phase is Phase.PENDING and waiting.elastic_job and waiting.check
+    assert off.placements == {}
+    on = build_snapshot(objs, readings, NOW, labels=LABELS, elastic_placements=True)
+    assert len(on.placements) > 100  # the admitted workloads' hosts

@@ -139,6 +139,9 @@ class PlannerSettings(BaseModel):
     #: less than this (0: off), asking again after ``splitRetryRequeueSeconds``.
     split_retry_seconds: int | None = Field(default=None, ge=0, le=MAX_SECONDS)
     split_retry_requeue_seconds: int | None = Field(default=None, ge=1, le=300)
+    #: An elastic Job's workload that fits one NVLink domain is answered Ready with that
+    #: domain's nodeSelector before Kueue reserves it (false: after, wherever Kueue put it).
+    nvlink_preplace: bool | None = None
     #: A cap the agents report in force shows in the site meter within this long.
     meter_lag_seconds: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
 

@@ -279,19 +279,23 @@ def build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetim
                    site: str = "site", rack_cap_kw: float = DEFAULT_RACK_CAP_KW,
                    inlet_limit_c: float = DEFAULT_INLET_LIMIT_C,
                    memo: SnapshotMemo | None = None,
-                   labels: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS) -> ClusterSnapshot:
+                   labels: L.TopologyLabels = L.DEFAULT_TOPOLOGY_LABELS,
+                   elastic_placements: bool = False) -> ClusterSnapshot:
     """Everything one reconcile decides on, from cache views and signal readings; ``memo``:
     see ``SnapshotMemo`` (the result is the same with or without it); ``labels``: the site's
-    topology label mapping. Runs with the cyclic garbage collector paused
-    (m2g.model.collector)."""
+    topology label mapping; ``elastic_placements``: read the placements while an elastic
+    workload waits with an m2g check (the planner's ``nvlink_preplace`` needs them). Runs
+    with the cyclic garbage collector paused (m2g.model.collector)."""
     with collector_paused():
         return _build_snapshot(objs, readings, now, site=site, rack_cap_kw=rack_cap_kw,
-                               inlet_limit_c=inlet_limit_c, memo=memo, labels=labels)
+                               inlet_limit_c=inlet_limit_c, memo=memo, labels=labels,
+                               elastic_placements=elastic_placements)
 
 
 def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
                     site: str, rack_cap_kw: float, inlet_limit_c: float,
-                    memo: SnapshotMemo | None, labels: L.TopologyLabels) -> ClusterSnapshot:
+                    memo: SnapshotMemo | None, labels: L.TopologyLabels,
+                    elastic_placements: bool = False) -> ClusterSnapshot:
     iso = Isolator()
     pods = _Pods(objs, memo)
     nodes, rack_labels = _nodes(objs, readings, memo, iso, labels, pods)
@@ -314,8 +318,13 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     limits = {n: x for n, x in ((s.node, s) for s in _each(
         iso, "GPUPowerLimit", objs.gpu_power_limits, node_limit_state) if s is not None)}
     reservations = _each(iso, "Reservation", objs.reservations, reservation)
+    # ... and an elastic workload waiting with m2g's check (m2g.planner.preplace: Kueue's TAS
+    # view of each NVLink domain counts the hosts of the work it reserved)
+    pending = Phase.PENDING if elastic_placements else None
     needed = bool(factory.maintenance or reservations) or any(
-        w.drained_for or w.power_cap < 1.0 for w in workloads) or bool(limits) \
+        w.drained_for or w.power_cap < 1.0 or (w.phase is pending and w.elastic_job != ""
+                                                and w.check != "")
+        for w in workloads) or bool(limits) \
         or _near_limit(factory, _admitted_kw(workloads, now))
     return ClusterSnapshot(
         factory=factory, workloads=workloads,

@@ -66,12 +66,14 @@ class DrawHistory:
 def assemble(objs: ClusterObjects, readings: Readings | None, now: datetime, *,
              kai: KaiState | None = None, memo: SnapshotMemo | None = None,
              history: DrawHistory | None = None,
-             labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS) -> ClusterSnapshot:
+             labels: TopologyLabels = DEFAULT_TOPOLOGY_LABELS,
+             elastic_placements: bool = False) -> ClusterSnapshot:
     """Everything one reconcile (or one CLI call) decides on: the converted objects and
     readings, with KAI's part (None: KAI's CRDs are not served) and, given a ``history``, this
     snapshot's site draw added to it and the samples kept (``draw_history``); ``labels``: the
-    site's topology label mapping."""
-    snap = build_snapshot(objs, readings, now, memo=memo, labels=labels)
+    site's topology label mapping; ``elastic_placements``: see ``build_snapshot``."""
+    snap = build_snapshot(objs, readings, now, memo=memo, labels=labels,
+                          elastic_placements=elastic_placements)
     draws = history.add(now, snap.factory.site_draw_kw()) if history is not None else ()
     return replace(snap, kai=kai, draw_history=draws)
 

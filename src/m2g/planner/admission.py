@@ -24,6 +24,7 @@ from m2g.model.cluster import CheckState, Phase, WorkloadState
 from m2g.model.plan import CheckUpdate
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
+from m2g.planner.preplace import candidate
 from m2g.planner.reservations import ReservationBook
 from m2g.policy import Decision, Evaluator
 from m2g.policy.results import AdmissionResult, Reason
@@ -75,7 +76,8 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
     ``check_evaluators`` (a policy selection, from the check's parameters); a check mapped to
     None (its parameters are broken: it is not Active) is not answered. ``book``: the
     reservations, which hold back (Retry) workloads their policies would admit."""
-    groups = _groups(builder.snap.workloads, evaluator, check_evaluators or {})
+    groups = _groups(builder.snap.workloads, evaluator, check_evaluators or {},
+                     config.nvlink_preplace)
     out: list[tuple[int, CheckUpdate]] = []
     order = sorted((iw for _, ws in groups.values() for iw in ws), key=lambda iw: iw[0])
     gates = book.gates(w for _, w in order) if book is not None and order else {}
@@ -93,14 +95,17 @@ def check_updates(evaluator: Evaluator, builder: InputBuilder, config: PlannerCo
 
 
 def _groups(workloads: Iterable[WorkloadState], evaluator: Evaluator,
-            own: Mapping[str, Evaluator | None]
+            own: Mapping[str, Evaluator | None], ahead: bool = False
             ) -> dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]]:
-    """The workloads m2g answers (``awaiting`` or ``deferred``), with their positions in the
-    snapshot, by the Evaluator that answers them (in first-seen order)."""
+    """The workloads m2g answers (``awaiting`` or ``deferred``, and the waiting elastic
+    workloads it places before Kueue reserves them: m2g.planner.preplace), with their
+    positions in the snapshot, by the Evaluator that answers them (in first-seen order)."""
     groups: dict[int, tuple[Evaluator, list[tuple[int, WorkloadState]]]] = {}
     reserved = Phase.RESERVED
+    pending = Phase.PENDING if ahead else None
     for i, w in enumerate(workloads):
-        if w.phase is reserved and w.check and w.check_state in _ASKED:
+        if (w.phase is reserved and w.check and w.check_state in _ASKED) or (
+                w.phase is pending and candidate(w)):
             ev = own.get(w.check, evaluator)
             if ev is not None:
                 groups.setdefault(id(ev), (ev, []))[1].append((i, w))

@@ -133,6 +133,15 @@ class PlannerConfig:
     split_retry_seconds: int = 120
     #: ... asking again this long after each such Retry (Kueue holds the quota until then).
     split_retry_requeue_seconds: int = 5
+    #: An elastic Job's workload (Kueue refuses it a topology request) that fits one NVLink
+    #: domain is answered before Kueue reserves quota for it, Ready with the nodeSelector of a
+    #: domain that has its pods free, so Kueue's TAS places it there (m2g.planner.preplace).
+    #: False (the default): it is answered once Kueue has reserved it, wherever Kueue placed
+    #: it. Off until it pays: a 16-rack twin run with it on (2026-12-07, docs/benchmarks.md,
+    #: "Twenty-ninth session — Issue 15: NVLink placement of elastic jobs") placed 91.4 % of the
+    #: ≤ 72-GPU jobs in one NVLink domain (77.4 % before) but held GPU allocation outside the
+    #: event to 65.9 % (86.5 %) and completed 271 jobs (506).
+    nvlink_preplace: bool = False
     #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
     #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.
     shed_saving_fraction: float = 0.82

@@ -21,6 +21,7 @@ from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
 from m2g.planner.nodes import drain_actions, taint_updates
 from m2g.planner.preemptors import hold
+from m2g.planner.preplace import preplace
 from m2g.planner.reservations import ReservationBook
 from m2g.planner.shedding import power_actions
 from m2g.planner.split import split
@@ -62,7 +63,7 @@ def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfi
     caps = lapse_records(caps, lapsed) if lapsed else caps
     wake = [t for t in (next_boundary(snap), *book.boundaries(), *hourly.boundaries(snap)) if t]
     return Plan(
-        checks=tuple(hold(checks, snap, config)),
+        checks=tuple(preplace(hold(checks, snap, config), snap, config)),
         quotas=tuple(quotas),
         stops=tuple(stops),
         preemptions=tuple(preemption_updates(snap, config)),
