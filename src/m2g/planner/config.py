@@ -140,7 +140,8 @@ class PlannerConfig:
     #: it. Off until it pays: a 16-rack twin run with it on (2026-12-07, docs/benchmarks.md,
     #: "Twenty-ninth session — Issue 15: NVLink placement of elastic jobs") placed 91.4 % of the
     #: ≤ 72-GPU jobs in one NVLink domain (77.4 % before) but held GPU allocation outside the
-    #: event to 65.9 % (86.5 %) and completed 271 jobs (506).
+    #: event to 65.9 % (86.5 %) and completed 271 jobs (506); a second, choosing domains in
+    #: Kueue's view too, 81.4 %, 62.9 % and 311.
     nvlink_preplace: bool = False
     #: Shedding a workload saves its draw above idle, not its whole estimate: a GB300 idles at
     #: ~242 W of ~1,337 W under training (docs/signals.md), so 82% of the estimate.

@@ -42,13 +42,14 @@ than Kueue's TAS sees free there — the GPUs of every workload holding quota co
 hosts, bound or only assigned (the snapshot reads the placements while such a workload waits:
 m2g.k8s.build) — worked out once per snapshot (``Room``); the pods one placement takes are
 taken from it, so two workloads placed in one reconcile never count the same GPUs. A workload
-given a domain Kueue sees full fits nowhere in Kueue's eyes, and (from Kueue's scheduler
-source, not measured) is tried again as its queue's head at every job's end, ahead of the work
-behind it: a 16-rack twin run with the pods' view alone (2026-12-07) had every job wait longer
-for quota (submitted → reserved 1 → 61 s p50). Among the domains with room, the fullest that
-fits (best fit: whole domains stay free for the gangs that require one), then the most power
-headroom (rack cap less its draw), then the name. Per workload: a lookup in a per-pod-size
-index (``bisect``) and one domain's nodes updated.
+given a domain Kueue sees full fits nowhere in Kueue's eyes and waits at the head of its
+queue. With Kueue's view counted, a 16-rack twin run (2026-12-07) withdrew 254 answers against
+611 with the pods' view alone. Every job still waited longer for quota with the setting on
+(submitted → reserved ~1 s p50 off, 45–61 s on); the cause is not found, so the setting is off
+by default (docs/benchmarks.md, "Twenty-ninth session"). Among the domains with room, the
+fullest that fits (best fit: whole domains stay free for the gangs that require one), then the
+most power headroom (rack cap less its draw), then the name. Per workload: a lookup in a
+per-pod-size index (``bisect``) and one domain's nodes updated.
 """
 
 from __future__ import annotations
