@@ -99,9 +99,10 @@ RUNS: dict[str, RunKind] = {
     "m2g-lead": RunKind(True, "m2g curtailing for the lowest limit starting within 30 s "
                         "(shedLeadSeconds: 30; off by default until measured)",
                         planner=(("shedLeadSeconds", 30),)),
-    "m2g-ending": RunKind(True, "m2g with no pause for the kW of work expected to end within "
-                          "15 s (endingLeadSeconds: 15; off by default until measured)",
-                          planner=(("endingLeadSeconds", 15),)),
+    "m2g-no-ending": RunKind(True, "m2g pausing for the kW of work expected to end within "
+                             "seconds too (endingLeadSeconds: 0; the behaviour before "
+                             "2026-12-07's twenty-ninth session)",
+                             planner=(("endingLeadSeconds", 0),)),
     "m2g-preplace": RunKind(True, "m2g placing a waiting elastic job in one NVLink domain "
                             "before Kueue reserves it (nvlinkPreplace: true; off by default "
                             "until measured)", planner=(("nvlinkPreplace", True),)),
