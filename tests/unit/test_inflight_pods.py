@@ -13,6 +13,7 @@ from m2g.k8s.build import build_snapshot
 from m2g.k8s.parse import format_time
 from m2g.model.cluster import Phase
 from m2g.planner.config import PlannerConfig
+from m2g.planner.preplace import candidate
 from m2g.planner.shedding import in_flight_kw, workload_kw
 from m2g.testing.scale import LABELS, NOW, generate
 
@@ -94,3 +95,9 @@ def test_placements_are_read_while_an_elastic_workload_waits_when_asked() -> Non
     assert off.placements == {}
     on = build_snapshot(objs, readings, NOW, labels=LABELS, elastic_placements=True)
     assert len(on.placements) > 100  # the admitted workloads' hosts
+    # elastic in Kueue's eyes without m2g's min-parallelism: a preplace candidate too
+    del wl["metadata"]["annotations"]["m2g.io/min-parallelism"]
+    bare = build_snapshot(objs, readings, NOW, labels=LABELS, elastic_placements=True)
+    waiting = next(w for w in bare.workloads if w.name == "elastic")
+    assert not waiting.elastic_job and waiting.kueue_elastic and candidate(waiting)
+    assert len(bare.placements) > 100

@@ -322,8 +322,8 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     # view of each NVLink domain counts the hosts of the work it reserved)
     pending = Phase.PENDING if elastic_placements else None
     needed = bool(factory.maintenance or reservations) or any(
-        w.drained_for or w.power_cap < 1.0 or (w.phase is pending and w.elastic_job != ""
-                                                and w.check != "")
+        w.drained_for or w.power_cap < 1.0 or (w.phase is pending and w.check != ""
+                                                and w.kueue_elastic)
         for w in workloads) or bool(limits) \
         or _near_limit(factory, _admitted_kw(workloads, now))
     return ClusterSnapshot(

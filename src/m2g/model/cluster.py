@@ -16,6 +16,7 @@ from typing import Any
 
 from m2g.model.factory import FactorySnapshot
 from m2g.model.inputs import Checkpoint, WorkloadView, aged_checkpoint, shallow_copy
+from m2g.model.labels import ELASTIC_JOB
 from m2g.model.powerlimit import NodeLimitState
 from m2g.model.schedule import CapacityPlan, Reservation
 
@@ -132,6 +133,12 @@ class WorkloadState:
         if "namespace" in more or "name" in more:
             copied.__post_init__()
         return copied
+
+    @property
+    def kueue_elastic(self) -> bool:
+        """Kueue marks it elastic (``kueue.x-k8s.io/elastic-job: "true"``; ``elastic_job``
+        implies it): Kueue refuses it a topology request (m2g.planner.preplace)."""
+        return bool(self.elastic_job) or self.view.annotations.get(ELASTIC_JOB) == "true"
 
     def wait_seconds(self, now: datetime) -> int:
         """Seconds it has waited at ``now`` (the view's ``waitSeconds`` then)."""

@@ -61,7 +61,6 @@ from typing import Any
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
 from m2g.model.factory import Rack
-from m2g.model.labels import ELASTIC_JOB
 from m2g.model.plan import CheckUpdate
 from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
@@ -82,8 +81,8 @@ def candidate(w: WorkloadState) -> bool:
             or (w.check_state is CheckState.READY and not pinned(w)):
         return False
     v = w.view
-    return (bool(w.elastic_job) or v.annotations.get(ELASTIC_JOB) == "true") \
-        and REPLACEMENT_FOR not in v.annotations and len(v.pod_sets) == 1 and v.gpus > 0
+    return w.kueue_elastic and REPLACEMENT_FOR not in v.annotations \
+        and len(v.pod_sets) == 1 and v.gpus > 0
 
 
 def pinned(w: WorkloadState) -> str:
