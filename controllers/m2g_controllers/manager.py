@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from m2g.config.checks import CheckConfig, CheckSetup, resolve_checks
 from m2g.model.cluster import ClusterSnapshot, Rejected
@@ -29,9 +29,11 @@ from m2g.planner.forecast import ForecastConfig, NewWork, forecast
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
 from m2g_controllers.collector import CollectorFreezer, HeapTrimmer
-from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
+
+if TYPE_CHECKING:  # pyarrow (~40 MiB resident) is loaded only with a decision log (run.py)
+    from m2g_controllers.decisionlog import DecisionLog
 
 log = logging.getLogger("m2g.manager")
 Clock = Callable[[], datetime]
