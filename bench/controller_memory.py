@@ -27,6 +27,7 @@ import asyncio
 import copy
 import ctypes
 import gc
+import hashlib
 import json
 import sys
 import tempfile
@@ -321,6 +322,16 @@ class World:
         return changes
 
 
+def decisions(plan: Any, digest: Any) -> None:
+    """Fold a plan's sheds and restores (workload, active) and check answers (workload,
+    state) into ``digest``: the same objects give the same digest whatever their memory."""
+    if plan is None:
+        return
+    digest.update(repr(sorted((s.namespace, s.name, s.active) for s in plan.sheds)).encode())
+    digest.update(repr(sorted((c.namespace, c.name, str(c.state)) for c in plan.checks))
+                  .encode())
+
+
 def shed(world: World) -> int:
     return sum(1 for _, wl in world.workloads() if wl["spec"].get("active") is False)
 
@@ -356,25 +367,27 @@ async def run(args: argparse.Namespace) -> None:
     if args.tracemalloc:
         gc.collect()
         base = tracemalloc.take_snapshot()
+    digest = hashlib.sha256()
     for rnd in range(args.rounds):
         t1 = time.process_time()
         limit = world.draw_kw() - args.shed_kw
         event = kit.grid_event(f"ev-{rnd}", datetime.now(UTC) - timedelta(seconds=1), 30, limit)
         world.put(k.GRID_EVENTS, "grid_events", event)
         for _ in range(args.reconciles_per_round):
-            await manager.reconcile()
+            decisions(await manager.reconcile(), digest)
             world.kueue()
         during = shed(world)
         gone = api.objects.pop(("gridevents", "", f"ev-{rnd}"))
         world.deliver("grid_events", "DELETED", gone)
         for _ in range(args.reconciles_per_round):
-            await manager.reconcile()
+            decisions(await manager.reconcile(), digest)
             world.kueue()
         await cluster.applier.drain()
         print(f"round {rnd}: shed {during}, still shed {shed(world)}, "
               f"{len(cluster.caches['pods'])} pods; RSS {rss_mib():.0f} MiB, peak "
               f"{hwm_mib():.0f} MiB; {heap()}; {len(cluster.applier.records)} applier records "
               f"(CPU {time.process_time() - t1:.1f} s)", flush=True)
+    print(f"decisions (sheds, restores, check answers) digest: {digest.hexdigest()[:16]}")
     stats = gc.get_stats()
     frozen = gc.get_freeze_count()
     before = rss_mib()
