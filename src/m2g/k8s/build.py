@@ -302,7 +302,7 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     specs = sorted((d for d in (iso.one("PowerDomain", o, power_domain)
                                 for o in objs.power_domains.values()) if d is not None),
                    key=lambda d: d.domain.name)
-    site_spec = next((d for d in specs if d.level == SITE_LEVEL), None)
+    site_spec = _one_site([d for d in specs if d.level == SITE_LEVEL], iso)
     domain_specs = [d for d in specs if d.level != SITE_LEVEL]
     racks = _racks(nodes, rack_labels, domain_specs, readings, rack_cap_kw, inlet_limit_c,
                    labels.power_domain)
@@ -481,6 +481,24 @@ def _racks(nodes: list[Node], rack_labels: Mapping[str, Mapping[str, str]],
             limit_c=(owner.inlet_limit_c if owner and owner.inlet_limit_c else inlet_limit_c),
         ))
     return racks
+
+
+def _one_site(sites: list[DomainSpec], iso: Isolator) -> DomainSpec | None:
+    """The Site PowerDomain. Two or more are a mistake m2g cannot resolve: the first by name
+    was used, so a second one named before it (a copy with a larger ``budgetKw``) lifted the
+    site's limit without a word and admitted work the real budget holds back. Now the one with
+    the smallest budget is used (the safe value; 0 is "no budget", so it counts only when
+    every one says 0) and the others are left out and reported."""
+    if len(sites) <= 1:
+        return sites[0] if sites else None
+    limited = [d for d in sites if d.domain.budget_kw > 0]
+    chosen = min(limited or sites, key=lambda d: (d.domain.budget_kw, d.domain.name))
+    for d in sites:
+        if d is not chosen:
+            iso.reject("PowerDomain", {"metadata": {"name": d.domain.name}},
+                       f"{len(sites)} PowerDomains have level Site: m2g uses the smallest "
+                       f"budget, {chosen.domain.name}'s {chosen.domain.budget_kw:g} kW")
+    return chosen
 
 
 def _factory(objs: ClusterObjects, readings: Readings | None, now: datetime,
