@@ -1,8 +1,9 @@
 """The snapshot memo's workload and rack entries, kept in place between snapshots (issue 14,
 thirtieth session): after every step of a random sequence of changes — workloads changed,
 gone, new, read without a resourceVersion, unreadable; a LocalQueue pointed elsewhere; the
-m2g check renamed; a node relabelled into another power domain, block or clique, or gone; a
-PowerDomain's rack list, rack cap or inlet limit edited — the snapshot built through the memo
+m2g check renamed; a node relabelled into another power domain, block or clique, gone, or no
+GPU node any more; a PowerDomain's rack list, rack cap or inlet limit edited; the topology
+label mapping changed — the snapshot built through the memo
 equals the one built without it (racks, workloads, rejections), and the memo holds exactly
 the workloads read with a resourceVersion."""
 
@@ -74,6 +75,19 @@ def _changed(objs: kb.ClusterObjects, rng: random.Random, step: int) -> kb.Clust
         nodes[key] = {**new, "metadata": {**new["metadata"], "labels": labels}}
     if rng.random() < 0.1 and len(nodes) > 1:
         del nodes[rng.choice(sorted(nodes))]
+    if rng.random() < 0.2:  # a node that is no GPU node any more (or one again)
+        key = rng.choice(sorted(nodes))
+        new = _bump(nodes[key], step)
+        if "nvidia.com/gpu" in new["status"]["capacity"]:
+            labels = {k: v for k, v in new["metadata"]["labels"].items()
+                      if not k.startswith(("network.topology", "nvidia.com"))}
+            status = {**new["status"], "capacity": {}, "allocatable": {}}
+        else:
+            labels = {**new["metadata"]["labels"], "nvidia.com/gpu.clique": f"back-{step}"}
+            status = {**new["status"], "capacity": {"nvidia.com/gpu": "4"},
+                      "allocatable": {"nvidia.com/gpu": "4"}}
+        nodes[key] = {**new, "metadata": {**new["metadata"], "labels": labels},
+                      "status": status}
     if rng.random() < 0.3 and domains:  # a PowerDomain edited
         key = rng.choice(sorted(domains))
         new = _bump(domains[key], step)
@@ -90,6 +104,10 @@ def _changed(objs: kb.ClusterObjects, rng: random.Random, step: int) -> kb.Clust
                                local_queues=lqs, admission_checks=checks)
 
 
+#: Another topology label mapping: the nodes' power domains read from the block label.
+OTHER = LABELS.model_copy(update={"power_domain": "network.topology.nvidia.com/block"})
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_snapshots_through_the_kept_memo_equal_the_plain_ones(seed: int) -> None:
     rng = random.Random(seed)
@@ -99,8 +117,9 @@ def test_snapshots_through_the_kept_memo_equal_the_plain_ones(seed: int) -> None
         if step:
             objs = _changed(objs, rng, step)
         now = NOW + timedelta(seconds=10 * step)
-        warm = kb.build_snapshot(objs, readings, now, memo=memo, labels=LABELS)
-        plain = kb.build_snapshot(objs, readings, now, labels=LABELS)
+        labels = OTHER if step in (5, 6, 11) else LABELS  # the mapping changed, and back
+        warm = kb.build_snapshot(objs, readings, now, memo=memo, labels=labels)
+        plain = kb.build_snapshot(objs, readings, now, labels=labels)
         assert warm.factory.racks == plain.factory.racks
         assert warm.factory == plain.factory
         assert warm.workloads == plain.workloads

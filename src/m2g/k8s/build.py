@@ -111,6 +111,8 @@ class SnapshotMemo:
     #: name → (key, node, its labels as strings).
     nodes: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = field(
         default_factory=dict)
+    #: The topology label mapping ``nodes`` were converted under (another one: none kept).
+    node_labels: L.TopologyLabels | None = None
     #: name → its entry (``_Kept``: resourceVersion, its conversion, its pods' checkpoint
     #: report, the state the last snapshot had — the conversion with that report —, its key
     #: and rejection), for the LocalQueues, tier floors and check names of
@@ -425,6 +427,8 @@ def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo |
     nodes: list[Node] = []
     rack_labels: dict[str, dict[str, str]] = {}
     fresh: dict[str, tuple[tuple[str, int, int], Node, dict[str, str]]] = {}
+    if memo is not None and memo.node_labels != labels:  # converted under another mapping
+        memo.nodes, memo.node_labels = {}, labels
     for o in sorted(objs.nodes.values(), key=_name):
         got = iso.one("Node", o, _one_node, readings, memo, allocated, labels)
         if not got:
@@ -444,13 +448,16 @@ def _nodes(objs: ClusterObjects, readings: Readings | None, memo: SnapshotMemo |
 def _one_node(o: Obj, readings: Readings | None, memo: SnapshotMemo | None,
               allocated: Mapping[str, int], labels: L.TopologyLabels
               ) -> tuple[str, tuple[str, int, int], Node, dict[str, str]] | tuple[()]:
-    """One node's conversion; ``()`` for a node without GPUs."""
-    if not is_gpu_node(o, labels):
-        return ()
+    """One node's conversion; ``()`` for a node without GPUs. A node the memo has at this
+    resourceVersion was a GPU node then (the memo keeps only those, for these ``labels``:
+    ``_nodes``), so it is one now: its labels are not looked at again."""
     name, meta = _name(o), o.get("metadata") or {}
+    rv = str(meta.get("resourceVersion") or "")
+    hit = memo.nodes.get(name) if memo is not None and rv else None
+    if (hit is None or hit[0][0] != rv) and not is_gpu_node(o, labels):
+        return ()
     xid = len(readings.nodes[name].xid_gpus) if readings and name in readings.nodes else 0
-    key = (str(meta.get("resourceVersion") or ""), allocated.get(name, 0), xid)
-    hit = memo.nodes.get(name) if memo is not None and key[0] else None
+    key = (rv, allocated.get(name, 0), xid)
     if hit is not None and hit[0] == key:  # the same resourceVersion: the same labels
         return name, key, hit[1], hit[2]
     return name, key, node(o, key[1], xid, labels), {
