@@ -39,7 +39,6 @@ from m2g.policy import EngineUnavailable, make_runtime
 from m2g.signals.config import PrometheusSettings, SignalConfig
 from m2g.signals.http import PrometheusSetupError, make_http_client
 from m2g_controllers import webhook
-from m2g_controllers.decisionlog import DecisionLog
 from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import UNREADY_STALE_SECONDS, Clock, Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics
@@ -304,13 +303,15 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
         planner = dataclasses.replace(planner, power_caps=args.levers == "all")
     cluster.draw_history.keep_seconds = planner.draw_history_seconds
     cluster.elastic_placements = planner.nvlink_preplace
+    decision_log = None
+    if args.decision_log:  # pyarrow: ~40 MiB of the controller's RSS, only when asked for
+        from m2g_controllers.decisionlog import DecisionLog
+        decision_log = DecisionLog(args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
                       config=planner, shadow=args.shadow, check_configs=checks.configs,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                       resync_seconds=args.resync_seconds, policy_dir=args.policies,
-                      clock=clock, decision_log=DecisionLog(
-                          args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
-                      if args.decision_log else None,
+                      clock=clock, decision_log=decision_log,
                       unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None,
                       freeze_collector=True, min_interval_seconds=args.min_reconcile_interval)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
