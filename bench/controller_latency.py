@@ -117,6 +117,12 @@ def proc_memory(pid: int) -> dict[str, float]:
     return out
 
 
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def meta(obj: dict[str, Any]) -> dict[str, Any]:
     m: dict[str, Any] = obj.get("metadata") or {}
     return m
@@ -290,7 +296,8 @@ async def start_controller(kubeconfig: Path, policy_dir: Path, log_path: Path,
            "--metrics-port", str(port), "--resync-seconds", str(args.resync_seconds),
            "--check-name", CHECK, "--ramp-kw-per-second", str(args.ramp_kw_per_second),
            "--max-step-kw", str(args.max_step_kw),
-           "--min-reconcile-interval", str(args.min_reconcile_interval)]
+           "--min-reconcile-interval", str(args.min_reconcile_interval),
+           *(["--no-trim"] if args.no_trim else [])]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_path.open("wb"))
     ctl = Controller(proc, log_path, port)
     deadline = time.monotonic() + 300
@@ -522,6 +529,7 @@ async def run(args: argparse.Namespace) -> int:
             ctl = await start_controller(kubeconfig, policy_dir, log_path, args)
             report["controller_start_s"] = time.monotonic() - t
             report["rss_idle_mib"] = proc_memory(ctl.proc.pid)
+            report["cpu_idle_s"] = proc_cpu(ctl.proc.pid)
             log(f"controller pid {ctl.proc.pid} ready in {report['controller_start_s']:.1f} s "
                 f"(log {log_path}); RSS {report['rss_idle_mib']}")
             t = time.monotonic()
@@ -534,14 +542,22 @@ async def run(args: argparse.Namespace) -> int:
                         args.setup_timeout, every=2, progress=world.progress)
             report["admit_s"] = time.monotonic() - t
             report["rss_loaded_mib"] = proc_memory(ctl.proc.pid)
+            report["cpu_loaded_s"] = proc_cpu(ctl.proc.pid)
             log(f"all admitted and running after {report['admit_s']:.1f} s more; "
                 f"RSS {report['rss_loaded_mib']}")
             await asyncio.sleep(3)
             n_setup = len(ctl.reconciles())
-            samples = [await one_round(kube, world, ctl, args.shed_kw, args.max_step_kw, i)
-                       for i in range(args.repeats)]
+            samples = []
+            report["rounds_mem"] = []
+            for i in range(args.repeats):
+                samples.append(await one_round(kube, world, ctl, args.shed_kw,
+                                               args.max_step_kw, i))
+                report["rounds_mem"].append({**proc_memory(ctl.proc.pid),
+                                             "cpu_s": proc_cpu(ctl.proc.pid)})
+                log(f"round {i}: controller {report['rounds_mem'][-1]}")
             recs = ctl.reconciles()
             report["rss_end_mib"] = proc_memory(ctl.proc.pid)
+            report["cpu_end_s"] = proc_cpu(ctl.proc.pid)
             report["metrics"] = ctl.metrics()
     finally:
         if ctl is not None:
@@ -570,6 +586,22 @@ def api_calls(recs: list[dict[str, Any]]) -> str:
             row[2] = max(row[2], top)
     return "; ".join(f"{key} {n:.0f} (mean {secs / n:.3f} s, max {top:.3f} s)"
                      for key, (n, secs, top) in sorted(total.items()) if n) or "none recorded"
+
+
+def heap_line(recs: list[dict[str, Any]]) -> str:
+    """glibc's heap and the trims, from the controller's log (bench/controller_proc.py)."""
+    heaps = [r["heap"] for r in recs if r.get("heap")]
+    trims = [r["trim_mib"] for r in recs if r.get("trim_mib")]
+    if not heaps:
+        return "  controller C heap: not logged"
+    last = heaps[-1]
+    text = (f"  controller C heap (glibc, MiB) at the end: in use {last[0]:.0f}, free "
+            f"{last[1]:.0f}, mmapped {last[2]:.0f}; free at most {max(h[1] for h in heaps):.0f}")
+    if trims:
+        freed = [a - b for a, b in trims]
+        text += (f"; {len(trims)} trims returned {sum(freed):.1f} MiB of RSS in all (at most "
+                 f"{max(freed):.1f} at once)")
+    return text
 
 
 def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list[Sample],
@@ -620,6 +652,13 @@ def print_report(args: argparse.Namespace, report: dict[str, Any], samples: list
                             report["rss_loaded_mib"].get("VmRSS", 0),
                             report["rss_end_mib"].get("VmRSS", 0),
                             report["rss_end_mib"].get("VmHWM", 0)),
+        "  controller RSS at each round's end: " + ", ".join(
+            f"{m.get('VmRSS', 0):.0f}" for m in report["rounds_mem"]) + " MiB; CPU seconds: "
+        f"to ready {report['cpu_idle_s']:.1f}, setup {report['cpu_loaded_s']:.1f}, each round "
+        + ", ".join(f"{b['cpu_s'] - a:.1f}" for a, b in zip(
+            [report["cpu_loaded_s"]] + [m["cpu_s"] for m in report["rounds_mem"]],
+            report["rounds_mem"], strict=False)),
+        heap_line(recs),
         "  machine: {} cores, load average {} at start, {} at end".format(
             os.cpu_count(), " ".join(f"{x:.2f}" for x in report["load_start"]),
             " ".join(f"{x:.2f}" for x in report["load_end"])),
@@ -651,6 +690,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    "would stop)")
     p.add_argument("--up", action="store_true", help="start the control plane first")
     p.add_argument("--down", action="store_true", help="stop the control plane at the end")
+    p.add_argument("--no-trim", action="store_true",
+                   help="the controller does not trim its C heap (m2g run does, every 10 s)")
     p.add_argument("--json", help="also write the figures and every reconcile here")
     args = p.parse_args(argv)
     workloads, shed = DEFAULTS[args.factory]

@@ -8,9 +8,12 @@ telemetry stack, and the process's RSS is the controller's alone.
 
 Each reconcile is logged as one JSON line on stderr:
 ``{"reconcile": n, "total_s", "snapshot_s", "apply_s", "plan_s", "sheds", "checks",
-"workloads", "pods", "requests"}`` (plan_s = total − snapshot − apply: policies, planning,
-metrics; ``requests``: the API calls the reconcile made, ``{"PATCH workloads": [count,
-total seconds, max seconds], ...}``).
+"workloads", "pods", "requests", "rss_mib", "cpu_s"}`` (plan_s = total − snapshot − apply:
+policies, planning, metrics; ``requests``: the API calls the reconcile made, ``{"PATCH
+workloads": [count, total seconds, max seconds], ...}``; ``rss_mib``: VmRSS after it,
+``cpu_s``: the process's CPU seconds so far), at most every 2 s also ``"heap"``: glibc's heap,
+``[in use, free, mmapped]`` MiB (``mallinfo2``), and after a reconcile that trimmed the heap
+(``HeapTrimmer``) ``"trim_mib"``: ``[VmRSS before, after]``.
 
     python bench/controller_proc.py --kubeconfig K --policies DIR --metrics-port P \
         [--resync-seconds S] [--check-name NAME] [--ramp-kw-per-second R] [--max-step-kw M] \
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import ctypes
 import json
 import logging
 import signal
@@ -42,6 +46,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.policy import make_runtime
 from m2g.signals.readings import Readings
 from m2g.testing import kit
+from m2g_controllers.collector import HeapTrimmer
 from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import Manager
 from m2g_controllers.metrics import Metrics
@@ -57,6 +62,45 @@ def modelled_power() -> Callable[[K8sCluster], Awaitable[Readings]]:
     """Rack kW = idle + 1.3 kW per GPU of the pods bound to the rack (fresh readings):
     m2g.testing.kit's, shared with the e2e tests."""
     return kit.modelled_power()
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def heap_mib() -> list[float] | None:
+    """glibc's heap over all arenas: [in use, free but kept, mmapped] MiB; None elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return None
+    return [round(m.uordblks / 2**20, 1), round(m.fordblks / 2**20, 1),
+            round(m.hblkhd / 2**20, 1)]
+
+
+class LoggedTrimmer(HeapTrimmer):
+    """The manager's HeapTrimmer, remembering VmRSS before and after its last trim."""
+
+    trimmed: list[float] | None = None
+
+    def after_reconcile(self) -> bool:
+        before = rss_mib()
+        done = super().after_reconcile()
+        if done:
+            self.trimmed = [round(before, 1), round(rss_mib(), 1)]
+        return done
 
 
 def count_requests(kube: k.Kube) -> dict[str, list[float]]:
@@ -114,6 +158,7 @@ class TimedManager(Manager):
     """Manager that logs each reconcile's duration and its parts as a JSON line."""
 
     tally: dict[str, list[float]]  # set by serve() (count_requests)
+    heap_at = 0.0  # when "heap" was last logged
 
     async def reconcile(self) -> Plan | None:
         cluster = self.cluster
@@ -123,6 +168,13 @@ class TimedManager(Manager):
         t = time.perf_counter()
         plan = await super().reconcile()
         total = time.perf_counter() - t
+        extra: dict[str, Any] = {"rss_mib": round(rss_mib(), 1),
+                                 "cpu_s": round(time.process_time(), 2)}
+        if time.monotonic() - self.heap_at >= 2.0:
+            self.heap_at = time.monotonic()
+            extra["heap"] = heap_mib()
+        if isinstance(self.trimmer, LoggedTrimmer) and self.trimmer.trimmed is not None:
+            extra["trim_mib"], self.trimmer.trimmed = self.trimmer.trimmed, None
         print(json.dumps({
             "reconcile": self.state.reconciles, "at": time.time(), "total_s": round(total, 4),
             "snapshot_s": round(cluster.snapshot_s, 4), "apply_s": round(cluster.apply_s, 4),
@@ -131,6 +183,7 @@ class TimedManager(Manager):
             "workloads": len(cluster.caches["workloads"]), "pods": len(cluster.caches["pods"]),
             "requests": {key: [int(n), round(tot, 4), round(top, 4)]
                          for key, (n, tot, top) in sorted(self.tally.items())},
+            **extra,
         }), file=sys.stderr, flush=True)
         return plan
 
@@ -148,6 +201,10 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
                            freeze_collector=True,
                            min_interval_seconds=args.min_reconcile_interval)
     manager.tally = count_requests(kube)
+    if manager.trimmer is not None and not args.no_trim:
+        manager.trimmer = LoggedTrimmer()  # as m2g run's, and logged
+    elif args.no_trim:
+        manager.trimmer = None
     health = HealthServer(metrics.registry, manager.ready, "127.0.0.1", args.metrics_port)
     await health.start()
     try:
@@ -176,6 +233,8 @@ def main() -> int:
     # shortfall with GPU caps first and sheds nothing (bench/controller_latency.py --levers).
     p.add_argument("--power-caps", action=argparse.BooleanOptionalAction, default=False,
                    help="cap GPUs of flexible jobs before pausing (m2g run's default: on)")
+    p.add_argument("--no-trim", action="store_true",
+                   help="do not trim the C heap after reconciles (m2g run does, every 10 s)")
     p.add_argument("--profile", help="write cProfile stats of the whole run here on exit")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from m2g.config.checks import CheckConfig, CheckSetup, resolve_checks
 from m2g.model.cluster import ClusterSnapshot, Rejected
@@ -28,10 +28,12 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.forecast import ForecastConfig, NewWork, forecast
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
-from m2g_controllers.collector import CollectorFreezer
-from m2g_controllers.decisionlog import DecisionLog
+from m2g_controllers.collector import CollectorFreezer, HeapTrimmer
 from m2g_controllers.metrics import Metrics
 from m2g_controllers.policies import LoadResult, PolicyStore
+
+if TYPE_CHECKING:  # pyarrow (~40 MiB resident) is loaded only with a decision log (run.py)
+    from m2g_controllers.decisionlog import DecisionLog
 
 log = logging.getLogger("m2g.manager")
 Clock = Callable[[], datetime]
@@ -123,6 +125,8 @@ class Manager:
         #: m2g run: gc.freeze() after each snapshot (m2g_controllers.collector); off in tests,
         #: which share one process
         self.collector = CollectorFreezer() if freeze_collector else None
+        #: and the C heap trimmed after a reconcile, at most every 10 s (m2g_controllers.collector)
+        self.trimmer = HeapTrimmer() if freeze_collector else None
         self.decision_log = decision_log  # m2g run --decision-log: the leader records
         self.config = config or PlannerConfig()
         self.check_configs = dict(check_configs or {})
@@ -293,6 +297,8 @@ class Manager:
         self.state.reconciles += 1
         self.metrics.reconciles.labels("ok").inc()
         self.metrics.reconcile_seconds.observe(time.perf_counter() - t0)
+        if self.trimmer is not None:
+            self.trimmer.after_reconcile()
         return plan
 
     def _log_decisions(self, snap: ClusterSnapshot, plan: Plan) -> None:

@@ -76,6 +76,10 @@ class Metrics:
         self.policy_errors = Counter(
             "m2g_policy_set_rejections_total", "Policy sets rejected (the last good one stays)",
             registry=r)
+        self.webhook_reviews = Counter(
+            "m2g_webhook_reviews_total", "Policy admission reviews answered by the webhook, "
+            "by outcome (allowed, denied, error: refused as not checked in time; refused: "
+            "not a review, or over the size bound)", ["outcome"], registry=r)
         self.shadow = Gauge("m2g_shadow_mode", "1 when deciding without writing", registry=r)
         self.rejected = Gauge(
             "m2g_rejected_objects", "Objects left out of the snapshot as unusable, or used "

@@ -38,7 +38,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.policy import EngineUnavailable, make_runtime
 from m2g.signals.config import PrometheusSettings, SignalConfig
 from m2g.signals.http import PrometheusSetupError, make_http_client
-from m2g_controllers.decisionlog import DecisionLog
+from m2g_controllers import webhook
 from m2g_controllers.health import HealthServer
 from m2g_controllers.manager import UNREADY_STALE_SECONDS, Clock, Manager, clock_from, utcnow
 from m2g_controllers.metrics import Metrics
@@ -97,6 +97,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=_port, default=8080,
                    help="port of /metrics, /healthz and /readyz (0: any free port)")
     p.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
+    p.add_argument("--webhook-port", type=_port, default=None,
+                   help="serve the validating admission webhook of Policy and TenantPolicy "
+                        "objects (m2g's policy compiler, POST /validate-policy, HTTPS) on this "
+                        "port (0: any free port; default: not served; docs/deploy.md)")
+    p.add_argument("--webhook-host", default="0.0.0.0", help="address to serve it on")
+    p.add_argument("--webhook-cert-dir", type=Path, default=Path(WEBHOOK_CERT_DIR),
+                   help="folder of the webhook's serving pair tls.crt and tls.key (a "
+                        "kubernetes.io/tls Secret; read again when they change; default "
+                        f"{WEBHOOK_CERT_DIR})")
+    p.add_argument("--webhook-timeout", type=_webhook_timeout,
+                   default=webhook.COMPILE_TIMEOUT_SECONDS, metavar="SECONDS",
+                   help="compile bound of one object: past it the compiler is killed and the "
+                        f"object refused (default {webhook.COMPILE_TIMEOUT_SECONDS:g}; keep it "
+                        "below the ValidatingWebhookConfiguration's timeoutSeconds)")
     p.add_argument("--resync-seconds", type=_resync, default=10.0,
                    help="reconcile at least this often, changes or not")
     p.add_argument("--min-reconcile-interval", type=_interval, default=MIN_RECONCILE_INTERVAL,
@@ -156,6 +170,9 @@ def _seconds(low: float, high: float) -> Callable[[str], float]:
 
 
 _resync = _seconds(0.1, 86400)
+_webhook_timeout = _seconds(0.1, 29)
+#: Where the Deployment mounts the webhook's Secret.
+WEBHOOK_CERT_DIR = "/var/run/m2g/webhook"
 #: seconds from one reconcile's start to the next one's at the least (docs/controllers.md)
 MIN_RECONCILE_INTERVAL = 0.25
 _interval = _seconds(0, 60)
@@ -244,8 +261,28 @@ async def kick_on_leadership(elector: LeaderElector, manager: Manager,
             await asyncio.sleep(0.5)
 
 
+async def start_webhook(args: argparse.Namespace, tls: webhook.TlsFiles | None,
+                        metrics: Metrics
+                        ) -> tuple[webhook.WebhookServer, webhook.CompileWorker] | None:
+    """The Policy webhook when ``--webhook-port`` is given: the compiler's child process
+    started, then the port."""
+    if args.webhook_port is None or tls is None:
+        return None
+    worker = webhook.CompileWorker(args.engine, args.webhook_timeout)
+    await worker.start()
+    server = webhook.WebhookServer(
+        worker.problems, tls.context, args.webhook_host, args.webhook_port,
+        count=lambda outcome: metrics.webhook_reviews.labels(outcome).inc())
+    await server.start()
+    log.info("serving the Policy webhook (POST %s, HTTPS) on %s:%d", webhook.PATH,
+             args.webhook_host, server.port)
+    return server, worker
+
+
 async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Event) -> int:
     prom = settings.prometheus
+    # the webhook's serving pair first: unreadable, m2g run ends with one line at once
+    tls = webhook.TlsFiles(args.webhook_cert_dir) if args.webhook_port is not None else None
     http = make_http_client(prom) if prom is not None else None  # token file checked here
     if prom is not None and prom.insecure_skip_verify:
         log.warning("TLS verification of %s is off (prometheus.insecureSkipVerify)",
@@ -266,18 +303,21 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
         planner = dataclasses.replace(planner, power_caps=args.levers == "all")
     cluster.draw_history.keep_seconds = planner.draw_history_seconds
     cluster.elastic_placements = planner.nvlink_preplace
+    decision_log = None
+    if args.decision_log:  # pyarrow: ~40 MiB of the controller's RSS, only when asked for
+        from m2g_controllers.decisionlog import DecisionLog
+        decision_log = DecisionLog(args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
     manager = Manager(cluster, PolicyStore(make_runtime(args.engine)), metrics,
                       config=planner, shadow=args.shadow, check_configs=checks.configs,
                       is_leader=(lambda: elector.is_leader) if elector else (lambda: True),
                       resync_seconds=args.resync_seconds, policy_dir=args.policies,
-                      clock=clock, decision_log=DecisionLog(
-                          args.decision_log, kw_per_gpu=planner.default_kw_per_gpu)
-                      if args.decision_log else None,
+                      clock=clock, decision_log=decision_log,
                       unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None,
                       freeze_collector=True, min_interval_seconds=args.min_reconcile_interval)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)
+    hook = await start_webhook(args, tls, metrics)
     tasks = []
     try:
         await cluster.start(manager.kick)
@@ -294,6 +334,9 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
             await elector.release()
         await cluster.stop()
         await health.stop()
+        if hook is not None:
+            await hook[0].stop()
+            hook[1].stop()
         await kube.close()
         if manager.decision_log is not None:
             manager.decision_log.close()  # the Parquet footers
@@ -329,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: m2g run: --prometheus: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
     except (k.KubeError, EngineUnavailable, OSError, TimeoutError,
-            PrometheusSetupError) as exc:
+            PrometheusSetupError, webhook.CompileTimeout) as exc:
         print(f"error: m2g run: {exc}", file=sys.stderr)
         return 1
 

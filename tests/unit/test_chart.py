@@ -112,8 +112,12 @@ def test_chart_files_are_fresh_copies_of_deploy() -> None:
     assert out.returncode == 0, out.stderr
 
 
+WEBHOOK = ["--set", "webhook.enabled=true"]
+
+
 @pytest.mark.parametrize("values", [[], MONITORING, ["--set", "shadow=true",
-                                                     "--set", "namespace.create=true"]])
+                                                     "--set", "namespace.create=true"],
+                                    WEBHOOK, [*WEBHOOK, "--set", "webhook.certManager.enabled=false"]])
 def test_helm_lint(values: list[str]) -> None:
     out = helm("lint", "--strict", str(CHART), *values)
     assert "0 chart(s) failed" in out.stdout, out.stdout
@@ -128,6 +132,62 @@ def test_chart_renders_what_kustomize_renders() -> None:
     assert sorted(chart) == sorted(kust)
     for k, want in kust.items():
         assert essence(chart[k]) == essence(want), k
+
+
+def test_chart_with_the_webhook_renders_what_kustomize_renders() -> None:
+    """webhook.enabled=true is deploy/overlays/webhook (the Component deploy/webhook)."""
+    chart = by_key(template(*WEBHOOK))
+    kust = by_key(kustomize(REPO / "deploy" / "overlays" / "webhook")
+                  + kustomize(REPO / "deploy" / "admission-policies"))
+    kust.pop(("Namespace", "m2g-system", ""))
+    assert sorted(chart) == sorted(kust)
+    for k, want in kust.items():
+        assert essence(chart[k]) == essence(want), k
+    assert chart[("ValidatingWebhookConfiguration", "m2g-policy-compiler", "")]["metadata"][
+        "annotations"]["cert-manager.io/inject-ca-from"] == "m2g-system/m2g-webhook"
+
+
+def test_the_webhook_is_fail_closed_bounded_and_matches_only_m2g_policies() -> None:
+    from m2g_controllers import run, webhook
+
+    (vwc,) = (o for o in kustomize(REPO / "deploy" / "overlays" / "webhook")
+              if o["kind"] == "ValidatingWebhookConfiguration")
+    (hook,) = vwc["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    # the API server waits longer than m2g's compile bound, which answers (refuses) first
+    assert hook["timeoutSeconds"] > run.parse([]).webhook_timeout == \
+        webhook.COMPILE_TIMEOUT_SECONDS
+    assert hook["rules"] == [{"apiGroups": ["m2g.io"], "apiVersions": ["*"],
+                              "operations": ["CREATE", "UPDATE"],
+                              "resources": ["policies", "tenantpolicies"], "scope": "*"}]
+    assert hook["clientConfig"]["service"]["path"] == webhook.PATH
+    assert "object.spec != oldObject.spec" in hook["matchConditions"][0]["expression"]
+    dep = deployment(template(*WEBHOOK))
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-2:] == ["--webhook-port", "9443"]
+    assert {"name": "webhook-certs", "mountPath": run.WEBHOOK_CERT_DIR,
+            "readOnly": True} in container["volumeMounts"]
+    (netpol,) = (o for o in template(*WEBHOOK) if o["kind"] == "NetworkPolicy")
+    assert {"ports": [{"port": "webhook", "protocol": "TCP"}]} in netpol["spec"]["ingress"]
+
+
+def test_the_webhook_without_cert_manager_gets_a_pair_helm_made() -> None:
+    x509 = pytest.importorskip("cryptography.x509")
+    import base64
+
+    objs = by_key(template(*WEBHOOK, "--set", "webhook.certManager.enabled=false"))
+    assert ("Certificate", "m2g-webhook", "m2g-system") not in objs
+    secret = objs[("Secret", "m2g-webhook-tls", "m2g-system")]
+    vwc = objs[("ValidatingWebhookConfiguration", "m2g-policy-compiler", "")]
+    assert "cert-manager.io/inject-ca-from" not in vwc["metadata"].get("annotations", {})
+    bundle = vwc["webhooks"][0]["clientConfig"]["caBundle"]
+    assert bundle == secret["data"]["ca.crt"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(bundle))
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "m2g-webhook.m2g-system.svc" in names.get_values_for_type(x509.DNSName)
 
 
 def test_every_object_carries_the_part_of_label_and_a_sync_wave() -> None:

@@ -438,3 +438,17 @@ async def test_shadow_mode_says_each_answer_once() -> None:
     await apply_plan(ap, Plan(checks=(CheckUpdate("ns", "w", "m2g", CheckState.READY, "ok"),)))
     assert events() == 2
     assert not any(r.written for r in ap.records)
+
+
+async def test_records_keep_only_the_latest_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A controller applies a plan every reconcile for the process's life: the applier's
+    records are the latest ones, bounded (they grew by every no-op quota, status and check of
+    every reconcile before)."""
+    import m2g.k8s.apply as apply_mod
+    monkeypatch.setattr(apply_mod, "RECORDS_KEPT", 3)
+    _, ap, _ = setup()
+    for n in range(20):
+        await ap.apply_quota(QuotaUpdate("cq", "a", "nvidia.com/gpu", 72 - n % 2, 72, f"r{n}"))
+    assert 3 <= len(ap.records) <= 6
+    assert [r.detail.split(": ")[-1] for r in ap.records] == [
+        f"r{n}" for n in range(20 - len(ap.records), 20)]  # the latest, in order

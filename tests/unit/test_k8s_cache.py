@@ -267,3 +267,43 @@ async def test_a_relist_tells_the_other_caches_the_server_is_back() -> None:
                        reachability=reach)
     await cache.relist()
     await asyncio.wait_for(woke, 2)
+
+
+def test_cached_objects_share_their_keys_and_short_strings() -> None:
+    """The watch stream decodes every object with its own strings; the cache keeps one string
+    object for each key and short value that repeats (memory), and the object equal to what
+    was decoded, less metadata.managedFields."""
+    import json
+
+    from m2g.k8s.cache import INTERN_MAX_LEN
+    long_text = "x" * (INTERN_MAX_LEN + 1)
+
+    def pod(name: str) -> dict[str, Any]:
+        return json.loads(json.dumps({
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "7",
+                         "managedFields": [{"manager": "kubelet"}],
+                         "labels": {"m2g.io/flex-tier": "2"}},
+            "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {
+                "nvidia.com/gpu": "4"}}, "args": [long_text]}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready",
+                                                          "status": "True"}]}}))
+
+    cache = WatchCache(FakeWatchApi([listing(1)], []), PODS)
+    decoded = [pod("a"), pod("b")]
+    seen: list[dict[str, Any]] = []
+    cache.subscribe(lambda kind, key, o: seen.append(o))
+    for o in decoded:
+        cache.apply_event({"type": "ADDED", "object": o})
+    a, b = cache.get("ns/a"), cache.get("ns/b")
+    assert a is not None and b is not None
+    want = json.loads(json.dumps(decoded[0]))
+    del want["metadata"]["managedFields"]
+    assert a == want and seen[0] is a  # subscribers get what the cache keeps
+    ka = next(k for k in a["spec"]["containers"][0]["resources"]["requests"])
+    kb = next(k for k in b["spec"]["containers"][0]["resources"]["requests"])
+    assert ka is kb  # one "nvidia.com/gpu" key
+    assert next(iter(a["metadata"]["labels"])) is next(iter(b["metadata"]["labels"]))
+    assert a["status"]["phase"] is b["status"]["phase"]
+    assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
+    assert a["spec"]["containers"][0]["args"][0] is not b["spec"]["containers"][0]["args"][0]
+    assert decoded[0]["metadata"]["managedFields"]  # the decoded object is left as it was

@@ -92,6 +92,9 @@ MAX_CHECK_MESSAGE = 32 * 1024
 MAX_EVENT_NOTE = 1024
 CONFLICT_RETRIES = 5
 CHECK_MEMO_MAX = 100_000  # (workload, check) entries the applier remembers its writes for
+#: The applier keeps its latest records (``Applier.records``) up to twice this many, then
+#: drops the oldest down to this many: a controller applies a plan every reconcile, forever.
+RECORDS_KEPT = 5_000
 SHED_RETRY = timedelta(minutes=10)  # a failed shed's retry within this keeps its shed-at
 
 
@@ -171,6 +174,8 @@ class Applier:
         self.field_manager = field_manager
         self.instance = instance
         self.clock = clock
+        #: The latest changes noted, oldest first (at most ``2 * RECORDS_KEPT``: every plan
+        #: appends, so a list of them all grew with every reconcile for the process's life)
         self.records: list[Record] = []
         #: Write the Events that explain changes after ``apply_core`` returns (the controller:
         #: an Event never holds up the next reconcile; ``drain`` at shutdown).
@@ -223,6 +228,8 @@ class Applier:
         """Note a change; True when it should really be written."""
         rec = Record(action, target, detail, write and not self.dry_run)
         self.records.append(rec)
+        if len(self.records) > 2 * RECORDS_KEPT:
+            del self.records[:-RECORDS_KEPT]
         if result is not None:
             result.records.append(rec)
         return rec.written
