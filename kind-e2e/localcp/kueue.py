@@ -64,6 +64,12 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
         # workloads: every other workload is placed as before)
         "featureGates": {"ElasticJobsViaWorkloadSlicesWithTAS": True, **feature_gates()},
     }
+    workers = os.environ.get("M2G_KUEUE_CONTROLLER", "").strip()
+    if workers not in ("", "shipped"):
+        raise UserError(f"M2G_KUEUE_CONTROLLER: {workers!r} is not 'shipped' (or unset)")
+    if workers == "shipped":
+        # the shipped Configuration's workers per kind (Job 5, Workload 10); unset: one each
+        cfg["controller"] = shipped_config()["controller"]
     path = run_root / "kueue.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return str(path)

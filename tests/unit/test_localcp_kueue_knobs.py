@@ -51,3 +51,23 @@ def test_the_log_level(raw: str, want: str) -> None:
 def test_a_bad_log_level_is_a_one_line_error(raw: str) -> None:
     with pytest.raises(UserError, match="M2G_KUEUE_LOG_LEVEL"):
         kueue.log_level(raw)
+
+
+def test_shipped_controller_workers_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset: no ``controller`` block (Kueue runs one worker per kind); ``shipped``: the
+    shipped Configuration's (Job 5, Workload 10)."""
+    monkeypatch.delenv("M2G_KUEUE_CONTROLLER", raising=False)
+    cfg = yaml.safe_load(Path(kueue.config(tmp_path, tmp_path, PORTS)).read_text())
+    assert "controller" not in cfg
+    monkeypatch.setenv("M2G_KUEUE_CONTROLLER", "shipped")
+    cfg = yaml.safe_load(Path(kueue.config(tmp_path, tmp_path, PORTS)).read_text())
+    assert cfg["controller"]["groupKindConcurrency"]["Job.batch"] == 5
+    assert cfg["controller"]["groupKindConcurrency"]["Workload.kueue.x-k8s.io"] == 10
+
+
+def test_another_controller_value_is_a_one_line_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("M2G_KUEUE_CONTROLLER", "many")
+    with pytest.raises(UserError, match="M2G_KUEUE_CONTROLLER"):
+        kueue.config(tmp_path, tmp_path, PORTS)
