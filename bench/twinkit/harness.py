@@ -97,8 +97,11 @@ RUNS: dict[str, RunKind] = {
                               "behaviour before 2026-12-06)",
                               planner=(("restoreBeforeFirm", False),)),
     "m2g-lead": RunKind(True, "m2g curtailing for the lowest limit starting within 30 s "
-                        "(shedLeadSeconds: 30; off by default until measured)",
+                        "(shedLeadSeconds: 30; the default is 15 s)",
                         planner=(("shedLeadSeconds", 30),)),
+    "m2g-no-lead": RunKind(True, "m2g curtailing for the limit in force only (shedLeadSeconds: "
+                           "0; the behaviour before 2026-12-07's thirtieth session)",
+                           planner=(("shedLeadSeconds", 0),)),
     "m2g-no-ending": RunKind(True, "m2g pausing for the kW of work expected to end within "
                              "seconds too (endingLeadSeconds: 0; the behaviour before "
                              "2026-12-07's twenty-ninth session)",

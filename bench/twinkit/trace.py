@@ -50,7 +50,7 @@ class ReadResult:
 
 def _int(row: dict[str, str], key: str) -> int | None:
     raw = (row.get(key) or "").strip()
-    if not raw:
+    if not raw or not raw.isascii():  # float() reads "٨" (Arabic-Indic) as 8: not openb's
         return None
     try:
         value = float(raw)
@@ -61,7 +61,7 @@ def _int(row: dict[str, str], key: str) -> int | None:
 
 def read_trace(text: str) -> ReadResult:
     """Rows of an openb-shaped CSV; raises TraceError only when no row could ever be used."""
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff")))  # a spreadsheet's BOM
     header = [h.strip() for h in reader.fieldnames or []]
     missing = [c for c in REQUIRED if c not in header]
     if missing:

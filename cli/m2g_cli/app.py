@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import warnings
 from typing import Annotated
@@ -97,7 +99,34 @@ def main(prog_name: str | None = None) -> None:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    app(args=args, prog_name=prog_name)
+    if sys.stdout is None:  # started with stdout closed (`m2g ... >&-`): say so, not a traceback
+        print("error: cannot write the output: stdout is closed", file=sys.stderr)
+        raise SystemExit(1)
+    try:
+        app(args=args, prog_name=prog_name)
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            raise
+        _discard_stdout()
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"error: cannot write the output{where}: {exc.strerror or exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+#: What a write to a full disk, a quota, a size limit or a broken device says. A reader that
+#: closes the pipe (``| head -1``, EPIPE) is click's: the command stops quietly, exit 1.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what could not be
+    written does not print "Exception ignored ..." after the one error line."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def kubectl_main() -> None:

@@ -105,6 +105,22 @@ def test(
         raise typer.Exit(1)
 
 
+class _OutputFailed(Exception):
+    """Writing a decision failed (a closed pipe, a full disk): carried past ``open_input``,
+    which would read any OSError as the input's ("cannot read input ...", exit 2)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _out(line: str) -> None:
+    try:
+        typer.echo(line)
+    except OSError as exc:
+        raise _OutputFailed(exc) from exc
+
+
 @app.command(name="eval")
 def eval_(
     policies: Annotated[Path, typer.Option("--policies", "-p", help="Folder of policies")],
@@ -124,10 +140,12 @@ def eval_(
     name = "<stdin>" if input_ == "-" else input_
     try:
         with open_input(input_) as stream:
-            total, bad = evaluate_stream(Evaluator(pset), stage, stream, name, typer.echo, _err)
+            total, bad = evaluate_stream(Evaluator(pset), stage, stream, name, _out, _err)
     except InputUnusable as exc:
         _err(f"error: {exc}")
         raise typer.Exit(2) from None
+    except _OutputFailed as exc:  # the output's, not the input's: as every command's (app.main)
+        raise exc.error from None
     if not total:
         _err(f"error: input {name} is empty")
     if bad or not total:

@@ -121,7 +121,8 @@ def _parquet_batches(path: Path, schema: Any) -> Iterator[Rows]:
     try:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS):
             yield _conform(batch, schema).to_pylist()
-    except (OSError, pa.ArrowException, ValueError) as exc:
+    except (OSError, pa.ArrowException, ValueError, OverflowError) as exc:  # OverflowError:
+        # a time pyarrow holds that Python's datetime cannot (after year 9999)
         raise LogError(f"{path}: cannot read: {_why(exc)}") from None
 
 

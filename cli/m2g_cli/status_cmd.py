@@ -175,9 +175,12 @@ def status(
 ) -> None:
     """Is m2g in charge: the leader, the policies in force, its AdmissionChecks, signal ages."""
     from m2g.config import SiteConfig
+    from m2g_cli import names
     from m2g_cli.cluster import site_config
     from m2g_cli.ops_cmd import _view, _watch
 
+    names.check(lease_namespace, "--lease-namespace", namespace=True)  # before any request
+    names.check(lease_name, "--lease-name")
     how = listing(no_headers, sort_by)
     site = site_config() or SiteConfig()
     at = (lease_namespace or site.lease_namespace(dict(os.environ)),

@@ -925,8 +925,221 @@ def policy_cases() -> Iterator[Case]:
                    codes=(2,))
 
 
+def _parquet(columns: dict[str, object]) -> bytes:
+    """A Parquet file of ``columns`` (pyarrow arrays or lists), as bytes."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink)
+    return sink.getvalue()
+
+
+def session30_cases() -> Iterator[Case]:
+    """The thirtieth session probe (docs/reliability.md): options of the cluster commands with
+    odd values, files a kubeconfig names that are FIFOs, devices or folders (a FIFO named as
+    the CA or a client certificate blocked kr8s's open for ever: a hang), server URLs, PolicyTest
+    files of odd shapes, decision logs whose Parquet columns have the wrong types, forecast and
+    topology options."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    home = {"HOME": "{d}"}
+    kcfile = next(t for n, t in kubeconfigs() if n == "good-shape")
+    assert isinstance(kcfile, str)
+    kc_files: dict[str, tuple[str, str]] = {
+        "ca-fifo": ("cluster", "certificate-authority: {d}/fifo"),
+        "ca-dir": ("cluster", "certificate-authority: {d}"),
+        "ca-devzero": ("cluster", "certificate-authority: /dev/zero"),
+        "client-cert-fifo": ("user", "client-certificate: {d}/fifo\n    client-key: {d}/k"),
+        "client-key-fifo": ("user", "client-certificate: {d}/k\n    client-key: {d}/fifo"),
+        "client-key-devzero": ("user", "client-certificate: {d}/k\n    client-key: /dev/zero"),
+        "token-file-fifo": ("user", "tokenFile: {d}/fifo"),
+        "token-file-selflink": ("user", "tokenFile: {d}/loop"),
+    }
+    for label, (where, line) in kc_files.items():
+        text = (kcfile.replace("server: https://127.0.0.1:1",
+                               "server: https://127.0.0.1:1\n    " + line)
+                if where == "cluster" else kcfile.replace("token: abc", line))
+        for cmd in (["queues"], ["workloads", "-A"], ["status"], ["forecast"]):
+            yield Case("kubeconfig-files", f"{cmd[0]}-{label}", [*cmd, "--kubeconfig", "{d}/kc"],
+                       files={"kc": text, "fifo": FIFO, "k": "x", "loop": link("loop")},
+                       codes=(1,), env=home)
+    for label, server in [("host-label-64", "https://" + "a" * 64 + ":1"),
+                          ("host-300", "https://" + "a." * 150 + "x:1"),
+                          ("punycode-empty", "https://xn--:1"), ("space", "https://a b:1"),
+                          ("percent-nul", "https://%00:1"), ("port-0", "https://127.0.0.1:0"),
+                          ("path-query", "https://127.0.0.1:1/a/b?x=1#f"),
+                          ("trailing-space", "'https://127.0.0.1:1 '"),
+                          ("ipv6-zone", "'https://[fe80::1%eth9]:1'")]:
+        yield Case("kubeconfig-files", f"server-{label}", ["queues", "--kubeconfig", "{d}/kc"],
+                   files={"kc": kcfile.replace("server: https://127.0.0.1:1", "server: " + server)},
+                   codes=(1,), env=home)
+    for label, user in [("token-non-latin1", 'token: "\u00e9\u4e2d"'),
+                        ("token-nul", 'token: "a\\0b"'),
+                        ("key-data-not-base64", "client-certificate-data: '!!!'\n"
+                         "    client-key-data: '!!!'"),
+                        ("exec-empty-command", "exec:\n      apiVersion: "
+                         "client.authentication.k8s.io/v1\n      command: ''"),
+                        ("exec-command-dir", "exec:\n      apiVersion: "
+                         "client.authentication.k8s.io/v1\n      command: /"),
+                        ("exec-stderr-flood", "exec:\n      apiVersion: "
+                         "client.authentication.k8s.io/v1\n      command: /bin/sh\n"
+                         "      args: ['-c', 'head -c 20000000 /dev/zero >&2; echo {}']")]:
+        yield Case("kubeconfig-files", f"user-{label}", ["queues", "--kubeconfig", "{d}/kc"],
+                   files={"kc": kcfile.replace("token: abc", user)}, codes=(1,), env=home)
+    yield Case("kubeconfig-files", "context-missing", ["queues", "--kubeconfig", "{d}/kc",
+                                                       "--context", "nope"],
+               files={"kc": kcfile}, codes=(1,), env=home)
+    # options of the cluster commands: read before any request (exit 2), or the dead server
+    kc = {"kc": kcfile}
+    for label, args in [
+            ("selector-unbalanced", ["workloads", "-l", "a in (b"]),
+            ("selector-two-equals", ["workloads", "-l", "a=b=c"]),
+            ("selector-100k", ["workloads", "-l", "a" * 100_000]),
+            ("selector-unicode-key", ["workloads", "-l", "\u00e9=1"]),
+            ("selector-only-commas", ["workloads", "-l", ",,,"]),
+            ("selector-notin-empty", ["workloads", "-l", "a notin ()"]),
+            ("selector-deep-parens", ["workloads", "-l", "a in " + "(" * 5000]),
+            ("selector-bang-only", ["workloads", "-l", "!"]),
+            ("field-selector-eqeq", ["workloads", "--field-selector", "=="]),
+            ("field-selector-newline", ["workloads", "--field-selector", "a=b\nerror: x"]),
+            ("sort-by-brace", ["workloads", "--sort-by", "{"]),
+            ("sort-by-empty", ["queues", "--sort-by", ""]),
+            ("sort-by-100k-dots", ["status", "--sort-by", "." * 100_000]),
+            ("sort-by-huge-index", ["workloads", "--sort-by", ".a[99999999999999999999]"]),
+            ("sort-by-range", ["queues", "--sort-by", "{range .items[*]}{.a}{end}"]),
+            ("sort-by-filter", ["signals", "--sort-by", ".racks[?(@.x==1)]"]),
+            ("output-unknown", ["queues", "-o", "jsonpath={.items}"]),
+            ("output-empty", ["workloads", "-o", ""]),
+            ("namespace-empty", ["workloads", "-n", ""]),
+            ("namespace-upper", ["workloads", "-n", "A"]),
+            ("namespace-64", ["workloads", "-n", "a" * 64]),
+            ("namespace-bidi", ["explain", "x", "-n", "\u202ea"]),
+            ("explain-empty", ["explain", ""]),
+            ("explain-slash", ["explain", "/"]),
+            ("explain-trailing-slash", ["explain", "a/"]),
+            ("explain-three-parts", ["explain", "a/b/c"]),
+            ("explain-300", ["explain", "a" * 300]),
+            ("queue-bad", ["workloads", "-q", "A B"]),
+            ("lease-namespace-bad", ["status", "--lease-namespace", "A B"]),
+            ("lease-namespace-empty", ["status", "--lease-namespace", ""]),
+            ("lease-name-bad", ["status", "--lease-name", "x/../y"]),
+            ("forecast-hours-nan", ["forecast", "--hours", "nan"]),
+            ("forecast-hours-inf", ["forecast", "--hours", "inf"]),
+            ("forecast-hours-neg", ["forecast", "--hours", "-1"]),
+            ("forecast-interval-float", ["forecast", "--interval", "1.5"]),
+            ("forecast-interval-huge", ["forecast", "--interval", "9" * 30]),
+            ("forecast-png-empty", ["forecast", "--png", ""]),
+            ("forecast-png-dir", ["forecast", "--png", "{d}"]),
+            ("forecast-window-devzero", ["forecast", "--with-window", "/dev/zero"]),
+            ("forecast-window-dir", ["forecast", "--with-window", "{d}"]),
+            ("forecast-new-work-bad", ["forecast", "--new-work", "all"]),
+            ("forecast-output-yaml", ["forecast", "-o", "yaml"]),
+            ("submit-output-bad", ["submit", "llama31-8b-finetune", "--dry-run", "-o", "table"]),
+            ("submit-queue-bad", ["submit", "llama31-8b-finetune", "--dry-run", "-q", "A B"]),
+            ("dry-run-strategy-bad", ["submit", "llama31-8b-finetune", "--dry-run=maybe"]),
+    ]:
+        needs_kc = args[0] not in ("forecast",) or "--hours" not in args
+        yield Case("cli-options", label, [*args, "--kubeconfig", "{d}/kc"] if needs_kc else args,
+                   files=kc, codes=(2,) if label.startswith("lease-") else (1, 2), env=home)
+    for label, args in [("output-bogus", ["-o", "bogus"]), ("output-empty", ["-o", ""]),
+                        ("config-devzero", ["-c", "/dev/zero"]), ("config-dir", ["-c", "{d}"]),
+                        ("config-fifo", ["-c", "{d}/fifo"]),
+                        ("config-bomb", ["-c", "{d}/bomb.yaml"])]:
+        yield Case("topology", label, ["topology", "generate", *args],
+                   files={"fifo": FIFO, "bomb.yaml": "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+                       f"{c}: &{c} [{','.join(['*' + p] * 9)}]\n"
+                       for p, c in zip("abcdefgh", "bcdefghi", strict=True))},
+                   codes=(2,), env=home)
+    # decision logs whose Parquet columns have types m2g never writes
+    t0 = pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC"))
+    logs: dict[str, tuple[bytes, tuple[int, ...]]] = {
+        "time-seconds-far": (_parquet({"time": pa.array([10 ** 12], pa.timestamp("s")),
+                                       "kind": ["shed"]}), (1,)),
+        "time-ns-negative": (_parquet({"time": pa.array([-(2 ** 62)], pa.timestamp("ns")),
+                                       "kind": ["x"]}), (1,)),
+        "time-int": (_parquet({"time": pa.array([1, 2]), "kind": ["a", "b"]}), (0,)),
+        "time-list": (_parquet({"time": pa.array([[1], [2]]), "kind": ["a", "b"]}), (1,)),
+        "time-date32-max": (_parquet({"time": pa.array([2 ** 31 - 1], pa.date32()),
+                                      "kind": ["a"]}), (1,)),
+        "time-dictionary": (_parquet({"time": pa.array(["2026-01-01T00:00:00Z"])
+                                      .dictionary_encode(), "kind": ["a"]}), (0,)),
+        "time-duration": (_parquet({"time": pa.array([10 ** 18], pa.duration("s")),
+                                    "kind": ["a"]}), (1,)),
+        "time-double": (_parquet({"time": [1.5e300], "kind": ["a"]}), (1,)),
+        "time-text-years": (_parquet({"time": ["9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"],
+                                      "grid_event": ["e", "e"], "site_draw_kw": [1.0, 2.0]}),
+                            (0, 1)),
+        "value-struct": (_parquet({"time": t0, "value": pa.array([{"a": 1}])}), (1,)),
+        "value-decimal-1e30": (_parquet({"time": t0, "value": pa.array(
+            [10 ** 30], pa.decimal128(38, 0))}), (0,)),
+        "grid-level-2^62": (_parquet({"time": t0, "grid_level": [2 ** 62], "grid_event": ["e"],
+                                      "grid_target_kw": [1.0], "site_draw_kw": [2.0]}), (0, 1)),
+        "no-columns": (_parquet({"x": pa.array([], pa.int8())}), (1,)),
+    }
+    for label, (data, codes) in logs.items():
+        for out in ("table", "json"):
+            yield Case("report", f"parquet-{label}-{out}", ["report", "{d}/log", "-o", out],
+                       files={"log/decisions.parquet": data}, codes=codes, env=home)
+    for label, args in [("event-escape", ["--event", "a\x1b[2J"]), ("event-empty", ["--event", ""]),
+                        ("interval-nan", ["--interval", "nan"]),
+                        ("output-bogus", ["-o", "bogus"])]:
+        yield Case("report", label, ["report", "{d}/log", *args],
+                   files={"log/decisions.parquet": logs["time-int"][0]}, codes=(0, 2), env=home)
+    # PolicyTest files of odd shapes: a load problem or a failing case is exit 1, never a pass
+    # the file did not mean; a valid odd one may pass
+    head = "apiVersion: m2g.io/v1alpha1\nkind: PolicyTest\nmetadata: {name: t}\n"
+    inp = "{grid: {event: {active: true}}, workload: {name: w, flexTier: 3, gpus: 8}}"
+    tests: dict[str, tuple[str, tuple[int, ...]]] = {
+        "case-name-date": (f"cases:\n  - name: 2026-01-01\n    input: {inp}\n"
+                           "    expect: {decision: Defer}\n", (1,)),
+        "workload-name-date": ("cases:\n  - name: c\n    input: {grid: {event: {active: true}},"
+                               " workload: {name: 2026-01-01, flexTier: 3, gpus: 8}}\n"
+                               "    expect: {decision: Defer}\n", (0, 1)),
+        "name-binary": ("cases:\n  - name: !!binary aGVsbG8=\n    input: {grid: {event: "
+                        "{active: true}}, workload: {name: !!binary aGVsbG8=, flexTier: 3, "
+                        "gpus: 8}}\n    expect: {decision: Defer}\n", (0, 1)),
+        "merge-key-input": (f"cases:\n  - name: c\n    input: {{<<: {inp}}}\n"
+                            "    expect: {decision: Defer}\n", (0, 1)),
+        "anchor-outside-cases": (f"base: &b {inp}\ncases:\n  - name: c\n    input: *b\n"
+                                 "    expect: {decision: Defer}\n", (1,)),
+        "python-tag-input": ("cases:\n  - name: c\n    input: !!python/object/apply:os.system "
+                             "[echo pwned]\n    expect: {decision: Defer}\n", (1,)),
+        "cases-map": ("cases: {a: 1}\n", (1,)),
+        "expect-extra-keys": (f"cases:\n  - name: c\n    input: {inp}\n    expect: "
+                              "{decision: Defer, rules: 5, bogus: 1}\n", (1,)),
+        "expect-reasons-wrong": (f"cases:\n  - name: c\n    input: {inp}\n    expect: "
+                                 "{decision: Defer, reasons: [{policy: 1}]}\n", (1,)),
+        "expect-null": (f"cases:\n  - name: c\n    input: {inp}\n    expect:\n", (1,)),
+        "no-expect": (f"cases:\n  - name: c\n    input: {inp}\n", (1,)),
+        "expect-lower": (f"cases:\n  - name: c\n    input: {inp}\n    expect: "
+                         "{decision: defer}\n", (1,)),
+        "stage-bogus": (f"stage: Bogus\ncases:\n  - name: c\n    input: {inp}\n"
+                        "    expect: {decision: Defer}\n", (1,)),
+        "duplicate-case-names": (f"cases:\n  - name: c\n    input: {inp}\n    expect: "
+                                 "{decision: Defer}\n  - name: c\n    input: {grid: {event: "
+                                 "{active: false}}, workload: {name: w, flexTier: 3, gpus: 8}}\n"
+                                 "    expect: {decision: Defer}\n", (1,)),
+        "now-yaml-date": ("cases:\n  - name: c\n    input: {now: 2026-01-01, grid: {event: "
+                          "{active: true}}, workload: {name: w, flexTier: 3, gpus: 8}}\n"
+                          "    expect: {decision: Defer}\n", (0, 1)),
+        "name-90-digits": (f"cases:\n  - name: {'9' * 90}\n    input: {inp}\n"
+                           "    expect: {decision: Defer}\n", (1,)),
+        "kind-typo": ("", (1,)),
+    }
+    for label, (body, codes) in tests.items():
+        text = (head.replace("PolicyTest", "PolicyTests") + "cases: []\n" if label == "kind-typo"
+                else head + body)
+        yield Case("policy-test-shapes", label, ["policy", "test", "{d}/p"],
+                   files={"p/a.yaml": GOOD_POLICY, "p/a_test.yaml": text}, codes=codes)
+
+
 CATALOGUE: list[Callable[[], Iterator[Case]]] = [
-    policy_cases, templates_cases, kube_cases, env_cases, run_config_cases]
+    policy_cases, templates_cases, kube_cases, env_cases, run_config_cases, session30_cases]
 
 
 def all_cases() -> list[Case]:

@@ -130,3 +130,31 @@ def test_sane_time_and_isolator() -> None:
     assert iso.one("Node", {"metadata": {"name": "n"}}, lambda o: 1 / 0) is None
     assert [(r.kind, r.name) for r in iso.rejected] == [("Node", "n")]
     assert iso.rejected[0].reason.startswith("ZeroDivisionError")
+
+
+def test_two_site_power_domains_the_smallest_budget_holds_the_other_is_reported() -> None:
+    """Thirtieth session probe: with two PowerDomains of level Site the first by name was the
+    site, so a copy named before the real one (``a-site-copy``, 1,900 kW) lifted the site's
+    400 kW budget in silence and every workload the real budget held back was admitted. Now
+    the smallest budget is used and the other one is left out and reported; 0 ("no budget")
+    counts only when every Site says it."""
+    def site(name: str, kw: float) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"level": "Site", "budgetKw": kw}}
+
+    objs = objects()
+    objs["power_domains"] = {**objs["power_domains"], "a": site("a-site-copy", 1900),
+                             "z": site("site", 400), "b": site("b-none", 0)}
+    snap = kb.build_snapshot(kb.ClusterObjects(**objs), None, NOW)
+    assert (snap.factory.site, snap.factory.site_budget_kw) == ("site", 400)
+    assert sorted(r.name for r in snap.rejected if r.kind == "PowerDomain") == \
+        ["a-site-copy", "b-none"]
+    assert all("smallest budget, site's 400 kW" in r.reason and "\n" not in r.reason
+               for r in snap.rejected)
+    assert [p.name for p in snap.factory.power_domains] == ["pd-00"]  # the others as before
+    objs["power_domains"] = {"a": site("a", 0), "b": site("b", 0)}
+    snap = kb.build_snapshot(kb.ClusterObjects(**objs), None, NOW)
+    assert (snap.factory.site, snap.factory.site_budget_kw) == ("a", 0)
+    assert [r.name for r in snap.rejected] == ["b"]
+    objs["power_domains"] = {"z": site("site", 400)}  # one: as before, nothing reported
+    snap = kb.build_snapshot(kb.ClusterObjects(**objs), None, NOW)
+    assert (snap.factory.site_budget_kw, snap.rejected) == (400, ())

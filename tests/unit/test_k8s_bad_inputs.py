@@ -56,6 +56,37 @@ async def test_missing_token_file_is_refused(tmp_path: Path) -> None:
         await c.connect(path, timeout=2)
 
 
+@pytest.mark.parametrize(("cluster", "user", "needle"), [
+    ("certificate-authority: {fifo}", "{token: x}", "certificate-authority {fifo} is not a"),
+    ("certificate-authority: {d}", "{token: x}", "certificate-authority {d} is not a"),
+    ("", "{client-certificate: {fifo}, client-key: {file}}", "client-certificate {fifo} is not"),
+    ("", "{client-certificate: {file}, client-key: /dev/zero}", "client-key /dev/zero is not"),
+    ("", "{tokenFile: {fifo}}", "tokenFile {fifo} is not a regular file"),
+])
+async def test_a_file_the_kubeconfig_names_that_is_not_a_file(
+        tmp_path: Path, cluster: str, user: str, needle: str) -> None:
+    """Thirtieth session probe: a FIFO named as the CA or a client certificate blocked kr8s's
+    open for ever (no bound applied: it blocks the event loop); a tokenFile that is a FIFO was
+    said not to exist. Refused before kr8s reads them, one line."""
+    import os
+
+    fifo, file = tmp_path / "fifo", tmp_path / "file"
+    os.mkfifo(fifo)
+    file.write_text("x")
+    subst = {"{fifo}": str(fifo), "{file}": str(file), "{d}": str(tmp_path)}
+    for key, value in subst.items():
+        cluster, user, needle = (s.replace(key, value) for s in (cluster, user, needle))
+    text = CLUSTER % (1, user)
+    if cluster:
+        text = text.replace('server: "http://127.0.0.1:1"', f'server: "http://127.0.0.1:1", '
+                            f"{cluster}")
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(c.PermanentError) as info:
+        c.check_kubeconfig(str(path))
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
 async def test_version_request_is_bounded(tmp_path: Path) -> None:
     """A server that accepts the connection and never answers: `/version` used to wait 150 s."""
     accepted: list[asyncio.StreamWriter] = []

@@ -367,6 +367,26 @@ def test_curtailment_plans_for_a_limit_starting_within_the_lead(ev: Evaluator) -
         reduction_pct=20.0),)).limit_ahead_kw(30.0) == 300.0  # no baseline yet: no target
 
 
+def test_a_ramp_is_curtailed_for_its_final_step_from_its_first_by_default(
+        ev: Evaluator) -> None:
+    """The shipped lead (15 s) plans a ramped event's final step from its first second: a cap
+    shows in the meter 7–10 s after m2g sets it, so planning each step when it starts left a
+    16-rack twin event's draw 7–10 s behind every step and 15.8 s above the final target
+    after the ramp (2026-12-07, run F)."""
+    assert PlannerConfig().shed_lead_seconds == 15.0
+    in_force = GridEvent("ramp/0", NOW - timedelta(seconds=1), NOW + timedelta(seconds=11),
+                         target_kw=150.0)
+    final = GridEvent("ramp/1", NOW + timedelta(seconds=11), NOW + timedelta(hours=1),
+                      target_kw=100.0)
+    f = replace(factory(draw_kw=160.0), grid_events=(in_force, final))
+    assert f.limit_ahead_kw(PlannerConfig().shed_lead_seconds) == 100.0
+    s = snap(f, wl("t3", Phase.ADMITTED, tier=3, kw=80.0))
+    p = make_plan(s, ev, CFG)
+    freed = sum(a.kw for a in p.sheds) + sum(c.kw for c in p.caps)
+    assert "100 kW limit (starting within 15 s)" in " ".join(p.notes)
+    assert freed >= 50.0  # for the 100 kW to come, not the 10 kW over 150 now
+
+
 def test_restore_waits_for_kueue_to_finish_evicting(ev: Evaluator) -> None:
     """Reactivating a workload Kueue is still evicting can leave its Job suspended for good:
     a shed workload whose quota is still held comes back only after settle_max_seconds."""

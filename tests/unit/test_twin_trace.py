@@ -166,3 +166,13 @@ def test_gangs_can_be_made_to_only_prefer_a_rack() -> None:
     assert {j.topology for j in a if not j.foreign} == {"required-clique"}
     assert {j.topology for j in b} == {"preferred-rack"}
     assert [j.gpus for j in a] == [j.gpus for j in b]  # the same draws
+
+
+def test_a_bom_and_non_ascii_digits() -> None:
+    """Thirtieth session probe: a UTF-8 BOM (a spreadsheet's export) made the first column
+    read as missing ("trace lacks column(s) name"), and float() read Arabic-Indic digits as
+    numbers ("٨" GPUs as 8): not a number openb writes, so the row is skipped and counted."""
+    read = T.read_trace("\ufeff" + csv_of("p0,1,1,1,1000,,LS,Running,0,100,10",
+                                          "p1,1,1,\u0668,1000,,LS,Running,0,100,10"))
+    assert [p.name for p in read.pods] == ["p0"]
+    assert read.skipped == {"unreadable number": 1}

@@ -353,13 +353,33 @@ def check_kubeconfig(path: str) -> None:
                                       and all(isinstance(v, dict) for v in value)):
             raise PermanentError(f"{where}: {key} must be a list of mappings")
     base = Path(path).parent
-    for entry in data.get("users") or []:
-        user = entry.get("user")
-        token_file = user.get("tokenFile") if isinstance(user, dict) else None
-        if token_file and not (base / str(token_file)).expanduser().is_file():
-            raise PermanentError(f"{path}: user {entry.get('name', '')!r}: tokenFile "
-                                 f"{token_file} does not exist (requests would go out "
-                                 "anonymously)")
+    for key, field in (("clusters", "cluster"), ("users", "user")):
+        for entry in data.get(key) or []:
+            body = entry.get(field)
+            for name in _FILE_FIELDS[field] if isinstance(body, dict) else ():
+                why = _file_problem(base, body.get(name), must_exist=name == "tokenFile")
+                if why:
+                    extra = " (requests would go out anonymously)" if name == "tokenFile" else ""
+                    raise PermanentError(f"{path}: {field} {entry.get('name', '')!r}: {name} "
+                                         f"{body.get(name)} {why}{extra}")
+
+
+#: The files a kubeconfig names, which kr8s opens and reads as it loads the credentials.
+_FILE_FIELDS = {"cluster": ("certificate-authority",),
+                "user": ("client-certificate", "client-key", "tokenFile")}
+
+
+def _file_problem(base: Path, value: object, *, must_exist: bool) -> str | None:
+    """Why a file a kubeconfig names cannot be read as one, or None: a FIFO blocked kr8s's
+    open for ever (no bound applies: it blocks the event loop), a device or a directory is no
+    credential. A missing one is kr8s's to say (a ``tokenFile`` kr8s would skip in silence)."""
+    if not value:
+        return None
+    try:
+        mode = os.stat((base / str(value)).expanduser()).st_mode
+    except (OSError, ValueError):
+        return "does not exist" if must_exist else None
+    return None if stat.S_ISREG(mode) else "is not a regular file"
 
 
 _MAX_KUBECONFIG = 4 << 20

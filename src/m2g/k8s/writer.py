@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 
 from m2g.k8s.apply import Applier, ApplyResult
@@ -33,10 +34,34 @@ CHECK_EVENTS = {CheckState.READY: ("Admitted", "Normal"), CheckState.RETRY: ("De
 
 Known = Callable[[str, str], Obj | None]
 
+#: The ``withinClusterQueue`` value of a preemption hold (m2g.planner.eventhold.NEVER: the
+#: adapters import no planner).
+NEVER = "Never"
+
 
 async def apply_plan(applier: Applier, plan: Plan, *, known: Known | None = None) -> ApplyResult:
     """Apply ``plan`` through ``applier`` (its dry-run flag, records, background Events).
-    ``known(namespace, name)``: the Workload as the caller's watch cache has it (None: read)."""
+    ``known(namespace, name)``: the Workload as the caller's watch cache has it (None: read).
+
+    A preemption hold (``withinClusterQueue: Never`` at a grid event's start,
+    m2g.planner.eventhold) is written before anything else: Kueue preempts for new work in
+    every scheduling cycle, and written after the event's first caps and node limits (one
+    write per node), the hold of a 16-rack twin event reached the API server 3.5 s after the
+    event started, while Kueue preempted a running flex-2 job of that queue (2026-12-07,
+    run F)."""
+    holds = [p for p in plan.preemptions if p.within == NEVER]
+    if holds:
+        first = ApplyResult()
+        for p in holds:
+            try:
+                await applier.apply_preemption(p, first)
+            except KubeError as exc:
+                first.errors.append((f"preemption {p.cluster_queue}", exc))
+        rest = await apply_plan(applier, replace(plan, preemptions=tuple(
+            p for p in plan.preemptions if p.within != NEVER)), known=known)
+        rest.records[:0] = first.records
+        rest.errors[:0] = first.errors
+        return rest
     if lowers_power(plan):  # a shortfall: the grid commitment goes before the answers
         result = ApplyResult()
         await apply_caps(applier, plan, result, known)

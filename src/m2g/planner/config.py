@@ -30,11 +30,16 @@ class PlannerConfig:
     #: (A cap counts as saved for this long too, unless the node agents report it in force.)
     settle_seconds: float = 60.0
     #: Curtail against the lowest limit that starts within this long (a grid event's ramp
-    #: steps, a notified event), not only the one in force: a pause shows in the meter only
-    #: once Kueue has stopped its pods (tens of seconds), so a site that starts when the
-    #: limit does is over it for that long. 0 (the default until it is measured in the
-    #: twin): the limit in force only.
-    shed_lead_seconds: float = 0.0
+    #: steps, a notified event), not only the one in force: a cap shows in the meter 7–10 s
+    #: after m2g sets it and a pause once Kueue has stopped its pods, so a site that
+    #: curtails for each ramp step when it starts is over the limit for that long. In a
+    #: 16-rack twin event (2026-12-07, run F: a 16 s ramp in four steps, m2g planning for the
+    #: limit in force) the draw followed each step 7–10 s late and reached the final target
+    #: 32.8 s after the start, 15.8 s after the ramp. 15 s (as ``ending_lead_seconds``: what
+    #: the meter shows within that long) covers such a ramp from its first second; the
+    #: 30 s tried in 2026-12-02's twin (ninth session) ran on older accounting of what is
+    #: settling. 0: the limit in force only.
+    shed_lead_seconds: float = 15.0
     #: Work expected to end within this long (its own ``m2g.io/expected-runtime-seconds``
     #: from the start of its pods, slowed by its cap) frees its kW about as soon as a pause
     #: would show in the meter (Kueue stops the pods, then the meter's lag): the pause rounds
