@@ -159,7 +159,7 @@ def components(run: RunPaths, ports: dict[str, int]) -> dict[str, Component]:
         "kueue": Component(
             "kueue",
             [str(binary("kueue")), f"--config={run.root / 'kueue.yaml'}",
-             f"--kubeconfig={kc}", "--zap-log-level=info"],
+             f"--kubeconfig={kc}", f"--zap-log-level={kueue.log_level()}"],
             ready=lambda: (_http_ok(f"http://127.0.0.1:{ports['kueue_health']}/readyz")
                            and procs.tls_ok(ports["kueue_webhook"], server_ctx)),
             timeout=90),

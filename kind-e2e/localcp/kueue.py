@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +62,41 @@ def config(run_root: Path, cert_dir: Path, ports: dict[str, int]) -> str:
         # ElasticJobsViaWorkloadSlices is Beta and on in v0.19; with TAS it also needs this
         # alpha gate (Kueue's flavor assigner and TAS snapshot only read it for elastic
         # workloads: every other workload is placed as before)
-        "featureGates": {"ElasticJobsViaWorkloadSlicesWithTAS": True},
+        "featureGates": {"ElasticJobsViaWorkloadSlicesWithTAS": True, **feature_gates()},
     }
+    workers = os.environ.get("M2G_KUEUE_CONTROLLER", "").strip()
+    if workers not in ("", "shipped"):
+        raise UserError(f"M2G_KUEUE_CONTROLLER: {workers!r} is not 'shipped' (or unset)")
+    if workers == "shipped":
+        # the shipped Configuration's workers per kind (Job 5, Workload 10); unset: one each
+        cfg["controller"] = shipped_config()["controller"]
     path = run_root / "kueue.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return str(path)
+
+
+def feature_gates(env: str | None = None) -> dict[str, bool]:
+    """Extra Kueue feature gates from ``$M2G_KUEUE_FEATURE_GATES`` (``Name=true,Other=false``:
+    for an experiment, e.g. ``SchedulingEquivalenceHashing=false``; unset: none)."""
+    raw = os.environ.get("M2G_KUEUE_FEATURE_GATES", "") if env is None else env
+    out: dict[str, bool] = {}
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or value.strip().lower() not in ("true", "false"):
+            raise UserError(f"M2G_KUEUE_FEATURE_GATES: {part!r} is not Name=true or Name=false")
+        out[name.strip()] = value.strip().lower() == "true"
+    return out
+
+
+def log_level(env: str | None = None) -> str:
+    """Kueue's ``--zap-log-level`` from ``$M2G_KUEUE_LOG_LEVEL`` (default ``info``; ``2`` or
+    ``3``: the scheduler's V(2)/V(3) lines, e.g. "Bulk-moved equivalent workloads")."""
+    raw = (os.environ.get("M2G_KUEUE_LOG_LEVEL", "") if env is None else env).strip() or "info"
+    if raw not in ("debug", "info", "error") and not (raw.isdigit() and 0 < int(raw) <= 10):
+        raise UserError(f"M2G_KUEUE_LOG_LEVEL: {raw!r} is not debug, info, error or 1-10")
+    return raw
 
 
 def shipped_config() -> Obj:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from m2g.model.cluster import CheckState, ClusterSnapshot, Phase, WorkloadState
@@ -239,3 +240,28 @@ def test_the_controller_loads_pyarrow_only_for_a_decision_log() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.strip() == "[]"
+
+
+def test_a_full_disk_loses_rows_and_keeps_none(tmp_path: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Thirtieth session probe: with the disk full every flush failed and the rows were kept
+    to be written again, so they grew by every reconcile's rows for as long as it lasted
+    (5,000 after 50 failed flushes of 100): the controller's memory without bound. Now the
+    rows of a failed write are lost (said in the warning), both tables each on its own."""
+    import os
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full")
+    log = DecisionLog(tmp_path / "log", flush_seconds=0.0)
+    for name in ("decisions.csv", "decisions.parquet", "lifecycle.csv", "lifecycle.parquet"):
+        os.symlink("/dev/full", tmp_path / "log" / name)  # the disk is full from now on
+    row = {"time": T0, "stage": "Admission", "kind": "Workload", "target": "w",
+           "outcome": "Defer", "message": "x" * 200}
+    for _ in range(50):
+        for _ in range(100):
+            log.decisions.add(dict(row))
+            log.lifecycle.add({"time": T0, "workload": "w", "event": "Submitted"})
+        log.flush()
+        assert (len(log.decisions), len(log.lifecycle)) == (0, 0)
+    assert "100 decisions row(s) lost" in caplog.text
+    assert "100 lifecycle row(s) lost" in caplog.text

@@ -45,8 +45,12 @@ taken from it, so two workloads placed in one reconcile never count the same GPU
 given a domain Kueue sees full fits nowhere in Kueue's eyes and waits at the head of its
 queue. With Kueue's view counted, a 16-rack twin run (2026-12-07) withdrew 254 answers against
 611 with the pods' view alone. Every job still waited longer for quota with the setting on
-(submitted → reserved ~1 s p50 off, 45–61 s on); the cause is not found, so the setting is off
-by default (docs/benchmarks.md, "Twenty-ninth session"). Among the domains with room, the
+(submitted → reserved ~1 s p50 off, 45–61 s on), against a run at another time. A pair in one
+invocation (thirtieth session) found most of the wait between admission and Kueue's job
+reconciler unsuspending the Job, in the m2g run too. The local Kueue runs one worker per
+controller, and this rule's status writes add Job reconciles (+17 %). The setting stays off by
+default until a pair at ordinary log level decides (docs/benchmarks.md, "Thirtieth session —
+Issue 15 NVLink"). Among the domains with room, the
 fullest that fits (best fit: whole domains stay free for the gangs that require one), then the
 most power headroom (rack cap less its draw), then the name. Per workload: a lookup in a
 per-pod-size index (``bisect``) and one domain's nodes updated.
