@@ -208,7 +208,7 @@ class World:
             out.append(p)
         return out
 
-    def setup(self, workloads: int) -> None:
+    def setup(self, workloads: int, pending: int = 0) -> None:
         for obj, res, cache in [
                 (kit.cluster_queue(CQ, "bench-0", "gb200", RACKS * NODES_PER_RACK * GPUS_PER_NODE,
                                    check=CHECK), k.CLUSTER_QUEUES, "cluster_queues"),
@@ -234,6 +234,10 @@ class World:
                 self.put(k.NODES, "nodes", self.node(r, i))
         for i in range(workloads):
             wl, pods, per = self.workload(i)
+            if i < pending:  # quota reserved, m2g's check Pending: answered by the controller
+                wl["status"]["conditions"] = wl["status"]["conditions"][:1]
+                wl["status"]["admissionChecks"][0].update(state="Pending", message="")
+                pods = 0
             stored = self.put(k.WORKLOADS, "workloads", wl)
             key = f"{stored['metadata']['namespace']}/{stored['metadata']['name']}"
             self.pods_of[key] = []
@@ -356,9 +360,10 @@ async def run(args: argparse.Namespace) -> None:
     t0 = time.process_time()
     print(f"start: RSS {rss_mib():.0f} MiB", flush=True)
     world = World(api, cluster)
-    world.setup(args.workloads)
-    for _ in range(3):
+    world.setup(args.workloads, args.pending)
+    for _ in range(3 if not args.pending else 40):
         await manager.reconcile()
+        world.kueue()
     await cluster.applier.drain()
     print(f"setup: {len(cluster.caches['nodes'])} nodes, {len(cluster.caches['workloads'])} "
           f"workloads, {len(cluster.caches['pods'])} pods; RSS {rss_mib():.0f} MiB "
@@ -415,6 +420,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reconciles-per-round", type=int, default=30,
                    help="reconciles while the event lasts, and as many after it")
+    p.add_argument("--pending", type=int, default=0,
+                   help="workloads that start with m2g's check Pending (answered in the setup)")
     p.add_argument("--tracemalloc", action="store_true")
     p.add_argument("--frames", type=int, default=1)
     p.add_argument("--top", type=int, default=15)
