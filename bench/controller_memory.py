@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import ctypes
 import gc
 import hashlib
 import json
@@ -37,6 +36,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from controller_proc import heap_mib, rss_mib
 
 from m2g.k8s import client as k
 from m2g.planner.config import PlannerConfig
@@ -59,13 +60,6 @@ IDLE_KW, KW_PER_GPU = 20.0, 1.3
 Obj = dict[str, Any]
 
 
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def hwm_mib() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -73,22 +67,12 @@ def hwm_mib() -> float:
     return 0.0
 
 
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-
 def heap() -> str:
     """glibc's heap (all arenas): in use, free (kept, not returned), mmapped; MiB."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallinfo2.restype = MallInfo2
-        m = libc.mallinfo2()
-    except (OSError, AttributeError):
+    got = heap_mib()  # bench/controller_proc.py's reading, shared with the controller bench
+    if got is None:
         return "glibc heap: not glibc"
-    return (f"glibc heap in use {m.uordblks / 2**20:.0f}, free {m.fordblks / 2**20:.0f}, "
-            f"mmapped {m.hblkhd / 2**20:.0f} MiB")
+    return f"glibc heap in use {got[0]:.0f}, free {got[1]:.0f}, mmapped {got[2]:.0f} MiB"
 
 
 def fixture(name: str) -> Obj:

@@ -25,6 +25,7 @@ from m2g.planner.admission import (
     check_updates,
     decide,
     deferred,
+    retry_hold,
 )
 from m2g.planner.config import PlannerConfig
 from m2g.planner.inputs import InputBuilder
@@ -154,5 +155,20 @@ def test_decide_keeps_the_rules_of_a_deferred_and_a_held_workload() -> None:
     retry = decide(defer, None, False, config)
     assert retry is not None and retry[0] is CheckState.RETRY
     assert retry[2] == config.max_retry_hold_seconds  # capped
+    soon = decide(_result(Decision.DEFER, 58), None, False, config)
+    assert soon is not None and soon[2] == 58 + config.retry_grace_seconds  # ends in the cap
     ready = decide(admit, None, True, config)
     assert ready is not None and ready[0] is CheckState.READY
+
+
+def test_a_wait_that_ends_within_the_cap_is_asked_a_grace_longer() -> None:
+    """Kueue evicts a Retry's workload at its requeueAt: a wait ending within the cap (an event
+    ending in 58 s) is asked retry_grace_seconds longer, so m2g's Ready when the event ends
+    reaches Kueue first (the demo of 2026-12-07: both in the same second, the job requeued)."""
+    config = PlannerConfig(max_retry_hold_seconds=60, retry_grace_seconds=5)
+    assert retry_hold(None, config) is None
+    assert retry_hold(58, config) == 63
+    assert retry_hold(60, config) == 65
+    assert retry_hold(61, config) == 60  # the decision is still Defer at the cap: no race
+    assert retry_hold(3600, config) == 60
+    assert retry_hold(58, dataclasses.replace(config, retry_grace_seconds=0)) == 58

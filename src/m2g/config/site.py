@@ -91,6 +91,9 @@ class PlannerSettings(BaseModel):
     meter_noise_fraction: float | None = Field(default=None, ge=0, lt=1)
     #: Cap on the requeueAfterSeconds of a Retry answer.
     max_retry_hold_seconds: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
+    #: ... and a wait that ends within that cap is asked this much longer (m2g's Ready at
+    #: its end reaches Kueue before the requeue evicts the workload).
+    retry_grace_seconds: int | None = Field(default=None, ge=0, le=60)
     shed_saving_fraction: float | None = Field(default=None, gt=0, le=1)
     #: A GPU with its share of the rack draws a few kW (GB300: 1.4 kW); more is a typo.
     default_kw_per_gpu: float | None = Field(default=None, gt=0, le=MAX_KW_PER_GPU)

@@ -12,7 +12,10 @@ at once. Kueue v0.19.2 then admits it without the eviction and new quota reserva
 leads to, at the ``requeueState.requeueAt`` the Retry set (its workload controller returns
 early until then: pkg/controller/core/workload_controller.go, "Waiting for backoff to
 finish"), that is at most ``max_retry_hold_seconds`` after the deferral. A decision that is
-still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again.
+still Defer (or Reject) leaves the Retry alone: Kueue's requeue asks again. A wait that ends
+within the cap (an event ending in 58 s) is asked ``retry_grace_seconds`` longer
+(``retry_hold``): at ``requeueAt`` Kueue evicts the workload, so the Ready m2g answers when the
+wait ends must come first.
 """
 
 from __future__ import annotations
@@ -165,12 +168,23 @@ def _held(why: str, pending: bool, config: PlannerConfig) -> Fields:
             (), "reservation", "hold")
 
 
+def retry_hold(wait: int | None, config: PlannerConfig) -> int | None:
+    """The ``requeueAfterSeconds`` of a Retry for a policy's ``wait``: capped at
+    ``max_retry_hold_seconds`` (Kueue holds the quota that long), and a wait that ends within
+    the cap asked ``retry_grace_seconds`` longer, so that m2g's Ready when the wait ends (the
+    event is over: the decision flips to Admit) reaches Kueue before its requeue evicts the
+    workload at ``requeueAt``."""
+    if wait is None:
+        return None
+    cap = config.max_retry_hold_seconds
+    return wait + config.retry_grace_seconds if wait <= cap else cap
+
+
 def _answer(res: AdmissionResult, config: PlannerConfig) -> Fields:
     """The fields of a CheckUpdate that come from the decision (the same for every workload
     that shares ``res``)."""
     reasons = deciding(res)
     return (check_state(res.decision), message(res),
-            None if res.requeue_after_seconds is None else min(
-                res.requeue_after_seconds, config.max_retry_hold_seconds),
+            retry_hold(res.requeue_after_seconds, config),
             tuple(u.to_json() for u in res.pod_set_updates),
             reasons[0].policy if reasons else "", reasons[0].rule if reasons else "")

@@ -123,6 +123,14 @@ class PlannerConfig:
     #: passed, and only then evicts it; so m2g asks for at most this long (the policy's own
     #: wait is in the message) and a deferred workload blocks others no longer than this.
     max_retry_hold_seconds: int = 60
+    #: A Retry whose wait ends within ``max_retry_hold_seconds`` (a grid event ending in 58 s)
+    #: asks Kueue for this much longer: Kueue evicts the workload at the Retry's
+    #: ``requeueAt``, and m2g's Ready when the wait ends (the decision flips to Admit) must
+    #: reach it first, or the workload loses its quota and queues again (the demo of
+    #: 2026-12-07, 20:56:44: the event's end and ``requeueAt`` in the same second, the
+    #: deferred job still waiting after the event). A wait over the cap is asked at the cap
+    #: (the decision is still Defer then). 0: the wait alone.
+    retry_grace_seconds: int = 5
     #: A workload that preempted others to reserve its quota and that m2g holds back keeps
     #: its quota (Pending, not Retry) while its victims wait, up to this long after the
     #: reservation (m2g.planner.preemptors: a Retry hands the quota back to the victims,
