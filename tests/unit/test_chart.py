@@ -123,26 +123,27 @@ def test_helm_lint(values: list[str]) -> None:
     assert "0 chart(s) failed" in out.stdout, out.stdout
 
 
-def test_chart_renders_what_kustomize_renders() -> None:
-    chart = by_key(template(*MONITORING))
-    kust = by_key(kustomize(REPO / "deploy" / "overlays" / "monitoring")
+def same_as_kustomize(values: list[str], overlay: str) -> dict[tuple[str, str, str], Obj]:
+    """The chart rendered with ``values`` is deploy/overlays/``overlay`` with the admission
+    policies, object for object (in essence); the chart's objects by key."""
+    chart = by_key(template(*values))
+    kust = by_key(kustomize(REPO / "deploy" / "overlays" / overlay)
                   + kustomize(REPO / "deploy" / "admission-policies"))
     # The chart leaves the namespace to Helm (--create-namespace, or namespace.create=true).
     kust.pop(("Namespace", "m2g-system", ""))
     assert sorted(chart) == sorted(kust)
     for k, want in kust.items():
         assert essence(chart[k]) == essence(want), k
+    return chart
+
+
+def test_chart_renders_what_kustomize_renders() -> None:
+    same_as_kustomize(MONITORING, "monitoring")
 
 
 def test_chart_with_the_webhook_renders_what_kustomize_renders() -> None:
     """webhook.enabled=true is deploy/overlays/webhook (the Component deploy/webhook)."""
-    chart = by_key(template(*WEBHOOK))
-    kust = by_key(kustomize(REPO / "deploy" / "overlays" / "webhook")
-                  + kustomize(REPO / "deploy" / "admission-policies"))
-    kust.pop(("Namespace", "m2g-system", ""))
-    assert sorted(chart) == sorted(kust)
-    for k, want in kust.items():
-        assert essence(chart[k]) == essence(want), k
+    chart = same_as_kustomize(WEBHOOK, "webhook")
     assert chart[("ValidatingWebhookConfiguration", "m2g-policy-compiler", "")]["metadata"][
         "annotations"]["cert-manager.io/inject-ca-from"] == "m2g-system/m2g-webhook"
 
