@@ -54,11 +54,23 @@ QUIET_HORIZON = timedelta(seconds=300)
 LAZY_KINDS = frozenset({"pods", "workloads"})
 
 
+def _condition(status: Mapping[str, Any], kind: str) -> bool:
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
+        for c in conditions)
+
+
 def awaits_check(obj: Mapping[str, Any] | None) -> bool:
-    """A Workload with an admission check still Pending: some check controller (m2g's, or one
-    m2g does not know) has to answer before Kueue admits it."""
+    """A Workload Kueue holds quota for, not admitted yet, with an admission check still
+    Pending: some check controller (m2g's, or one m2g does not know) has to answer before
+    Kueue admits it. (Kueue lists a ClusterQueue's checks, Pending, on every Workload queued
+    there, quota or not; m2g answers only once the quota is reserved.)"""
     status = (obj or {}).get("status")
-    checks = status.get("admissionChecks") if isinstance(status, Mapping) else None
+    if not isinstance(status, Mapping) or not _condition(status, "QuotaReserved") \
+            or _condition(status, "Admitted"):
+        return False
+    checks = status.get("admissionChecks")
     return isinstance(checks, list) and any(
         isinstance(c, Mapping) and c.get("state") == "Pending" for c in checks)
 
@@ -365,7 +377,9 @@ class Manager:
                for name, s in setups.items() if s.policies is not None or not s.active}
         plan = make_plan(snap, evaluator, self.config, check_evaluators=own)
         self.state.wake_at = plan.wake_at
-        self.state.quiet = quiet(snap, plan)
+        # a waiting elastic job is placed before Kueue reserves it (nvlinkPreplace): its
+        # arrival is never lazy
+        self.state.quiet = quiet(snap, plan) and not self.config.nvlink_preplace
         self._observe(snap, plan)
         if self.is_leader():
             await self._emit_rejected(snap)

@@ -18,6 +18,7 @@ from m2g.model.factory import FactorySnapshot, GridEvent, MaintenanceWindow
 from m2g.model.inputs import WorkloadView
 from m2g.model.plan import CapAction, CheckUpdate, Plan
 from m2g.model.powerlimit import LimitSpec, NodeLimitState
+from m2g.planner.config import PlannerConfig
 from m2g.testing.kube import FakeKube
 from m2g_controllers.manager import Manager, awaits_check, lazy_change, quiet
 from m2g_controllers.run import parse
@@ -27,9 +28,11 @@ from tests.unit.test_manager import NOW, CountingCluster, manager
 POD = {"metadata": {"name": "p", "namespace": "ns"}, "status": {"phase": "Running"}}
 
 
-def workload_obj(*states: str) -> dict[str, Any]:
+def workload_obj(*states: str, conditions: tuple[str, ...] = ("QuotaReserved",)
+                 ) -> dict[str, Any]:
     return {"metadata": {"name": "w", "namespace": "ns"},
-            "status": {"admissionChecks": [{"name": f"c{i}", "state": s}
+            "status": {"conditions": [{"type": c, "status": "True"} for c in conditions],
+                       "admissionChecks": [{"name": f"c{i}", "state": s}
                                            for i, s in enumerate(states)]}}
 
 
@@ -38,6 +41,11 @@ def test_which_changes_may_wait() -> None:
     assert lazy_change("workloads", workload_obj("Ready"))
     assert lazy_change("workloads", {"metadata": {"name": "w"}})  # no check yet
     assert not lazy_change("workloads", workload_obj("Ready", "Pending"))  # awaits an answer
+    # Kueue lists the checks, Pending, on a queued Workload before it reserves quota (and
+    # rewrites its status on every scheduling attempt): nothing for m2g to answer yet
+    assert lazy_change("workloads", workload_obj("Pending", conditions=()))
+    assert lazy_change("workloads", workload_obj(
+        "Pending", conditions=("QuotaReserved", "Admitted")))
     for kind in ("nodes", "grid_events", "cluster_queues", "gpu_power_limits", ""):
         assert not lazy_change(kind, POD)
     assert awaits_check(workload_obj("Pending")) and not awaits_check(None)
@@ -181,3 +189,15 @@ def test_quiet_reconcile_interval_flag() -> None:
     for bad in ("-1", "61", "soon"):
         with pytest.raises(SystemExit):
             parse(["--quiet-reconcile-interval", bad])
+
+
+async def test_never_quiet_with_nvlink_preplace() -> None:
+    """A waiting elastic job is placed before Kueue reserves it: its changes never wait."""
+    c = CountingCluster()
+    c.workloads = []
+    m, stop, task = await running_manager(c, quiet_interval_seconds=30.0,
+                                          config=PlannerConfig(nvlink_preplace=True))
+    assert not m.state.quiet
+    m.changed("MODIFIED", "ns/w", workload_obj("Pending", conditions=()), "workloads")
+    await until(lambda: len(c.starts) == 2)
+    await stopped(m, stop, task)
