@@ -17,6 +17,7 @@ installs it, and exits 1 — before any minutes are spent on a build.
 from __future__ import annotations
 
 import importlib.util
+import platform
 import re
 import shutil
 import subprocess
@@ -28,9 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from localcp.paths import BINARIES, binary
 
 GO_MIN = (1, 26)
-GO_INSTALL = ("curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz | "
-              "sudo tar -C /usr/local -xz && export PATH=$PATH:/usr/local/go/bin")
+GO_RELEASE = "go1.26.8"
+#: platform.machine() -> Go's name for the architecture (a GB300 host's Grace CPU is arm64)
+GO_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 APT = "sudo apt-get install -y"
+
+
+def go_install(machine: str | None = None) -> str:
+    """The command that installs Go's release for this machine's architecture."""
+    arch = GO_ARCH.get((machine or platform.machine()).lower())
+    if arch is None:
+        return f"install Go >= {GO_MIN[0]}.{GO_MIN[1]} for {machine or platform.machine()}: " \
+               "https://go.dev/dl/"
+    return (f"curl -fsSL https://go.dev/dl/{GO_RELEASE}.linux-{arch}.tar.gz | "
+            "sudo tar -C /usr/local -xz && export PATH=$PATH:/usr/local/go/bin")
 
 
 def go_version() -> tuple[int, int] | None:
@@ -58,7 +70,7 @@ def missing(target: str) -> list[tuple[str, str]]:
             now = "not installed" if have is None else f"go{have[0]}.{have[1]} is too old"
             out.append((f"Go >= {GO_MIN[0]}.{GO_MIN[1]} to build the local control plane "
                         f"({now}; {len(unbuilt)} of {len(needed)} binaries not built yet: "
-                        f"{', '.join(unbuilt)})", GO_INSTALL))
+                        f"{', '.join(unbuilt)})", go_install()))
         if shutil.which("git") is None:
             out.append(("git (Go fetches the pinned modules)", f"{APT} git"))
     tools = ["prometheus"] + (["promtool"] if target == "test" else [])

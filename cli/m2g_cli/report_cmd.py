@@ -263,8 +263,9 @@ def report(
     every_run: Annotated[bool, typer.Option(
         "--all", help="include the previous runs' files kept in the folder")] = False,
 ) -> None:
-    """Summarise a decision log: each grid event's delivery (kW vs target per interval, like
-    an OpenADR report), the actions m2g took, and the workload lifecycle totals."""
+    """Summarise a decision log: grid events' delivery, m2g's actions, lifecycle totals.
+
+    Each grid event's delivery is its kW vs the target per interval, like an OpenADR report."""
     if not log_dir.is_dir():
         typer.echo(f"error: {log_dir}: no such folder (m2g run --decision-log DIR writes one)",
                    err=True)

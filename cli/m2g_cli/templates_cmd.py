@@ -77,8 +77,7 @@ def list_(templates_dir: DirOpt = None,
     except TemplateError as exc:
         _fail(str(exc), 2)
     if output is ListOutput.TABLE:
-        rendered(lambda: view.list_table(found, width=_width(), color=term.color(),
-                                         listing=how))
+        rendered(lambda: view.list_table(found, listing=how))
     else:
         rendered(lambda: view.list_structured(found, Structured(output.value), how))
 

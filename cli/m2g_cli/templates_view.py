@@ -20,6 +20,7 @@ from m2g.templates import CATALOGUE, Rendered, WorkloadTemplate, render, settabl
 from m2g.templates.params import choices, highest, lowest
 from m2g.templates.sizing import HBM_GB, Sizing
 from m2g_cli.views import Listing, Output, as_list, sort_items, structured
+from m2g_cli.views import table as plain_table
 
 WIDTH = 120
 
@@ -34,9 +35,9 @@ def to_text(*items: Any, width: int = WIDTH, color: bool = False) -> str:
     return "".join(line.rstrip() + "\n" for line in buf.getvalue().splitlines())
 
 
-def _table(*columns: str, title: str | None = None, show_header: bool = True) -> Table:
+def _table(*columns: str, title: str | None = None) -> Table:
     table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False,
-                  show_edge=False, show_header=show_header)
+                  show_edge=False)
     for col in columns:
         table.add_column(col, overflow="fold")
     return table
@@ -55,16 +56,15 @@ def template_rows(templates: Iterable[WorkloadTemplate], sort_by: str | None = N
     return sort_items(rows, sort_by)
 
 
-def list_table(templates: Iterable[WorkloadTemplate], width: int = WIDTH,
-               color: bool = False, listing: Listing | None = None) -> str:
-    """``m2g templates list``: one row per template, with its default GPU count."""
+def list_table(templates: Iterable[WorkloadTemplate], listing: Listing | None = None) -> str:
+    """``m2g templates list``: one row per template, with its default GPU count, as kubectl
+    prints a table: one line per row whatever its length (no wrapped cells, no rule under the
+    header), so ``--no-headers | awk '{print $1}'`` gets the names and nothing else."""
     listing = listing or Listing()
-    table = _table("NAME", "KIND", "API", "GPUS", "FLEX", "DESCRIPTION",
-                   show_header=not listing.no_headers)
-    for r in template_rows(templates, listing.sort_by):
-        table.add_row(r["name"], r["kind"], r["api"], str(r["gpus"]), str(r["flexTier"]),
-                      r["description"])
-    return to_text(table, width=width, color=color)
+    rows = [[r["name"], r["kind"], r["api"], str(r["gpus"]), str(r["flexTier"]),
+             r["description"]] for r in template_rows(templates, listing.sort_by)]
+    return plain_table(["NAME", "KIND", "API", "GPUS", "FLEX", "DESCRIPTION"], rows,
+                 no_headers=listing.no_headers)
 
 
 def list_structured(templates: Iterable[WorkloadTemplate], out: Output,

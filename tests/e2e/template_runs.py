@@ -104,6 +104,18 @@ def run_template(kubeconfig: Path, cluster: Cluster, ns: str, name: str, api: st
                    timeout=90)
 
 
+def nodes_carry_only_real_cluster_labels(cluster: Cluster) -> None:
+    """The factory's nodes carry GFD's and Topograph's labels (what a real GB300 NVL72 cluster
+    carries) and no topology label of m2g's own (``m2g.io/factory`` is localcp's bookkeeping)."""
+    nodes = cluster.core.list_node(label_selector="m2g.io/factory=small").items
+    assert nodes
+    for node in nodes:
+        labels = node.metadata.labels
+        assert {L.GPU_CLIQUE, L.GPU_PRODUCT, L.TOPOGRAPH_BLOCK, L.TOPOGRAPH_ACCELERATOR} <= \
+            set(labels), labels
+        assert [k for k in labels if k.startswith("m2g.io/")] == ["m2g.io/factory"], labels
+
+
 def placed_where_it_should_be(cluster: Cluster, wl: dict[str, Any]) -> None:
     """Each pod set's TAS assignment against the node labels: a required clique → one clique;
     a required block with clique slices → one block, each slice's hosts in one clique."""

@@ -43,7 +43,12 @@ from manifests_helpers import (
     render,
     sa_kubeconfig,
 )
-from template_runs import JOB_TEMPLATES, JOBSET_TEMPLATES, run_template
+from template_runs import (
+    JOB_TEMPLATES,
+    JOBSET_TEMPLATES,
+    nodes_carry_only_real_cluster_labels,
+    run_template,
+)
 from tests.image import oci
 
 pytestmark = pytest.mark.e2e
@@ -273,6 +278,7 @@ def test_the_chart_installs_and_its_controller_governs_the_queues(
         tmp_path: Path) -> None:
     policies = sum(d["kind"] == "Policy" for d in chart)
     assert policies >= 10 and len(get_json(kubeconfig, "policies.m2g.io")["items"]) >= policies
+    nodes_carry_only_real_cluster_labels(cluster)  # Done means: labelled as GB300 sites are
     sa = sa_kubeconfig(kubeconfig, tmp_path / "sa.kubeconfig")
     series = dcgm_and_facility_series(kubeconfig, pdu_kw=40.0)
     racks = len(series["facility_pdu_power_watts"])

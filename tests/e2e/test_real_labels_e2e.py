@@ -24,9 +24,12 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import REPO, Cluster
-from template_runs import JOB_TEMPLATES, JOBSET_TEMPLATES, run_template
-
-from m2g.model import labels as L
+from template_runs import (
+    JOB_TEMPLATES,
+    JOBSET_TEMPLATES,
+    nodes_carry_only_real_cluster_labels,
+    run_template,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -37,13 +40,7 @@ ARGS = ("--templates-dir", str(REPO / "templates"), "--set", "scheduler=default"
 
 
 def test_factory_nodes_carry_only_real_cluster_labels(cluster: Cluster) -> None:
-    nodes = cluster.core.list_node(label_selector="m2g.io/factory=small").items
-    assert nodes
-    for node in nodes:
-        labels = node.metadata.labels
-        assert {L.GPU_CLIQUE, L.GPU_PRODUCT, L.TOPOGRAPH_BLOCK, L.TOPOGRAPH_ACCELERATOR} <= \
-            set(labels)
-        assert [k for k in labels if k.startswith("m2g.io/")] == ["m2g.io/factory"]
+    nodes_carry_only_real_cluster_labels(cluster)
 
 
 @pytest.mark.parametrize("name", JOB_TEMPLATES)

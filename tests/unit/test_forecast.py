@@ -236,6 +236,34 @@ def test_new_work_persists_the_gpu_level_held_now() -> None:
         < persist.intervals[3].high_kw
 
 
+def test_the_new_work_band_widens_when_few_jobs_hold_the_level() -> None:
+    """The bands' new-work level spreads by ``new_work_spread`` and, root sum of squares, by
+    ``new_work_count_spread`` / sqrt(jobs holding the level now): one job's level is a noisier
+    reading of demand than eighteen jobs' (bench/forecast_heldout.py: the band covered 45-58 %
+    of held-out hours with the flat 15 %)."""
+    cfg = ForecastConfig(horizon_hours=3, new_work=NewWork.PERSIST)
+    one = snap(wl("one", Phase.ADMITTED, 72, 3600, ago=1800))
+    many = snap(*(wl(f"m{i}", Phase.ADMITTED, 4, 3600, ago=1800) for i in range(18)))
+    late_one, late_many = forecast(one, cfg).intervals[2], forecast(many, cfg).intervals[2]
+    # hour 2: only new work runs, 72 GPUs in both; the band is the level's spread (the high
+    # run: its GPUs at kW × 1.05, the central run's 72 GPUs 5 % more)
+    assert late_one.site_kw == pytest.approx(late_many.site_kw, abs=1e-3)
+    more_gpu = KW * 1.05 - IDLE
+    more_kw = 0.05 * 72 * KW
+    spread_many = math.hypot(0.15, 2.0 / math.sqrt(18))  # 0.49
+    assert late_many.high_kw - late_many.site_kw == pytest.approx(
+        72 * spread_many * more_gpu + more_kw, abs=0.05)
+    # one job: 72 × (1 + 2.0) GPUs, held to the 144 healthy ones; low: no new work at all
+    assert late_one.high_kw - late_one.site_kw == pytest.approx(72 * more_gpu + more_kw,
+                                                                abs=0.05)
+    assert late_one.low_kw == pytest.approx(144 * IDLE, abs=1e-2)
+    assert late_many.low_kw > 144 * IDLE + 20
+    # without the count term: the flat 15 %, whoever holds the level
+    flat = forecast(many, replace(cfg, new_work_count_spread=0.0)).intervals[2]
+    assert flat.high_kw - flat.site_kw == pytest.approx(72 * 0.15 * more_gpu + more_kw,
+                                                        abs=0.05)
+
+
 def test_new_work_keeps_off_a_maintenance_window() -> None:
     win = MaintenanceWindow("w", NOW + timedelta(hours=3), NOW + timedelta(hours=4),
                             racks=("rack-1",))

@@ -5,6 +5,7 @@ system's python, on a PATH and a build cache made for each case."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -80,3 +81,16 @@ def test_make_test_needs_go_for_helm_when_only_the_control_plane_is_built(
     assert run("demo", tools, cache).returncode == 0  # the demo does not need helm
     out = run("test", _tools(tmp_path / "bin", "go"), cache)  # Go there: helm can be built
     assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(("machine", "arch"), [("x86_64", "amd64"), ("aarch64", "arm64"),
+                                               ("arm64", "arm64")])
+def test_the_go_command_names_this_machine_s_architecture(machine: str, arch: str) -> None:
+    """A GB300 host (Grace) is arm64: the printed command must fetch Go for it, not amd64."""
+    spec = importlib.util.spec_from_file_location("prereqs", SCRIPT)
+    assert spec and spec.loader
+    prereqs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prereqs)
+    cmd = prereqs.go_install(machine)
+    assert f"go.dev/dl/go1.26.8.linux-{arch}.tar.gz" in cmd, cmd
+    assert "go.dev/dl/" in prereqs.go_install("riscv64")  # no release guessed: the page

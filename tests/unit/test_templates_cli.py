@@ -65,9 +65,9 @@ def test_list_sorted_without_headers_and_as_a_list() -> None:
     assert (data["apiVersion"], data["kind"]) == ("v1", "List")
     gpus = [i["gpus"] for i in data["items"]]
     assert gpus == sorted(gpus) and len(set(gpus)) > 1
-    assert [line.split()[0] for line in out.splitlines() if line[:1].strip()] == [
-        i["name"] for i in data["items"]]
-    assert not any(line.startswith("NAME") for line in out.splitlines())
+    # one line per template, as kubectl prints rows (no wrapped description, no rule):
+    # `--no-headers | awk '{print $1}'` gets the names and nothing else
+    assert [line.split()[0] for line in out.splitlines()] == [i["name"] for i in data["items"]]
     docs = yaml.safe_load(run("templates", "list", "-o", "yaml")[0])
     assert [i["name"] for i in docs["items"]] == sorted(i["name"] for i in data["items"])
     out, err = run("templates", "list", "--sort-by", ".nope", code=2)
@@ -88,8 +88,11 @@ def test_submit_dry_run_evaluates_local_policies_without_a_cluster(
 
 def test_list_shows_every_template_once_with_default_gpus() -> None:
     out, _ = run("templates", "list")
-    rows = [line.split() for line in out.splitlines()[2:] if line and not line[0].isspace()]
+    header, *lines = out.splitlines()
+    assert header.split() == ["NAME", "KIND", "API", "GPUS", "FLEX", "DESCRIPTION"]
+    rows = [line.split() for line in lines]
     by_name = {r[0]: r for r in rows}
+    assert len(by_name) == len(rows)
     assert set(by_name) == {p.stem for p in TEMPLATES.glob("*.yaml")} - {
         "workload-priority-classes"}
     assert by_name["llama31-405b-pretrain"][1:5] == ["training", "JobSet", "512", "3"]

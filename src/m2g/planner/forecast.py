@@ -106,6 +106,9 @@ class ForecastConfig:
     reservation_lead_seconds: float = 3600.0
     new_work: NewWork = NewWork.NONE
     new_work_spread: float = 0.15  # the bands: the new work's GPU level × (1 ∓ this)
+    #: … combined (root sum of squares) with this over the square root of the number of
+    #: jobs that hold the level now: a level held by few jobs is a noisy reading of demand
+    new_work_count_spread: float = 2.0
     #: The planner's knobs the forecast follows m2g by (its pacing: ``ramp_kw_per_second``,
     #: ``settle_seconds``, ``max_retry_hold_seconds``, ``settle_max_seconds``; its levers:
     #: ``shed_saving_fraction``, ``cap_levels``, ``flex_allowance``, ``headroom_min_tier``,
@@ -714,8 +717,9 @@ def _held(reservations: Iterable[Reservation], w: WorkloadState | None, t: datet
 def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[datetime],
          scale: float, kw_scale: float) -> _Run:
     jobs, requeued = _running(snap, cfg, site, scale, kw_scale)
-    new_scale = 1.0 if scale == 1.0 else 1 + (cfg.new_work_spread if scale > 1
-                                              else -cfg.new_work_spread)
+    spread = new_work_spread(cfg, sum(1 for j in jobs if j.gpus > 0
+                                      and j.start <= bounds[0] < j.end))
+    new_scale = 1.0 if scale == 1.0 else max(0.0, 1 + (spread if scale > 1 else -spread))
     queue = requeued + _queue(snap)
     size = max((sum(nd.gpus for nd in snap.factory.nodes_of(r.name))
                 for r in snap.factory.racks), default=72)
@@ -742,6 +746,13 @@ def _run(snap: ClusterSnapshot, cfg: ForecastConfig, site: _Site, bounds: list[d
         room = cap - _held(snap.reservations, None, t0, t1, cfg.reservation_lead_seconds, size)
         _account(out, i, jobs, t0, t1, site, cfg, new, max(0, room))
     return out
+
+
+def new_work_spread(cfg: ForecastConfig, jobs: int) -> float:
+    """The bands' relative spread of the new work's GPU level, held now by ``jobs`` jobs."""
+    if jobs <= 0 or cfg.new_work_count_spread <= 0:
+        return cfg.new_work_spread
+    return math.hypot(cfg.new_work_spread, cfg.new_work_count_spread / math.sqrt(jobs))
 
 
 def _kw_now(jobs: list[_Job], site: _Site, cfg: ForecastConfig) -> float:
