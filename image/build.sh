@@ -24,6 +24,14 @@ for tool in mmdebstrap umoci; do
         exit 1; }
 done
 [[ -x "$py" ]] || { echo "image: no $py: run make venv first" >&2; exit 1; }
+# mmdebstrap builds the machine's own architecture, and pip fetches this machine's wheels: the
+# image is for it (amd64 here; arm64 on a GB300 host's Grace CPU). Other architectures: the
+# Dockerfile with docker buildx --platform.
+arch="$(dpkg --print-architecture)"
+case "$arch" in
+    amd64|arm64) ;;
+    *) echo "image: dpkg architecture $arch is not amd64 or arm64 (use image/Dockerfile)" >&2; exit 1;;
+esac
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}"
 
 work="$(mktemp -d "${TMPDIR:-/var/tmp}/m2g-image.XXXXXX")"
@@ -52,7 +60,7 @@ mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certifica
     --customize-hook='rm -rf "$1/tmp/wheels" "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/log/*' \
     "$SUITE" "$work/rootfs" "$MIRROR"
 
-step "image: umoci (one layer, user $UID_GID, entrypoint m2g)"
+step "image: umoci (one layer, linux/$arch, user $UID_GID, entrypoint m2g)"
 layout="$work/oci"
 umoci init --layout "$layout"
 umoci new --image "$layout:$version"
@@ -62,7 +70,7 @@ mv "$work/rootfs" "$work/bundle/rootfs"
 umoci repack --image "$layout:$version" "$work/bundle"
 created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
 umoci config --image "$layout:$version" --created "$created" --history.created "$created" \
-    --os linux --architecture amd64 --config.user "$UID_GID" --config.workingdir / \
+    --os linux --architecture "$arch" --config.user "$UID_GID" --config.workingdir / \
     --config.entrypoint m2g \
     --config.env PATH=/opt/m2g/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --config.env PYTHONDONTWRITEBYTECODE=1 --config.env PYTHONUNBUFFERED=1 \

@@ -9,6 +9,7 @@ import warnings
 from typing import Annotated
 
 import typer
+from typer import rich_utils
 
 from m2g import __version__
 from m2g_cli import (
@@ -90,8 +91,26 @@ def kubectl_forms(args: list[str]) -> list[str]:
     return out
 
 
+def usage_error(exc: Exception) -> None:
+    """A usage error (an unknown option, a value typer refuses, a missing argument) as kubectl
+    says one: one ``error:`` line naming the help to read, instead of typer's panel of six
+    lines. Characters that are not printable (a terminal escape in an option's name) are
+    shown escaped."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed: typer's own rule
+        return
+    fmt = getattr(exc, "format_message", None)
+    text = " ".join(str(fmt() if callable(fmt) else exc).split())
+    path = getattr(getattr(exc, "ctx", None), "command_path", None)
+    if path:
+        text += f" (see '{path} -h')"
+    print("error: " + "".join(c if c.isprintable() else repr(c)[1:-1] for c in text),
+          file=sys.stderr)
+
+
 def main(prog_name: str | None = None) -> None:
     """Console-script entry point."""
+    # typer calls it for every usage error (its parameter is named self: a keyword mismatch)
+    rich_utils.rich_format_error = usage_error  # type: ignore[assignment]
     # kr8s warns about API servers newer than it knows (1.36 here); that is noise for users.
     warnings.filterwarnings("ignore", message="Kubernetes version .* is not supported")
     try:

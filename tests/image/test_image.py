@@ -48,6 +48,23 @@ def test_the_config_runs_m2g_as_a_non_root_user(layout: Path) -> None:
     assert config["Labels"]["org.opencontainers.image.version"] == m2g.__version__
 
 
+#: ELF e_machine -> the OCI architecture
+ELF_MACHINES = {0x3E: "amd64", 0xB7: "arm64"}
+
+
+def test_the_config_names_the_architecture_of_the_image_s_binaries(
+        layout: Path, rootfs: Path) -> None:
+    """A runtime picks the image by its config's architecture: it must be the one the root
+    filesystem's Python was built for (build.sh said amd64 whatever it built)."""
+    (entry,) = json.loads((layout / "index.json").read_text())["manifests"]
+    config = blob(layout, blob(layout, entry["digest"])["config"]["digest"])
+    python = (rootfs / "usr" / "bin").glob("python3.*")
+    elf = next(p for p in sorted(python) if p.name[8:].isdigit()).read_bytes()[:20]
+    assert elf[:4] == b"\x7fELF"
+    machine = int.from_bytes(elf[18:20], "little" if elf[5] == 1 else "big")
+    assert (config["os"], config["architecture"]) == ("linux", ELF_MACHINES.get(machine))
+
+
 def test_m2g_runs_inside_the_image(rootfs: Path) -> None:
     version = inside(rootfs, "m2g", "--version")
     assert version.returncode == 0 and version.stdout == f"m2g {m2g.__version__}\n", version

@@ -66,3 +66,27 @@ def test_a_missing_kubeconfig_is_exit_1_everywhere() -> None:
         result = runner.invoke(app, args)
         assert result.exit_code == 1, (args, result.stderr)
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["workloads", "--bogus"], "error: No such option: --bogus (see 'm2g workloads -h')"),
+    (["explain"], "error: Missing argument 'workload'. (see 'm2g explain -h')"),
+    (["policy", "lint", "--zz"], "error: No such option: --zz (see 'm2g policy lint -h')"),
+    (["workloads", "--x\x1b[31m"],  # a terminal escape in the option reaches no terminal
+     "error: No such option: --x\\x1b[31m (see 'm2g workloads -h')"),
+])
+def test_a_usage_error_is_one_error_line_as_kubectl_says_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        argv: list[str], line: str) -> None:
+    """Through the console script's entry point (``main``, not typer's runner): an option
+    typer refuses is exit 2 with one ``error:`` line naming the help, not typer's panel."""
+    from typer import rich_utils
+
+    from m2g_cli.app import main
+    monkeypatch.setattr(rich_utils, "rich_format_error", rich_utils.rich_format_error)
+    monkeypatch.setattr("sys.argv", ["m2g", *argv])
+    with pytest.raises(SystemExit) as info:
+        main(prog_name="m2g")
+    assert info.value.code == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", line + "\n")
