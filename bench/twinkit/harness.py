@@ -109,6 +109,9 @@ RUNS: dict[str, RunKind] = {
     "m2g-preplace": RunKind(True, "m2g placing a waiting elastic job in one NVLink domain "
                             "before Kueue reserves it (nvlinkPreplace: true; off by default "
                             "until measured)", planner=(("nvlinkPreplace", True),)),
+    "m2g-eager": RunKind(True, "m2g reconciling on every change while quiet too "
+                         "(--quiet-reconcile-interval 0; the behaviour before 2026-12-07's "
+                         "thirty-first session)", ("--quiet-reconcile-interval", "0")),
 }
 
 

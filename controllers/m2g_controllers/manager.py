@@ -5,7 +5,12 @@ Every reconcile takes a fresh snapshot (from watch caches and signal readers, be
 leads; in shadow mode it decides and records (metrics, Events) but writes nothing else.
 Reconciles run when a watched object changes (coalesced: many changes, one reconcile, and at
 most one every ``min_interval_seconds``) and at least every ``resync_seconds`` (time alone
-moves grid events and maintenance windows).
+moves grid events and maintenance windows). While the factory is *quiet* (``quiet``: no grid
+event in force or near, nothing m2g curtails, every check answered Ready), a change of a pod
+or of a Workload that awaits no admission check starts a reconcile only
+``quiet_interval_seconds`` after it (``Manager.changed``): a busy factory changes pods and
+Workloads many times a second, and each such change started a whole reconcile that decided
+nothing new (docs/controllers.md "Pacing").
 Failures back off exponentially and retry; the loop itself never dies on one.
 """
 
@@ -44,6 +49,63 @@ Clock = Callable[[], datetime]
 UNREADY_FAILING_SECONDS = 120.0
 #: With a signal source configured: no fresh power reading this long makes /readyz fail.
 UNREADY_STALE_SECONDS = 300.0
+#: A grid event or maintenance window starting within this is near: the factory is not quiet.
+QUIET_HORIZON = timedelta(seconds=300)
+#: The watched kinds (m2g.k8s.snapshot.WATCHED names) whose changes may wait while quiet.
+LAZY_KINDS = frozenset({"pods", "workloads"})
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> bool:
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
+        for c in conditions)
+
+
+def awaits_check(obj: Mapping[str, Any] | None) -> bool:
+    """A Workload Kueue holds quota for, not admitted yet, with an admission check still
+    Pending: some check controller (m2g's, or one m2g does not know) has to answer before
+    Kueue admits it. (Kueue lists a ClusterQueue's checks, Pending, on every Workload queued
+    there, quota or not; m2g answers only once the quota is reserved.)"""
+    status = (obj or {}).get("status")
+    if not isinstance(status, Mapping) or not _condition(status, "QuotaReserved") \
+            or _condition(status, "Admitted"):
+        return False
+    checks = status.get("admissionChecks")
+    return isinstance(checks, list) and any(
+        isinstance(c, Mapping) and c.get("state") == "Pending" for c in checks)
+
+
+def lazy_change(kind: str, obj: Mapping[str, Any] | None) -> bool:
+    """A change that can wait while quiet: a pod's, or a Workload's that awaits no check (an
+    admission waits on m2g's answer: that change is never lazy)."""
+    if kind not in LAZY_KINDS:
+        return False
+    return kind == "pods" or not awaits_check(obj)
+
+
+def quiet(snap: ClusterSnapshot, plan: Plan) -> bool:
+    """Nothing of this reconcile depends on pods or on Workloads' progress: no grid event or
+    maintenance window in force or starting within ``QUIET_HORIZON``, no workload m2g has
+    shed, capped or shrunk, no node GPU limit below its default, and a plan that curtails,
+    defers or holds nothing (every check answer Ready, no quota, stop, preemption, taint or
+    power change)."""
+    now = snap.now
+    horizon = now + QUIET_HORIZON
+    if any(e.start <= horizon and e.end > now for e in snap.factory.grid_events):
+        return False
+    if any(w.start <= horizon and w.end > now for w in snap.factory.maintenance):
+        return False
+    if (plan.quotas or plan.stops or plan.preemptions or plan.sheds or plan.taints
+            or plan.caps or plan.node_limits or plan.resizes):
+        return False
+    if any(c.state.value != "Ready" for c in plan.checks):
+        return False
+    if any(w.shed_by_m2g or w.power_cap < 1.0 or w.resized_at is not None or w.drained_for
+           for w in snap.workloads):
+        return False
+    return not any(s.spec is not None and (s.spec.fraction < 1.0 or s.spec.watts is not None)
+                   for s in snap.node_limits.values())
 
 
 def utcnow() -> datetime:
@@ -108,6 +170,9 @@ class LoopState:
     started: datetime | None = None
     wake_at: datetime | None = None  # the last plan's next time boundary
     began_at: float | None = None  # time.monotonic() when the last reconcile began
+    #: the last reconcile found the factory quiet (``quiet``): lazy changes may wait
+    quiet: bool = False
+    lazy_since: float | None = None  # monotonic time of the oldest unhandled lazy change
 
 
 class Manager:
@@ -121,7 +186,8 @@ class Manager:
                  unready_failing_seconds: float = UNREADY_FAILING_SECONDS,
                  unready_stale_seconds: float | None = None,
                  check_configs: Mapping[str, CheckConfig] | None = None,
-                 freeze_collector: bool = False, min_interval_seconds: float = 0.0) -> None:
+                 freeze_collector: bool = False, min_interval_seconds: float = 0.0,
+                 quiet_interval_seconds: float = 0.0) -> None:
         self.cluster, self.store, self.metrics = cluster, store, metrics
         #: m2g run: gc.freeze() after each snapshot (m2g_controllers.collector); off in tests,
         #: which share one process
@@ -136,6 +202,10 @@ class Manager:
         #: a reconcile starts at least this long after the last one began (changes meanwhile
         #: coalesce into it): ``m2g run --min-reconcile-interval``; 0 in tests
         self.min_interval_seconds = min_interval_seconds
+        #: while quiet, a lazy change (``lazy_change``) starts a reconcile this long after it
+        #: at the latest, not at once: ``m2g run --quiet-reconcile-interval``; 0: at once
+        self.quiet_interval_seconds = quiet_interval_seconds
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self.policy_dir = policy_dir
         self.state = LoopState()
         #: what a plan keeps for the next (m2g.planner.memo: the clock-free parts of the power
@@ -153,6 +223,26 @@ class Manager:
         if self.state.changed_at is None:
             self.state.changed_at = time.monotonic()
         self.state.dirty.set()
+
+    def changed(self, event_type: str = "", key: str = "", obj: Mapping[str, Any] | None = None,
+                kind: str = "") -> None:
+        """A watch cache's change (``kind``: its m2g.k8s.snapshot.WATCHED name, "" for other
+        caches): a reconcile at once (paced), or — while quiet, for a lazy change — within
+        ``quiet_interval_seconds``."""
+        if self.quiet_interval_seconds > 0 and self.state.quiet and lazy_change(kind, obj):
+            if self.state.lazy_since is None:
+                self.state.lazy_since = time.monotonic()
+                self._lazy_timer = asyncio.get_running_loop().call_later(
+                    self.quiet_interval_seconds, self._lazy_due)
+            return
+        self.kick()
+
+    def _lazy_due(self) -> None:
+        """The quiet interval of the oldest waiting lazy change is over: reconcile (not a
+        reaction: ``changed_at`` stays as the changes that start one at once set it)."""
+        self._lazy_timer = None
+        if self.state.lazy_since is not None:
+            self.state.dirty.set()
 
     def ready(self) -> tuple[bool, str]:
         """Ready while reconciles succeed and decide on live data (docs/controllers.md):
@@ -201,6 +291,10 @@ class Manager:
             if stop.is_set():
                 return
             self.state.dirty.clear()
+            self.state.lazy_since = None  # this reconcile's snapshot sees those changes
+            if self._lazy_timer is not None:
+                self._lazy_timer.cancel()
+                self._lazy_timer = None
             started = self.state.changed_at
             self.state.changed_at = None
             self.state.busy_since = self.clock()
@@ -213,6 +307,7 @@ class Manager:
                     self.metrics.reaction_seconds.observe(time.monotonic() - started)
             except Exception as exc:  # a failed reconcile is retried, never fatal
                 self.state.busy_since = None
+                self.state.quiet = False
                 self.state.last_error = f"{type(exc).__name__}: {exc}"
                 if self.state.failing_since is None:
                     self.state.failing_since = self.clock()
@@ -287,6 +382,9 @@ class Manager:
         plan = make_plan(snap, evaluator, self.config, check_evaluators=own,
                          memo=self.plan_memo)
         self.state.wake_at = plan.wake_at
+        # a waiting elastic job is placed before Kueue reserves it (nvlinkPreplace): its
+        # arrival is never lazy
+        self.state.quiet = quiet(snap, plan) and not self.config.nvlink_preplace
         self._observe(snap, plan)
         if self.is_leader():
             await self._emit_rejected(snap)

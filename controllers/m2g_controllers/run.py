@@ -117,6 +117,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    metavar="SECONDS",
                    help="start a reconcile at most this often (changes meanwhile coalesce "
                         f"into the next; 0: at once; default {MIN_RECONCILE_INTERVAL})")
+    p.add_argument("--quiet-reconcile-interval", type=_interval,
+                   default=QUIET_RECONCILE_INTERVAL, metavar="SECONDS",
+                   help="while no grid event is near and m2g curtails, defers and holds "
+                        "nothing, a change of a pod or of a Workload that awaits no admission "
+                        "check starts a reconcile at most this long after it, not at once (0: "
+                        f"at once; default {QUIET_RECONCILE_INTERVAL:g})")
     p.add_argument("--check-name", type=_k8s_name(DNS_SUBDOMAIN, 253),
                    help="the AdmissionCheck m2g creates and keeps Active (default: "
                         "admissionChecks.name, m2g-policy); every check with controllerName "
@@ -175,6 +181,8 @@ _webhook_timeout = _seconds(0.1, 29)
 WEBHOOK_CERT_DIR = "/var/run/m2g/webhook"
 #: seconds from one reconcile's start to the next one's at the least (docs/controllers.md)
 MIN_RECONCILE_INTERVAL = 0.25
+#: the same while quiet, for changes that decide nothing then (docs/controllers.md "Pacing")
+QUIET_RECONCILE_INTERVAL = 2.0
 _interval = _seconds(0, 60)
 
 
@@ -313,14 +321,15 @@ async def serve(args: argparse.Namespace, settings: Settings, stop: asyncio.Even
                       resync_seconds=args.resync_seconds, policy_dir=args.policies,
                       clock=clock, decision_log=decision_log,
                       unready_stale_seconds=UNREADY_STALE_SECONDS if prom is not None else None,
-                      freeze_collector=True, min_interval_seconds=args.min_reconcile_interval)
+                      freeze_collector=True, min_interval_seconds=args.min_reconcile_interval,
+                      quiet_interval_seconds=args.quiet_reconcile_interval)
     health = HealthServer(metrics.registry, manager.ready, args.metrics_host, args.metrics_port)
     await health.start()
     log.info("serving /metrics /healthz /readyz on %s:%d", args.metrics_host, health.port)
     hook = await start_webhook(args, tls, metrics)
     tasks = []
     try:
-        await cluster.start(manager.kick)
+        await cluster.start(manager.changed)
         log.info("caches synced; shadow=%s leader-elect=%s", args.shadow, bool(elector))
         if elector is not None:
             tasks.append(asyncio.create_task(elector.run(stop)))

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -104,8 +105,12 @@ class K8sCluster:
         return [*self.caches.values(), self.policies, self.tenant_policies, *self.kai.caches()]
 
     async def start(self, on_change: Callable[..., None], timeout: float = 60.0) -> None:
+        """Start the caches; ``on_change(type, key, obj)`` on every change, with a fourth
+        argument for the WATCHED kinds: their name (``Manager.changed`` lets some wait)."""
+        named = {id(c): name for name, c in self.caches.items()}
         for cache in self.all_caches():
-            cache.subscribe(on_change)
+            name = named.get(id(cache))
+            cache.subscribe(on_change if name is None else partial(_with_kind, on_change, name))
             cache.start()
         pending = [c.wait_synced(timeout) for c in self.all_caches()
                    if c.resource.group in ("", "kueue.x-k8s.io")]
@@ -324,6 +329,11 @@ class K8sCluster:
                 log.warning("AdmissionCheck %s: %s", name, exc)
             if not setup.active:
                 log.warning("AdmissionCheck %s is not Active: %s", name, setup.message)
+
+
+def _with_kind(on_change: Callable[..., None], kind: str, event_type: str, key: str,
+               obj: k.Obj) -> None:
+    on_change(event_type, key, obj, kind)
 
 
 def _condition_is(check: dict[str, Any] | None, setup: CheckSetup) -> bool:

@@ -50,6 +50,18 @@ BAD: list[tuple[str, str, Any]] = [
     ("maintenance_windows", "MaintenanceWindow",
      {"metadata": {"name": "s"}, "spec": {"start": 5, "end": [], "scope": "racks"}}),
     ("power_domains", "PowerDomain", {"metadata": {"name": "p"}, "spec": "budget"}),
+    # kW no site draws (thirty-first session: a 1e308 kW limit was an active grid event the
+    # shipped grid policy deferred every new flexible job for, on the real API server)
+    ("grid_events", "GridEvent", {"metadata": {"name": "huge"}, "spec": {"intervals": [{
+        "start": "2026-11-29T22:00:00Z", "duration": "PT1H",
+        "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": 1e308}}]}}),
+    ("grid_events", "GridEvent", {"metadata": {"name": "gw"}, "spec": {"intervals": [{
+        "start": "2026-11-29T22:00:00Z", "duration": "PT1H",
+        "payload": {"type": "IMPORT_CAPACITY_LIMIT", "value": 10_000_001}}]}}),
+    ("power_domains", "PowerDomain", {"metadata": {"name": "budget"},
+                                      "spec": {"budgetKw": 1e308}}),
+    ("power_domains", "PowerDomain", {"metadata": {"name": "cap"},
+                                      "spec": {"budgetKw": 300, "rackCapKw": 2e7}}),
 ]
 
 
@@ -130,6 +142,15 @@ def test_sane_time_and_isolator() -> None:
     assert iso.one("Node", {"metadata": {"name": "n"}}, lambda o: 1 / 0) is None
     assert [(r.kind, r.name) for r in iso.rejected] == [("Node", "n")]
     assert iso.rejected[0].reason.startswith("ZeroDivisionError")
+
+
+def test_the_kw_bound_is_the_site_configurations() -> None:
+    from m2g.config.site import MAX_SITE_KW
+    from m2g.k8s.isolate import MAX_KW, sane_kw
+    assert MAX_KW == MAX_SITE_KW
+    assert sane_kw(MAX_KW, "x") == MAX_KW  # a 10 GW limit is still one
+    with pytest.raises(ValueError, match="above 1e\\+07 kW"):
+        sane_kw(MAX_KW * 1.000001, "x")
 
 
 def test_two_site_power_domains_the_smallest_budget_holds_the_other_is_reported() -> None:

@@ -307,3 +307,38 @@ def test_cached_objects_share_their_keys_and_short_strings() -> None:
     assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
     assert a["spec"]["containers"][0]["args"][0] is not b["spec"]["containers"][0]["args"][0]
     assert decoded[0]["metadata"]["managedFields"]  # the decoded object is left as it was
+
+
+async def test_a_write_during_a_relist_is_not_lost_to_the_older_list() -> None:
+    """m2g shed w (its write answered rv 31) while the cache's LIST after a 410 was in flight,
+    served at rv 30 (from before the write). The relist must keep the write: replacing it with
+    the LIST's older w (active, no stamp) let the reconcile its notifications kick decide on
+    w unshed, and shed it again or a third workload (tests/e2e/test_chaos_e2e.py, the API
+    server restarted with etcd compacted). The watch from rv 30 then delivers the write (no
+    change) and later changes as usual."""
+    cache: WatchCache
+
+    class Slow(FakeWatchApi):
+        async def list(self, res: Any, namespace: str | None = None,
+                       params: Any = None) -> dict[str, Any]:
+            data = await super().list(res, namespace, params)
+            if self.list_calls == 2:  # the relist: m2g's write lands while it is in flight
+                assert cache.observe(_workload(31, False, **{"m2g.io/shed-at": "t"}))
+            return data
+
+    api = Slow([listing(20, _workload(10, True)), listing(30, _workload(25, True))],
+               [[gone()], [{"type": "MODIFIED", "object": _workload(31, False)},
+                           {"type": "MODIFIED", "object": _workload(32, True)}]])
+    cache = WatchCache(api, PODS, backoff=0.001)
+    states: list[tuple[str, bool]] = []
+    cache.subscribe(lambda _k, _key, o: states.append(
+        (o["metadata"]["resourceVersion"], o["spec"]["active"])))
+    task = cache.start()
+    try:
+        await asyncio.wait_for(api.idle.wait(), 5)
+    finally:
+        await cache.stop()
+    assert task.done()
+    assert ("25", True) not in states, f"the relist undid m2g's write: {states}"
+    assert states == [("10", True), ("31", False), ("32", True)], states
+    assert cache.get("ns/w")["metadata"]["resourceVersion"] == "32"

@@ -50,14 +50,19 @@ from m2g.k8s.convert import (
     pod_checkpoints,
     pod_checkpoints_of,
     pod_facts,
-    power_domain,
     resource_flavor,
     with_pod_report,
     workload,
     workload_links,
 )
 from m2g.k8s.convert_schedule import capacity_plan, reservation
-from m2g.k8s.isolate import Isolator, checked_event_state, checked_events, checked_window
+from m2g.k8s.isolate import (
+    Isolator,
+    checked_domain,
+    checked_event_state,
+    checked_events,
+    checked_window,
+)
 from m2g.model import labels as L
 from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, Rejected, WorkloadState
 from m2g.model.collector import collector_paused
@@ -314,7 +319,7 @@ def _build_snapshot(objs: ClusterObjects, readings: Readings | None, now: dateti
     iso = Isolator()
     pods = _Pods(objs, memo)
     nodes, rack_labels = _nodes(objs, readings, memo, iso, labels, pods)
-    specs = sorted((d for d in (iso.one("PowerDomain", o, power_domain)
+    specs = sorted((d for d in (iso.one("PowerDomain", o, checked_domain)
                                 for o in objs.power_domains.values()) if d is not None),
                    key=lambda d: d.domain.name)
     site_spec = _one_site([d for d in specs if d.level == SITE_LEVEL], iso)

@@ -288,9 +288,19 @@ class WatchCache:
                 break
         self.lists += 1
         old = self._items
+        list_rv = str(meta.get("resourceVersion", ""))
+        # A LIST is at least as new as any write before it — but not as one m2g made while
+        # it was in flight (the LIST served at an older resourceVersion): that write stays,
+        # or the reconcile these notifications kick decides on the object as it was before
+        # the write (shed it again, or a third workload) until the watch brings it back.
+        written = {key: rv for key, rv in self._written.items()
+                   if key in fresh and key in old and _older(list_rv, rv)
+                   and _older(_rv(fresh[key]), rv)}
+        for key in written:
+            fresh[key] = old[key]
         self._items = fresh
-        self._written.clear()  # a LIST is at least as new as any write before it
-        self.resource_version = str(meta.get("resourceVersion", ""))
+        self._written = written
+        self.resource_version = list_rv
         for key, obj in old.items():
             if key not in fresh:
                 self._notify("DELETED", key, obj)

@@ -19,7 +19,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from m2g.k8s.convert import Obj, grid_event_state, grid_events, maintenance_window
+from m2g.k8s.convert import (
+    DomainSpec,
+    Obj,
+    grid_event_state,
+    grid_events,
+    maintenance_window,
+    power_domain,
+)
 from m2g.model.cluster import GridEventState, Rejected
 from m2g.model.factory import GridEvent, MaintenanceWindow
 
@@ -28,6 +35,11 @@ T = TypeVar("T")
 #: Times m2g can reason about; outside them an object is rejected, not decided on.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+#: kW no site draws (10 GW; the site configuration's bound, m2g.config.site.MAX_SITE_KW): a
+#: grid limit or a budget above it is not a limit m2g can hold a site to, and is rejected.
+#: A GridEvent with a limit of 1e308 kW (CRD-valid: the schema has no maximum) was an active
+#: grid event, and the shipped grid policy deferred every new flexible job for it.
+MAX_KW = 10_000_000.0
 
 
 def sane_time(value: datetime, what: str) -> datetime:
@@ -92,7 +104,25 @@ def checked_events(obj: Obj) -> tuple[GridEvent, ...]:
     for e in events:
         sane_time(e.start, "start")
         sane_time(e.end, "end")
+        sane_kw(e.target_kw, "an interval's import capacity limit")
     return events
+
+
+def sane_kw(value: float, what: str) -> float:
+    """``value``, or ValueError when it is above MAX_KW (the conversion reads a value that
+    is not a finite non-negative number as 0: no limit)."""
+    if value > MAX_KW:
+        raise ValueError(f"{what} of {value:g} kW is above {MAX_KW:g} kW: no site draws that")
+    return value
+
+
+def checked_domain(obj: Obj) -> DomainSpec:
+    """A PowerDomain (m2g.k8s.convert.power_domain) whose budget and rack cap are kW a site
+    can draw."""
+    d = power_domain(obj)
+    sane_kw(d.domain.budget_kw, "budgetKw")
+    sane_kw(d.rack_cap_kw, "rackCapKw")
+    return d
 
 
 def checked_event_state(obj: Obj) -> GridEventState:
