@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="workloads changed per tick (at most a twentieth)")
     ap.add_argument("--policies", type=Path, default=ROOT / "deploy" / "policies")
     ap.add_argument("--profile", type=Path, help="a cProfile of the last tick's make_plan")
+    ap.add_argument("--no-plan-memo", action="store_true",
+                    help="plan without m2g.planner.memo.PlanMemo (as before the 31st session; "
+                    "a tree without it plans without it anyway)")
     args = ap.parse_args(argv)
 
     from m2g.k8s import build as kb
@@ -111,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     ev = Evaluator(load_dir(args.policies, "cel-expr-python"))
     cfg = PlannerConfig()
     memo = kb.SnapshotMemo()
+    try:  # the plan memo the controller keeps (m2g.planner.memo; absent in older trees)
+        from m2g.planner.memo import PlanMemo
+        kept: dict[str, Any] = {} if args.no_plan_memo else {"memo": PlanMemo()}
+    except ImportError:
+        kept = {}
 
     def snap_at(seconds: int) -> Any:
         return kb.build_snapshot(objs, readings, NOW + timedelta(seconds=seconds), memo=memo,
@@ -120,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return hashlib.sha256(json.dumps(plan_record(plan), sort_keys=True, default=str)
                               .encode()).hexdigest()[:16]
 
-    planner.make_plan(snap_at(0), ev, cfg)  # the memo and the Evaluator warm
+    planner.make_plan(snap_at(0), ev, cfg, **kept)  # the memos and the Evaluator warm
     rows: list[tuple[float, float, str, dict[str, float]]] = []
     walls: list[tuple[float, float]] = []
     for i in range(1, args.ticks + 1):
@@ -132,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = cProfile.Profile() if args.profile and i == args.ticks else None
         if prof is not None:
             prof.enable()
-        plan = planner.make_plan(snap, ev, cfg)
+        plan = planner.make_plan(snap, ev, cfg, **kept)
         if prof is not None:
             prof.disable()
             prof.dump_stats(str(args.profile))
@@ -141,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         walls.append((wall_built - wall, wall_done - wall_built))
         snap = plan = None
     print(f"{args.racks} racks / {size:,} workloads, {changed} changed per tick, "
-          "CPU seconds per tick")
+          f"plan memo {'on' if kept else 'off'}"
+          + (f" (reused: {dict(kept['memo'].reused)})" if kept else "")
+          + ", CPU seconds per tick")
     print("snapshot   " + " ".join(f"{r[0]:.3f}" for r in rows))
     print("make_plan  " + " ".join(f"{r[1]:.3f}" for r in rows))
     print("digest     " + " ".join(r[2] for r in rows))

@@ -17,7 +17,8 @@ machine. It reports, wall and CPU (``time.process_time``):
   the controller keeps its Evaluator, every reconcile brings a new snapshot);
 * make_plan: the whole reconcile on another fresh snapshot, with the Evaluator's decision
   memo dropped (cold) and a controller tick later (warm: 10 s on, a few hundred workloads
-  changed, the memo of the reconcile before; ``steady``), alternated, twice each;
+  changed, the Evaluator's memo and the plan memo — m2g.planner.memo — of the reconcile
+  before; ``steady``), alternated, twice each;
 * RSS: after the raw objects were generated, and the process's peak;
 * the growth exponent between consecutive sizes: d log(cost) / d log(workloads);
 * the plan's digest (sha256 of ``m2g.testing.scale.plan_record`` of the first plan, every
@@ -166,22 +167,29 @@ def steady(objs: Any, snap_at: Callable[[int, Any], Any], ev: Any, cfg: Any,
     from m2g.planner import plan as planner
     from m2g.testing.scale import tick
 
+    try:  # the plan memo the controller keeps (m2g.planner.memo; absent in older trees)
+        from m2g.planner.memo import PlanMemo
+    except ImportError:
+        PlanMemo = None
     runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
     same: list[bool] = []
     changed = min(changed, int(out["workloads"]) // 20)
     for t in (15, 35):
         getattr(ev, "forget", lambda: None)()  # (absent before the memo: A/B runs)
+        # cold: a new plan memo too; warm: the one the cold plan left
+        kept: dict[str, Any] = {} if PlanMemo is None else {"memo": PlanMemo()}
         snap = snap_at(t, objs)
         gc.collect()  # untimed: a collection the earlier runs' garbage is due lands in none
-        _, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg))
+        _, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg, **kept))
         runs["cold"].append((wall, cpu))
         objs, snap = tick(objs, t + 10, changed), None  # one snapshot alive at a time
         snap = snap_at(t + 10, objs)
         gc.collect()
-        warm, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg))
+        warm, wall, cpu = timed(functools.partial(planner.make_plan, snap, ev, cfg, **kept))
         runs["warm"].append((wall, cpu))
         warm = digest(warm)
-        getattr(ev, "forget", lambda: None)()  # the same snapshot without the memo: same plan?
+        # the same snapshot without the Evaluator's memo and the plan memo: the same plan?
+        getattr(ev, "forget", lambda: None)()
         same.append(warm == digest(planner.make_plan(snap, ev, cfg)))
         snap = None
     out["warm_same_plan"] = all(same)

@@ -284,7 +284,8 @@ def _workloads_watched(chosen: WorkloadFilter, how: Listing) -> Watched:
                                 view.selected, view.objects.workloads)
 
     return Watched("Workloads", ((k.WORKLOADS, chosen.namespace, None),), workload_key, items,
-                   lambda _view, rows, wide: workload_cells(rows, wide), first)
+                   lambda _view, rows, wide: workload_cells(rows, wide,
+                                                            chosen.namespace is None), first)
 
 
 #: m2g status -w and m2g signals -w read again this often (s): Prometheus has no watch

@@ -253,12 +253,13 @@ def workload_rows(snap: ClusterSnapshot, chosen: WorkloadFilter, sort_by: str | 
                        for w in picked], sort_by)
 
 
-def workload_cells(rows: Sequence[Mapping[str, Any]], wide: bool
+def workload_cells(rows: Sequence[Mapping[str, Any]], wide: bool, all_namespaces: bool = True
                    ) -> tuple[list[str], list[list[str]]]:
-    """The table's header and cells of ``rows`` (-o table, or -o wide)."""
+    """The table's header and cells of ``rows`` (-o table, or -o wide); the NAMESPACE column
+    only when ``all_namespaces`` (-A), as kubectl prints it."""
     # AGE last: its width varies (9s .. 119s) and nothing after it moves with it
-    head = ["NAMESPACE", "NAME", "JOB", "QUEUE", "CLUSTERQUEUE", "PHASE", "M2G", "GPUS",
-            "FLEX", "WAIT"]
+    head = ["NAMESPACE"] if all_namespaces else []
+    head += ["NAME", "JOB", "QUEUE", "CLUSTERQUEUE", "PHASE", "M2G", "GPUS", "FLEX", "WAIT"]
     if wide:
         head += ["ACTIVE", "KIND", "MESSAGE"]
     head.append("AGE")
@@ -268,7 +269,8 @@ def workload_cells(rows: Sequence[Mapping[str, Any]], wide: bool
         if r["shedByM2g"]:
             check = "Shed"
         age = "-" if r["ageSeconds"] is None else _age(r["ageSeconds"])
-        row = [r["namespace"], r["name"], r["job"] or "-", r["queue"] or "-",
+        row = [r["namespace"]] if all_namespaces else []
+        row += [r["name"], r["job"] or "-", r["queue"] or "-",
                r["clusterQueue"] or "-", r["phase"], check, str(r["gpus"]),
                str(r["flexTier"]), _age(r["waitSeconds"])]
         if wide:
@@ -283,12 +285,13 @@ def render_workloads(snap: ClusterSnapshot, out: Output, namespace: str | None =
                      labels: Callable[[Mapping[str, str]], bool] | None = None,
                      listing: Listing = Listing(), keys: set[str] | None = None,
                      raws: Mapping[str, Mapping[str, Any]] | None = None) -> str:
-    """``m2g workloads`` in ``out`` (see WorkloadFilter for the selection)."""
+    """``m2g workloads`` in ``out`` (see WorkloadFilter for the selection; ``namespace`` None
+    is every namespace, -A, whose table has the NAMESPACE column)."""
     rows = workload_rows(snap, WorkloadFilter(namespace, queue, labels, keys), listing.sort_by,
                          raws)
     if out in (Output.YAML, Output.JSON):
         return structured(as_list(rows), out)
-    head, body = workload_cells(rows, out is Output.WIDE)
+    head, body = workload_cells(rows, out is Output.WIDE, all_namespaces=namespace is None)
     return table(head, body, listing.no_headers) if body else "No workloads found.\n"
 
 

@@ -31,6 +31,7 @@ from m2g.model.cluster import ClusterSnapshot, Rejected
 from m2g.model.plan import Plan
 from m2g.planner.config import PlannerConfig
 from m2g.planner.forecast import ForecastConfig, NewWork, forecast
+from m2g.planner.memo import PlanMemo
 from m2g.planner.plan import make_plan
 from m2g.planner.shedding import workload_kw
 from m2g_controllers.collector import CollectorFreezer, HeapTrimmer
@@ -207,6 +208,9 @@ class Manager:
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.policy_dir = policy_dir
         self.state = LoopState()
+        #: what a plan keeps for the next (m2g.planner.memo: the clock-free parts of the power
+        #: actions, each with the inputs it was worked out from)
+        self.plan_memo = PlanMemo()
         self._rejected: dict[tuple[str, str], str] = {}
         self._reported: dict[tuple[str, str], str] = {}  # what the leader has emitted Events for
         self._policy_status_owed = False  # the policy set's status is not written yet
@@ -375,7 +379,8 @@ class Manager:
                                 self.check_configs, evaluator.policy_set.names())
         own = {name: self.store.selection(s.policies) if s.active else None
                for name, s in setups.items() if s.policies is not None or not s.active}
-        plan = make_plan(snap, evaluator, self.config, check_evaluators=own)
+        plan = make_plan(snap, evaluator, self.config, check_evaluators=own,
+                         memo=self.plan_memo)
         self.state.wake_at = plan.wake_at
         # a waiting elastic job is placed before Kueue reserves it (nvlinkPreplace): its
         # arrival is never lazy

@@ -261,7 +261,9 @@ def _every_template_is_admitted_on_the_first_try(kubeconfig: Path, cluster: Clus
 def _xid_on_most_gpus_holds_the_queues(kubeconfig: Path, series: dict[str, dict[str, float]]
                                        ) -> None:
     """XID 79 (GPU fallen off the bus) on more than half of the GPUs, as the DCGM exporter
-    reports it: health-quota holds the tenant queues (stopPolicy Hold) — m2g read it."""
+    reports it: health-quota holds the tenant queues (stopPolicy Hold) — m2g read it; once the
+    GPUs report no XID again m2g lifts the Hold it set (it never did before: nothing recorded
+    that the Hold was m2g's, so the queues stayed held)."""
     def held() -> list[str]:
         return [q for q in QUEUES if (get_json(
             kubeconfig, f"clusterqueues.kueue.x-k8s.io/{q}") or {}).get("spec", {}).get(
@@ -271,6 +273,9 @@ def _xid_on_most_gpus_holds_the_queues(kubeconfig: Path, series: dict[str, dict[
     for key in sorted(xid)[: len(xid) * 3 // 4]:
         xid[key] = 79.0
     assert wait_until("the tenant queues held for XID 79", held, timeout=90)
+    for key in xid:
+        xid[key] = 0.0
+    wait_until("the Hold lifted once the GPUs recover", lambda: held() == [], timeout=90)
 
 
 def test_the_chart_installs_and_its_controller_governs_the_queues(

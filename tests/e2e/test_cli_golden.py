@@ -518,8 +518,8 @@ def test_watch_prints_a_new_workload_and_ctrl_c_is_exit_0(factory: Factory) -> N
                 stdin=json.dumps(job("research", "watched", 4, 2)))
         wait_until("a row for the new Job's Workload", lambda: line_with("job-watched-"),
                    timeout=60)
-        assert seen[0].startswith("NAMESPACE") and not any(
-            x.startswith("NAMESPACE") for x in seen[1:]), seen  # one header, as kubectl
+        assert seen[0].startswith("NAME ") and not any(  # -n: no NAMESPACE column
+            x.startswith("NAME ") for x in seen[1:]), seen  # one header, as kubectl
         assert any("job-watched-" in x for x in seen[first:]), seen
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signal.SIGINT)

@@ -312,9 +312,9 @@ def test_workloads_w_yaml_is_documents_separated_by_dashes(fake_cluster: FakeKub
 def test_workloads_w_table_prints_the_table_then_changed_rows(fake_cluster: FakeKube) -> None:
     out = _m2g("workloads", "-n", "ml", "-w")
     lines = out.splitlines()
-    assert lines[0].startswith("NAMESPACE") and len(lines) == 5
-    assert lines[4].split()[1:7] == ["sweep-17", "sweep", "research", "research", "Admitted",
-                                     "Ready"]
+    assert lines[0].startswith("NAME ") and len(lines) == 5  # -n: no NAMESPACE, as kubectl
+    assert lines[4].split()[:6] == ["sweep-17", "sweep", "research", "research", "Admitted",
+                                    "Ready"]
 
 
 def test_queues_w_watches_cluster_and_local_queues(fake_cluster: FakeKube) -> None:

@@ -127,6 +127,29 @@ async def test_quota_retries_on_conflict_and_reports_unknown_flavor() -> None:
     assert len(result.errors) == 1 and isinstance(result.errors[0][1], PermanentError)
 
 
+async def test_m2g_lifts_the_stop_policy_it_set_and_only_that() -> None:
+    """m2g lifts only a stopPolicy it set itself: the Hold it writes is recorded on the
+    ClusterQueue (m2g.io/stop-policy-set), read back as m2g's, and removed when lifted. Before,
+    nothing recorded it, so a Hold m2g set for unhealthy GPUs was never lifted when they
+    recovered (the chart e2e's queues stayed held)."""
+    kube, ap, _ = setup()
+    assert not cv.cluster_queue(kube.stored(CLUSTER_QUEUES, "cq")).stop_set_by_m2g
+    await ap.apply_stop(StopUpdate("cq", "Hold", "health-quota: 108 of 144 GPUs unhealthy"))
+    held = kube.stored(CLUSTER_QUEUES, "cq")
+    assert held["spec"]["stopPolicy"] == "Hold"
+    assert held["metadata"]["annotations"]["m2g.io/stop-policy-set"] == "Hold"
+    assert cv.cluster_queue(held).stop_set_by_m2g
+    await ap.apply_stop(StopUpdate("cq", "None", "no Capacity policy asks to stop"))
+    lifted = kube.stored(CLUSTER_QUEUES, "cq")
+    assert lifted["spec"]["stopPolicy"] == "None"
+    assert "m2g.io/stop-policy-set" not in (lifted["metadata"].get("annotations") or {})
+    assert not cv.cluster_queue(lifted).stop_set_by_m2g
+    # someone else's stopPolicy (an operator's HoldAndDrain over m2g's Hold) is not m2g's
+    other = copy.deepcopy(held)
+    other["spec"]["stopPolicy"] = "HoldAndDrain"
+    assert not cv.cluster_queue(other).stop_set_by_m2g
+
+
 async def test_stop_weight_and_shed_restore() -> None:
     kube, ap, _ = setup()
     plan = Plan(stops=(StopUpdate("cq", "Hold", "maintenance"),),

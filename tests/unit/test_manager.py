@@ -613,3 +613,21 @@ def test_min_reconcile_interval_flag() -> None:
     for bad in ("-1", "nan", "61", "soon"):
         with pytest.raises(SystemExit):
             parse(["--min-reconcile-interval", bad])
+
+
+async def test_every_reconcile_plans_with_the_managers_one_plan_memo(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Manager keeps one PlanMemo (m2g.planner.memo) and hands it to every plan."""
+    import m2g_controllers.manager as mgr
+    seen: list[object] = []
+    real = mgr.make_plan
+
+    def spy(*a: Any, **k: Any) -> Plan:
+        seen.append(k.get("memo"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(mgr, "make_plan", spy)
+    m = manager(FakeCluster())
+    await m.reconcile()
+    await m.reconcile()
+    assert len(seen) == 2 and seen[0] is m.plan_memo and seen[1] is m.plan_memo

@@ -122,6 +122,18 @@ def test_workload_job_active_and_age_come_from_the_object() -> None:
     assert table[3].split()[10] == "false" and table[0].split()[-1] == "AGE"
 
 
+def test_the_namespace_column_only_for_every_namespace() -> None:
+    """kubectl's habit: ``get -n NS`` (or the context's namespace) has no NAMESPACE column,
+    ``get -A`` has it first; the other cells are the same."""
+    every = render_workloads(cluster(), Output.TABLE, raws=raws()).splitlines()
+    ns = cluster().workloads[0].namespace
+    one = render_workloads(cluster(), Output.TABLE, namespace=ns, raws=raws()).splitlines()
+    assert every[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert one[0].split()[:2] == ["NAME", "JOB"]
+    mine = [line.split()[1:] for line in every[1:] if line.split()[0] == ns]
+    assert mine and [line.split() for line in one[1:]] == mine
+
+
 def test_workloads_filters() -> None:
     text = render_workloads(cluster(), Output.TABLE, namespace="other")
     assert text == "No workloads found.\n"

@@ -60,6 +60,9 @@ BASE_GPU_LIMIT = "m2g.io/base-gpu-limit"
 # event (m2g.planner.eventhold); removed when the site's value is back.
 BASE_WITHIN_PREEMPTION = "m2g.io/base-within-preemption"
 GPU_LIMIT_SET = "m2g.io/gpu-limit-set"  # the limit m2g itself last wrote
+# The ClusterQueue stopPolicy m2g itself set (Hold, HoldAndDrain); removed when m2g lifts it.
+# m2g lifts only a stopPolicy it set: one that is still the value recorded here.
+STOP_POLICY_SET = "m2g.io/stop-policy-set"
 GPU_LIMIT_CHANGED_AT = "m2g.io/gpu-limit-changed-at"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "m2g"

@@ -48,6 +48,7 @@ from m2g.k8s.annotations import (
     RESTORED_AT,
     SHED_AT,
     SHED_REASON,
+    STOP_POLICY_SET,
     owned_quota,
     quota_base,
 )
@@ -451,8 +452,11 @@ class Applier:
         detail = f"stopPolicy {current} -> {u.stop_policy}: {u.reason}"
         if not self._record(result, "stop", u.cluster_queue, detail, current != u.stop_policy):
             return False
+        mine = None if u.stop_policy == "None" else u.stop_policy  # lifted: no longer m2g's
         self._seen(CLUSTER_QUEUES, await self.kube.patch(
-            CLUSTER_QUEUES, u.cluster_queue, {"spec": {"stopPolicy": u.stop_policy}},
+            CLUSTER_QUEUES, u.cluster_queue,
+            {"metadata": {"annotations": {STOP_POLICY_SET: mine}},
+             "spec": {"stopPolicy": u.stop_policy}},
             field_manager=self.field_manager))
         return True
 

@@ -70,6 +70,7 @@ from m2g.k8s.annotations import (
     RESIZED_FROM,
     RESTORED_AT,
     SHED_AT,
+    STOP_POLICY_SET,
     quota_base,
 )
 from m2g.k8s.parse import (
@@ -921,9 +922,11 @@ def cluster_queue(obj: Obj, resource: str = L.GPU_RESOURCE) -> QueueState:
     used = sum(nonneg_int(r.get("total")) for f in st.get("flavorsUsage") or []
                for r in f.get("resources") or [] if r.get("name") == resource)
     weight_raw = (spec.get("fairSharing") or {}).get("weight")
+    stop = str(spec.get("stopPolicy") or "None")
     return QueueState(
         name=str(meta.get("name", "")), quotas=tuple(quotas),
-        stop_policy=str(spec.get("stopPolicy") or "None"), used_gpus=used,
+        stop_policy=stop, used_gpus=used,
+        stop_set_by_m2g=stop != "None" and annotations.get(STOP_POLICY_SET) == stop,
         pending_workloads=nonneg_int(st.get("pendingWorkloads")),
         cohort=str(spec.get("cohortName") or ""),
         weight=quantity(weight_raw) if weight_raw is not None else None,

@@ -38,6 +38,7 @@ from m2g.planner import sparse
 from m2g.planner.config import PlannerConfig
 from m2g.planner.curves import CapCurve, curve_of, kind_curve
 from m2g.planner.inputs import InputBuilder
+from m2g.planner.memo import PlanMemo
 
 
 def _full_kw(w: WorkloadState, config: PlannerConfig) -> float:
@@ -78,18 +79,30 @@ def horizon_seconds(snap: ClusterSnapshot, config: PlannerConfig) -> float:
     return config.cap_horizon_seconds
 
 
-def exclusive_workloads(snap: ClusterSnapshot) -> frozenset[str]:
-    """Admitted workloads whose nodes host no other admitted workload (one pass)."""
-    admitted = {w.key for w in sparse.of(snap).admitted}
+def exclusive_workloads(snap: ClusterSnapshot, memo: PlanMemo | None = None) -> frozenset[str]:
+    """Admitted workloads whose nodes host no other admitted workload (one pass). ``memo``:
+    the last plan's answer is reused while the admitted workloads' keys and the placements
+    are equal to those it was worked out from (m2g.planner.memo)."""
+    keys = [w.key for w in sparse.of(snap).admitted]
+    placements = snap.placements
+    if memo is not None:
+        was = memo.exclusive
+        if was is not None and was[1] == keys and was[0] == placements:
+            memo.reused["exclusive"] += 1
+            return was[2]
+    admitted = set(keys)
     owner: dict[str, str] = {}  # node → the first admitted workload seen on it
     crowded: set[str] = set()  # nodes with two or more
-    for key, nodes in snap.placements.items():
+    for key, nodes in placements.items():
         if key in admitted:
             for n in nodes:
                 if owner.setdefault(n, key) != key:
                     crowded.add(n)
-    return frozenset(k for k in admitted if (on := snap.placements.get(k))
-                     and crowded.isdisjoint(on))
+    got = frozenset(k for k in admitted if (on := placements.get(k))
+                    and crowded.isdisjoint(on))
+    if memo is not None:
+        memo.exclusive = (dict(placements), keys, got)
+    return got
 
 
 #: One step down a job's cap ladder: (throughput lost per kW saved, key, to cap, kW saved).
@@ -183,7 +196,8 @@ class Ladders:
         snap = builder.snap
         self.config = config
         self.now, self.horizon = snap.now, horizon_seconds(snap, config)
-        alone = exclusive_workloads(snap)  # (admitted only: the admitted ones suffice)
+        # (admitted only: the admitted ones suffice)
+        alone = exclusive_workloads(snap, builder.memo)
         self.jobs: list[_Job] = []  # in the snapshot's order (the heap's ties, as before)
         for w in sparse.of(snap).admitted:
             if w.view.flex_tier <= 0 or w.view.gpus <= 0 or w.key not in alone or (

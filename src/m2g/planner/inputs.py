@@ -24,6 +24,7 @@ from m2g.model.inputs import (
     WorkloadView,
 )
 from m2g.model.labels import GPU_RESOURCE
+from m2g.planner.memo import PlanMemo
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,11 @@ class InputBuilder:
     (~0.3 ms on a 100-rack factory), which 2,000 workloads would pay 2,000 times, each holding
     its own copy. The copies share the snapshot's objects, so they also batch together."""
 
-    def __init__(self, snap: ClusterSnapshot, default_kw_per_gpu: float = 1.34) -> None:
+    def __init__(self, snap: ClusterSnapshot, default_kw_per_gpu: float = 1.34,
+                 memo: PlanMemo | None = None) -> None:
         self.snap = snap
+        #: what the plan before kept for this one (m2g.planner.memo; None: nothing kept)
+        self.memo = memo
         self.v = views(snap)
         self.kw_floor = kw_floor_per_gpu(snap, default_kw_per_gpu)
         self._queues = {q.name: q for q in snap.queues}

@@ -19,6 +19,7 @@ from m2g.planner.gridstatus import event_statuses, next_boundary
 from m2g.planner.headroom import share_beyond
 from m2g.planner.inputs import InputBuilder
 from m2g.planner.kai import kai_updates
+from m2g.planner.memo import PlanMemo
 from m2g.planner.nodes import drain_actions, taint_updates
 from m2g.planner.preemptors import hold
 from m2g.planner.preplace import preplace
@@ -30,22 +31,25 @@ from m2g.policy import Evaluator
 
 def make_plan(snap: ClusterSnapshot, evaluator: Evaluator,
               config: PlannerConfig | None = None, *,
-              check_evaluators: Mapping[str, Evaluator | None] | None = None) -> Plan:
+              check_evaluators: Mapping[str, Evaluator | None] | None = None,
+              memo: PlanMemo | None = None) -> Plan:
     """Decide every change for this snapshot. Pure and deterministic: the same snapshot and
     policies give the same plan, and a plan already applied yields an empty one. Runs with the
     cyclic garbage collector paused (m2g.model.collector).
     ``check_evaluators``: AdmissionChecks answered with a policy selection of their own (None:
-    not answered; see ``check_updates``)."""
+    not answered; see ``check_updates``). ``memo``: what the caller's last plan kept for
+    this one (m2g.planner.memo; updated in place): the same plan, with less work."""
     with collector_paused():
-        return _make_plan(snap, evaluator, config or PlannerConfig(), check_evaluators)
+        return _make_plan(snap, evaluator, config or PlannerConfig(), check_evaluators, memo)
 
 
 def _make_plan(snap: ClusterSnapshot, evaluator: Evaluator, config: PlannerConfig,
-               check_evaluators: Mapping[str, Evaluator | None] | None = None) -> Plan:
+               check_evaluators: Mapping[str, Evaluator | None] | None = None,
+               memo: PlanMemo | None = None) -> Plan:
     statuses, baselines = event_statuses(snap, config, format_api_time(snap.now))
     snap = hourly.with_kw_caps(with_baselines(snap, baselines))
     snap, lapsed = without_lapsed(snap)  # caps whose lease ran out: not in force
-    builder = InputBuilder(snap, config.default_kw_per_gpu)
+    builder = InputBuilder(snap, config.default_kw_per_gpu, memo)
     book = ReservationBook(snap, config)
     quotas, stops = capacity_updates(evaluator, builder, config,
                                      hourly.gpu_caps(snap, config))

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from m2g.model.cluster import ClusterSnapshot, Phase, WorkloadState
+from m2g.model.cluster import ClusterSnapshot, LivePods, Phase, WorkloadState
 from m2g.model.factory import FactorySnapshot
 from m2g.model.plan import CapAction, ResizeAction, ShedAction
 from m2g.planner import sparse
@@ -43,6 +43,7 @@ from m2g.planner.config import PlannerConfig
 from m2g.planner.curtail import Ladders, lift_caps, settling_cap_kw
 from m2g.planner.curves import curve_of
 from m2g.planner.inputs import InputBuilder
+from m2g.planner.memo import NOT_READ, EndingFacts, PlanMemo
 from m2g.planner.resize import Shrinkable, grow_back, plan_levers, settling_shrink_kw, shrinkable
 from m2g.planner.resize import potential_kw as shrink_potential_kw
 from m2g.policy import Evaluator, PreemptionResult
@@ -246,7 +247,7 @@ def reach_kw(snap: ClusterSnapshot, config: PlannerConfig) -> float:
 
 
 def ending(by_key: Mapping[str, WorkloadState], snap: ClusterSnapshot,
-           config: PlannerConfig) -> dict[str, float]:
+           config: PlannerConfig, memo: PlanMemo | None = None) -> dict[str, float]:
     """Key → the kW its end frees (``saving_kw``: its GPUs go idle, as when paused) of the
     drawing workloads in ``by_key`` expected to end within ``ending_lead_seconds``: all their
     pods running (none waiting or being deleted) and not shed, with their own
@@ -257,33 +258,71 @@ def ending(by_key: Mapping[str, WorkloadState], snap: ClusterSnapshot,
     stopped the pods and the meter has caught up (~7–10 s in the 16-rack twin): a job that
     ends by then frees the same kW without the pause's restart and lost work, and in a
     twin event whose work runs minutes, ~250 GPUs of it ended in the 20 s after m2g had
-    paused every running flex-2/3 job (2026-12-07, run D)."""
+    paused every running flex-2/3 job (2026-12-07, run D).
+    ``memo``: each workload's facts that do not move with the clock (``_ending_facts``) kept
+    from the plan before while its state is the very object they were read from and its
+    LivePods are equal (m2g.planner.memo); only the time test runs for it again."""
     lead = config.ending_lead_seconds
     if lead <= 0:
         return {}
     now, live = snap.now, snap.live_pods
     out: dict[str, float] = {}
+    if memo is None:
+        for key, w in by_key.items():
+            got = _ending_facts(w, NOT_READ if live is None else live.get(key), config)
+            if got is not None:
+                start, runtime, rate, kw = got
+                left = runtime - (now - start).total_seconds()
+                if left > 0 and left / rate <= lead:  # (past its expected end: not known)
+                    out[key] = kw
+        return out
+    seen = (lead, config.default_kw_per_gpu, config.shed_saving_fraction)
+    kept = memo.ending if memo.ending_config == seen else {}
+    fresh: dict[str, tuple[WorkloadState, LivePods | object, EndingFacts]] = {}
+    hits = 0
     for key, w in by_key.items():
-        runtime = w.view.expected_runtime_seconds
-        if runtime <= 0 or w.shed_by_m2g or w.admitted_at is None:
-            continue
-        start = w.admitted_at
-        if live is not None:
-            pods = live.get(key)
-            if pods is None or pods.waiting or pods.stopping:
-                continue
-            if pods.started_at is not None and pods.started_at > start:
-                start = pods.started_at
-        left = runtime - (now - start).total_seconds()
-        if left <= 0:  # past its expected end: not known to end soon
-            continue
-        rate = curve_of(w).throughput(w.power_cap) if w.power_cap < 1.0 else 1.0
-        share = 1.0
-        if w.full_parallelism and 0 < w.parallelism < w.full_parallelism:
-            share = w.parallelism / w.full_parallelism
-        if rate > 0 and left / (rate * share) <= lead:
-            out[key] = saving_kw(w, config) * share
+        pods = NOT_READ if live is None else live.get(key)
+        was = kept.get(key)
+        if was is not None and was[0] is w and (was[1] is pods or was[1] == pods):
+            hits += 1
+            fresh[key] = was
+            got = was[2]
+        else:
+            got = _ending_facts(w, pods, config)
+            fresh[key] = (w, pods, got)
+        if got is not None:
+            start, runtime, rate, kw = got
+            left = runtime - (now - start).total_seconds()
+            if left > 0 and left / rate <= lead:  # (past its expected end: not known)
+                out[key] = kw
+    memo.ending, memo.ending_config = fresh, seen
+    memo.reused["ending"] += hits
     return out
+
+
+def _ending_facts(w: WorkloadState, pods: LivePods | object | None,
+                  config: PlannerConfig) -> EndingFacts:
+    """What ``ending`` reads of ``w`` that does not move with the clock: None when it cannot
+    end soon (no runtime declared, shed, not admitted, no pods or some waiting or stopping —
+    ``pods`` is its LivePods, None, or ``NOT_READ`` when the snapshot did not read the pods —
+    or no throughput), else (from when its runtime counts, the runtime, its throughput × its
+    share of replicas, the kW its end frees)."""
+    runtime = w.view.expected_runtime_seconds
+    if runtime <= 0 or w.shed_by_m2g or w.admitted_at is None:
+        return None
+    start = w.admitted_at
+    if pods is not NOT_READ:
+        if not isinstance(pods, LivePods) or pods.waiting or pods.stopping:
+            return None
+        if pods.started_at is not None and pods.started_at > start:
+            start = pods.started_at
+    rate = curve_of(w).throughput(w.power_cap) if w.power_cap < 1.0 else 1.0
+    share = 1.0
+    if w.full_parallelism and 0 < w.parallelism < w.full_parallelism:
+        share = w.parallelism / w.full_parallelism
+    if rate <= 0:
+        return None
+    return start, float(runtime), rate * share, saving_kw(w, config) * share
 
 
 def _read_at(snap: ClusterSnapshot) -> datetime | None:
@@ -461,7 +500,7 @@ def facts(evaluator: Evaluator, builder: InputBuilder, config: PlannerConfig) ->
         ladders = Ladders(builder, config, min_caps)  # once: the rounds differ in `paused`
         elastic = shrinkable(builder, config, ladders.horizon)
     got = CurtailFacts(evaluator, config, results, by_key, _failed_on(results, by_key), groups,
-                       ladders, elastic, ending(by_key, builder.snap, config))
+                       ladders, elastic, ending(by_key, builder.snap, config, builder.memo))
     builder.derived["curtail"] = got
     return got
 
