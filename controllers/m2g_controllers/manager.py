@@ -230,6 +230,7 @@ class Manager:
         caches): a reconcile at once (paced), or — while quiet, for a lazy change — within
         ``quiet_interval_seconds``."""
         if self.quiet_interval_seconds > 0 and self.state.quiet and lazy_change(kind, obj):
+            self.metrics.lazy_changes.inc()
             if self.state.lazy_since is None:
                 self.state.lazy_since = time.monotonic()
                 self._lazy_timer = asyncio.get_running_loop().call_later(
@@ -308,6 +309,7 @@ class Manager:
             except Exception as exc:  # a failed reconcile is retried, never fatal
                 self.state.busy_since = None
                 self.state.quiet = False
+                self.metrics.quiet.set(0)
                 self.state.last_error = f"{type(exc).__name__}: {exc}"
                 if self.state.failing_since is None:
                     self.state.failing_since = self.clock()
@@ -385,6 +387,7 @@ class Manager:
         # a waiting elastic job is placed before Kueue reserves it (nvlinkPreplace): its
         # arrival is never lazy
         self.state.quiet = quiet(snap, plan) and not self.config.nvlink_preplace
+        self.metrics.quiet.set(1 if self.state.quiet else 0)
         self._observe(snap, plan)
         if self.is_leader():
             await self._emit_rejected(snap)

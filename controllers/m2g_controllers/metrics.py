@@ -81,6 +81,13 @@ class Metrics:
             "by outcome (allowed, denied, error: refused as not checked in time; refused: "
             "not a review, or over the size bound)", ["outcome"], registry=r)
         self.shadow = Gauge("m2g_shadow_mode", "1 when deciding without writing", registry=r)
+        self.quiet = Gauge(
+            "m2g_quiet", "1 while the last reconcile found the factory quiet: pod and settled "
+            "Workload changes wait up to --quiet-reconcile-interval (docs/controllers.md)",
+            registry=r)
+        self.lazy_changes = Counter(
+            "m2g_lazy_changes_total", "Watched changes that waited for the quiet interval "
+            "instead of starting a reconcile at once", registry=r)
         self.rejected = Gauge(
             "m2g_rejected_objects", "Objects left out of the snapshot as unusable, or used "
             "with an invalid part ignored, by kind",

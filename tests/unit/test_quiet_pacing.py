@@ -114,6 +114,8 @@ async def test_while_quiet_pod_changes_wait_and_an_admission_does_not() -> None:
     c.workloads = []  # nothing waits: the first plan answers nothing, the factory is quiet
     m, stop, task = await running_manager(c, quiet_interval_seconds=30.0)
     assert m.state.quiet
+    reg = m.metrics.registry
+    assert reg.get_sample_value("m2g_quiet") == 1
     for _ in range(20):
         m.changed("MODIFIED", "ns/p", POD, "pods")
         m.changed("MODIFIED", "ns/w", workload_obj("Ready"), "workloads")
@@ -121,7 +123,9 @@ async def test_while_quiet_pod_changes_wait_and_an_admission_does_not() -> None:
     await asyncio.sleep(0.3)
     assert len(c.starts) == 1  # none of them started a reconcile (30 s to go)
     assert m.state.lazy_since is not None
+    assert reg.get_sample_value("m2g_lazy_changes_total") == 40  # each counted as it waited
     m.changed("MODIFIED", "ns/w", workload_obj("Pending"), "workloads")  # an admission
+    assert reg.get_sample_value("m2g_lazy_changes_total") == 40  # not one that waits
     await until(lambda: len(c.starts) == 2)  # at once, not in 30 s
     await until(lambda: m.state.busy_since is None and not m.state.dirty.is_set())
     assert m.state.lazy_since is None  # that reconcile saw the waiting changes too
@@ -153,8 +157,10 @@ async def test_pod_changes_reconcile_at_once_when_not_quiet_or_not_asked(
         c.workloads = []
     m, stop, task = await running_manager(c, quiet_interval_seconds=interval)
     assert m.state.quiet == (not interval)  # quiet, but no interval asked
+    assert m.metrics.registry.get_sample_value("m2g_quiet") == (0 if interval else 1)
     m.changed("MODIFIED", "ns/p", POD, "pods")
     await until(lambda: len(c.starts) == 2)
+    assert m.metrics.registry.get_sample_value("m2g_lazy_changes_total") == 0
     await stopped(m, stop, task)
 
 
