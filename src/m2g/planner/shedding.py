@@ -267,17 +267,8 @@ def ending(by_key: Mapping[str, WorkloadState], snap: ClusterSnapshot,
         return {}
     now, live = snap.now, snap.live_pods
     out: dict[str, float] = {}
-    if memo is None:
-        for key, w in by_key.items():
-            got = _ending_facts(w, NOT_READ if live is None else live.get(key), config)
-            if got is not None:
-                start, runtime, rate, kw = got
-                left = runtime - (now - start).total_seconds()
-                if left > 0 and left / rate <= lead:  # (past its expected end: not known)
-                    out[key] = kw
-        return out
     seen = (lead, config.default_kw_per_gpu, config.shed_saving_fraction)
-    kept = memo.ending if memo.ending_config == seen else {}
+    kept = memo.ending if memo is not None and memo.ending_config == seen else {}
     fresh: dict[str, tuple[WorkloadState, LivePods | object, EndingFacts]] = {}
     hits = 0
     for key, w in by_key.items():
@@ -295,8 +286,9 @@ def ending(by_key: Mapping[str, WorkloadState], snap: ClusterSnapshot,
             left = runtime - (now - start).total_seconds()
             if left > 0 and left / rate <= lead:  # (past its expected end: not known)
                 out[key] = kw
-    memo.ending, memo.ending_config = fresh, seen
-    memo.reused["ending"] += hits
+    if memo is not None:
+        memo.ending, memo.ending_config = fresh, seen
+        memo.reused["ending"] += hits
     return out
 
 
